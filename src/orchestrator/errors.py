@@ -1,0 +1,70 @@
+"""The one error root of the orchestrator, and its tree.
+
+    OrchestratorError
+    ├── InvalidInputError        bad input: a 400 naming the field
+    ├── UnauthenticatedError     no or bad credentials: a 401
+    ├── ForbiddenError           authenticated, but the role does not allow it: a 403
+    ├── NotFoundError            nothing of that id in the caller's organization: a 404
+    ├── ConflictError            the request conflicts with stored state: a 409
+    ├── PayloadTooLargeError     a body over its size limit: a 413
+    └── ConfigurationError       the process is configured wrongly (raised at start-up)
+
+Each class is defined by its docstring, which is the default message. Foreign errors are translated into
+these at the edge that owns the dependency, always ``from exc``. This module imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class OrchestratorError(Exception):
+    """Unexpected orchestrator error."""
+
+    #: Short machine-readable class of the error, answered as ``error`` in API bodies.
+    code: ClassVar[str] = "API-000"
+
+    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.details = details
+        super().__init__(self.message)
+
+
+class InvalidInputError(OrchestratorError):
+    """The request is invalid."""
+
+    code = "API-400"
+
+
+class UnauthenticatedError(OrchestratorError):
+    """Authentication required."""
+
+    code = "API-401"
+
+
+class ForbiddenError(OrchestratorError):
+    """The credentials do not allow this action."""
+
+    code = "API-403"
+
+
+class NotFoundError(OrchestratorError):
+    """Not found."""
+
+    code = "API-404"
+
+
+class ConflictError(OrchestratorError):
+    """The request conflicts with the current state."""
+
+    code = "API-409"
+
+
+class PayloadTooLargeError(OrchestratorError):
+    """The request body is too large."""
+
+    code = "API-413"
+
+
+class ConfigurationError(OrchestratorError):
+    """The orchestrator is not configured correctly."""
