@@ -1,0 +1,1 @@
+"""User-facing HTTP API (``/orgs/...``): routes, request/response schemas and error handlers."""

@@ -1,0 +1,92 @@
+"""What every route needs: the database, the server key and the caller, with its organization checked."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from orchestrator.domain.roles import Permission, Role, allows
+from orchestrator.errors import ForbiddenError, NotFoundError, UnauthenticatedError
+from orchestrator.secretbox import SecretBox
+from orchestrator.settings import ServerSettings
+from orchestrator.store import orgs as org_store
+
+
+@dataclass(frozen=True, kw_only=True)
+class Services:
+    """Process-wide objects, created once by ``server.create_app``."""
+
+    settings: ServerSettings
+    engine: AsyncEngine
+    box: SecretBox
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    """The caller, from its bearer token."""
+
+    token_id: str
+    #: None for a platform-wide token.
+    org_id: str | None
+    role: Role
+
+
+def services(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+@asynccontextmanager
+async def transaction(svc: Services) -> AsyncIterator[AsyncConnection]:
+    """One transaction; committed before the route answers, rolled back on any error."""
+    async with svc.engine.begin() as conn:
+        yield conn
+
+
+def hash_token(token: str) -> str:
+    # API tokens carry 256 random bits: a fast hash is enough, a slow KDF would only cost latency.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def principal(request: Request, svc: Services = Depends(services)) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise UnauthenticatedError("missing bearer token in the Authorization header")
+    async with svc.engine.connect() as conn:
+        found = await org_store.find_token(conn, hash_token(token.strip()))
+    if found is None or (found.expires_at is not None and found.expires_at <= datetime.now(UTC)):
+        raise UnauthenticatedError("invalid or expired token")
+    return Principal(token_id=str(found.id), org_id=found.org_id, role=Role(found.role))
+
+
+def org_access(permission: Permission) -> Callable[..., Awaitable[Principal]]:
+    """A dependency that admits the caller to ``{org_id}`` with ``permission``.
+
+    A token of another organization gets the same 404 as an organization that does not exist.
+    """
+
+    async def check(org_id: str, request: Request, caller: Principal = Depends(principal)) -> Principal:
+        if caller.org_id is None:
+            svc = services(request)
+            async with svc.engine.connect() as conn:
+                if await org_store.get_org(conn, org_id) is None:
+                    raise NotFoundError(f"organization '{org_id}' not found")
+        elif caller.org_id != org_id:
+            raise NotFoundError(f"organization '{org_id}' not found")
+        if not allows(caller.role, permission):
+            raise ForbiddenError(f"role '{caller.role}' may not {permission} in organization '{org_id}'")
+        return caller
+
+    return check
+
+
+READ = Depends(org_access(Permission.READ))
+DEPLOY = Depends(org_access(Permission.DEPLOY))
+MANAGE = Depends(org_access(Permission.MANAGE))

@@ -1,0 +1,106 @@
+"""Organizations and their API tokens."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Body, Depends, Response
+
+from orchestrator.api import schemas
+from orchestrator.api.context import MANAGE, READ, Principal, Services, hash_token, principal, services, transaction
+from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.domain.roles import Role
+from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError
+from orchestrator.store import orgs as org_store
+
+router = APIRouter(tags=["Organization"])
+
+TOKEN_PREFIX = "po_"
+
+
+@router.post("/orgs", status_code=201, response_model=schemas.OrganizationOut)
+async def create_org(
+    body: schemas.OrganizationCreateBody | None = Body(default=None),
+    caller: Principal = Depends(principal),
+    svc: Services = Depends(services),
+) -> schemas.OrganizationOut:
+    if caller.role is not Role.PLATFORM_ADMIN:
+        raise ForbiddenError("only a platform admin may create organizations")
+    body = body or schemas.OrganizationCreateBody()
+    if body.id and body.id_prefix:
+        raise InvalidInputError("id_prefix: cannot be combined with id")
+    org_id = body.id or f"{body.id_prefix or 'org-'}{secrets.token_hex(4)}"
+    async with transaction(svc) as conn:
+        org = await org_store.create_org(conn, org_id=org_id, created_by=caller.token_id)
+    return schemas.OrganizationOut.of(org)
+
+
+@router.get("/orgs", response_model=schemas.PageOf[schemas.OrganizationOut])
+async def list_orgs(
+    caller: Principal = Depends(principal),
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
+) -> schemas.PageOf[schemas.OrganizationOut]:
+    async with svc.engine.connect() as conn:
+        result = await org_store.list_orgs(conn, only=caller.org_id, after=page.after, limit=page.limit)
+    return schemas.PageOf(
+        items=[schemas.OrganizationOut.of(o) for o in result.items],
+        next_page_token=encode_page_token(result.next_key),
+    )
+
+
+@router.get("/orgs/{org_id}", response_model=schemas.OrganizationOut)
+async def get_org(org_id: str, _: Principal = READ, svc: Services = Depends(services)) -> schemas.OrganizationOut:
+    async with svc.engine.connect() as conn:
+        org = await org_store.get_org(conn, org_id)
+    if org is None:
+        raise NotFoundError(f"organization '{org_id}' not found")
+    return schemas.OrganizationOut.of(org)
+
+
+@router.post("/orgs/{org_id}/tokens", status_code=201, response_model=schemas.TokenCreated, tags=["Token"])
+async def create_token(
+    org_id: str, body: schemas.TokenCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> schemas.TokenCreated:
+    if body.expires_at is not None and (
+        body.expires_at.tzinfo is None or body.expires_at <= datetime.now(UTC)
+    ):
+        raise InvalidInputError("expires_at: must be a future time with a time zone")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    async with transaction(svc) as conn:
+        token = await org_store.create_token(
+            conn,
+            org_id=org_id,
+            role=body.role,
+            description=body.description,
+            token_hash=hash_token(secret),
+            prefix=secret[: len(TOKEN_PREFIX) + 6],
+            expires_at=body.expires_at,
+        )
+    return schemas.TokenCreated(**schemas.TokenOut.of(token).model_dump(), token=secret)
+
+
+@router.get("/orgs/{org_id}/tokens", response_model=schemas.PageOf[schemas.TokenOut], tags=["Token"])
+async def list_tokens(
+    org_id: str,
+    _: Principal = MANAGE,
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
+) -> schemas.PageOf[schemas.TokenOut]:
+    async with svc.engine.connect() as conn:
+        result = await org_store.list_tokens(conn, org_id, after=page.after, limit=page.limit)
+    return schemas.PageOf(
+        items=[schemas.TokenOut.of(t) for t in result.items], next_page_token=encode_page_token(result.next_key)
+    )
+
+
+@router.delete("/orgs/{org_id}/tokens/{token_id}", status_code=204, tags=["Token"])
+async def revoke_token(
+    org_id: str, token_id: uuid.UUID, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> Response:
+    async with transaction(svc) as conn:
+        if not await org_store.delete_token(conn, org_id, token_id):
+            raise NotFoundError(f"token '{token_id}' not found")
+    return Response(status_code=204)

@@ -1,0 +1,78 @@
+"""Runner rules: immutable links from (project, env type) matches to a runner."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from orchestrator.api import schemas
+from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
+from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.errors import NotFoundError
+from orchestrator.store import runners as store
+
+router = APIRouter(tags=["RunnerRule"])
+
+
+@router.post("/orgs/{org_id}/runner-rules", status_code=201, response_model=schemas.RunnerRuleOut)
+async def create_rule(
+    org_id: str, body: schemas.RunnerRuleCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> schemas.RunnerRuleOut:
+    async with transaction(svc) as conn:
+        rule = await store.create_rule(
+            conn,
+            org_id=org_id,
+            runner_id=body.runner_id,
+            project_id=body.project_id or None,
+            env_type_id=body.env_type_id or None,
+        )
+    return schemas.RunnerRuleOut.of(rule)
+
+
+@router.get("/orgs/{org_id}/runner-rules", response_model=schemas.PageOf[schemas.RunnerRuleOut])
+async def list_rules(
+    org_id: str,
+    by_runner_id: Annotated[str | None, Query(alias="byRunnerId")] = None,
+    by_project_id: Annotated[str | None, Query(alias="byProjectId")] = None,
+    by_env_type_id: Annotated[str | None, Query(alias="byEnvTypeId")] = None,
+    _: Principal = READ,
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
+) -> schemas.PageOf[schemas.RunnerRuleOut]:
+    async with svc.engine.connect() as conn:
+        result = await store.list_rules(
+            conn,
+            org_id,
+            runner_id=by_runner_id or None,
+            project_id=by_project_id or None,
+            env_type_id=by_env_type_id or None,
+            after=page.after,
+            limit=page.limit,
+        )
+    return schemas.PageOf(
+        items=[schemas.RunnerRuleOut.of(r) for r in result.items],
+        next_page_token=encode_page_token(result.next_key),
+    )
+
+
+@router.get("/orgs/{org_id}/runner-rules/{rule_id}", response_model=schemas.RunnerRuleOut)
+async def get_rule(
+    org_id: str, rule_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
+) -> schemas.RunnerRuleOut:
+    async with svc.engine.connect() as conn:
+        rule = await store.get_rule(conn, org_id, rule_id)
+    if rule is None:
+        raise NotFoundError(f"runner rule '{rule_id}' not found")
+    return schemas.RunnerRuleOut.of(rule)
+
+
+@router.delete("/orgs/{org_id}/runner-rules/{rule_id}", status_code=204)
+async def delete_rule(
+    org_id: str, rule_id: uuid.UUID, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> Response:
+    async with transaction(svc) as conn:
+        if not await store.delete_rule(conn, org_id, rule_id):
+            raise NotFoundError(f"runner rule '{rule_id}' not found")
+    return Response(status_code=204)

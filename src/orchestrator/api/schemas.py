@@ -1,0 +1,230 @@
+"""Request and response bodies of the control-plane API (upstream field names)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Annotated, Generic, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from orchestrator.domain import entities
+from orchestrator.domain.roles import ORG_ROLES
+
+T = TypeVar("T")
+
+ID_PATTERN = r"^[a-z](?:-?[a-z0-9]+)+$"
+Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN, min_length=2, max_length=50)]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def _display_name(value: str) -> str:
+    if value != value.strip() or _CONTROL.search(value):
+        raise ValueError("display_name contains invalid characters")
+    return value
+
+
+DisplayName = Annotated[str, StringConstraints(min_length=2, max_length=60), AfterValidator(_display_name)]
+
+
+class Body(BaseModel):
+    """Request bodies are decoded strictly: an unknown field is an error naming it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PageOf(BaseModel, Generic[T]):
+    items: list[T]
+    next_page_token: str | None = None
+
+
+class OrganizationCreateBody(Body):
+    id: Identifier | None = None
+    id_prefix: Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=15)] | None = None
+
+
+class OrganizationOut(BaseModel):
+    id: str
+    uuid: uuid.UUID
+    created_at: datetime
+    created_by: str
+    updated_at: datetime
+    status: str
+    plan: str = "self-hosted"
+
+    @classmethod
+    def of(cls, org: entities.Organization) -> OrganizationOut:
+        return cls(
+            id=org.id,
+            uuid=org.uuid,
+            created_at=org.created_at,
+            created_by=org.created_by,
+            updated_at=org.updated_at,
+            status=org.status,
+        )
+
+
+OrgRole = Annotated[str, AfterValidator(lambda v: _one_of(v, [str(r) for r in ORG_ROLES]))]
+
+
+def _one_of(value: str, allowed: list[str]) -> str:
+    if value not in allowed:
+        raise ValueError(f"must be one of [{' '.join(allowed)}]")
+    return value
+
+
+class TokenCreateBody(Body):
+    role: OrgRole
+    description: Annotated[str, StringConstraints(max_length=200)] = ""
+    expires_at: datetime | None = None
+
+
+class TokenOut(BaseModel):
+    id: uuid.UUID
+    role: str
+    description: str
+    prefix: str
+    created_at: datetime
+    expires_at: datetime | None
+
+    @classmethod
+    def of(cls, token: entities.ApiToken) -> TokenOut:
+        return cls(
+            id=token.id,
+            role=token.role,
+            description=token.description,
+            prefix=token.prefix,
+            created_at=token.created_at,
+            expires_at=token.expires_at,
+        )
+
+
+class TokenCreated(TokenOut):
+    #: The secret, answered once at creation and never again.
+    token: str
+
+
+class EnvironmentTypeCreateBody(Body):
+    id: Identifier
+    display_name: Annotated[str, StringConstraints(max_length=60)] | None = None
+
+
+class EnvironmentTypeUpdateBody(Body):
+    display_name: Annotated[str, StringConstraints(max_length=60)]
+
+
+class EnvironmentTypeOut(BaseModel):
+    id: str
+    uuid: uuid.UUID
+    created_at: datetime
+    display_name: str
+
+    @classmethod
+    def of(cls, env_type: entities.EnvironmentType) -> EnvironmentTypeOut:
+        return cls(
+            id=env_type.id, uuid=env_type.uuid, created_at=env_type.created_at, display_name=env_type.display_name
+        )
+
+
+class ProjectCreateBody(Body):
+    id: Identifier
+    display_name: DisplayName | None = None
+
+
+class ProjectUpdateBody(Body):
+    display_name: DisplayName
+
+
+class ProjectOut(BaseModel):
+    id: str
+    uuid: uuid.UUID
+    display_name: str
+    created_at: datetime
+    updated_at: datetime
+    status: str
+
+    @classmethod
+    def of(cls, project: entities.Project) -> ProjectOut:
+        return cls(
+            id=project.id,
+            uuid=project.uuid,
+            display_name=project.display_name,
+            created_at=project.created_at,
+            updated_at=project.updated_at,
+            status=project.status,
+        )
+
+
+class EnvironmentCreateBody(Body):
+    id: Identifier
+    env_type_id: Identifier
+    display_name: DisplayName | None = None
+
+
+class EnvironmentUpdateBody(Body):
+    display_name: DisplayName
+
+
+class EnvironmentOut(BaseModel):
+    id: str
+    uuid: uuid.UUID
+    project_id: str
+    project_uuid: uuid.UUID
+    env_type_id: str
+    display_name: str
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    status_message: str | None = None
+    runner_id: str | None = None
+
+    @classmethod
+    def of(cls, env: entities.Environment) -> EnvironmentOut:
+        return cls(
+            id=env.id,
+            uuid=env.uuid,
+            project_id=env.project_id,
+            project_uuid=env.project_uuid,
+            env_type_id=env.env_type_id,
+            display_name=env.display_name,
+            created_at=env.created_at,
+            updated_at=env.updated_at,
+            status=env.status,
+            status_message=env.status_message,
+            runner_id=env.runner_id,
+        )
+
+
+class RefreshRunnerBody(Body):
+    dry_run: bool = False
+
+
+class RefreshRunnerResult(BaseModel):
+    runner_id: str
+    updated: bool
+
+
+class RunnerRuleCreateBody(Body):
+    runner_id: Annotated[str, Field(min_length=1)]
+    project_id: str | None = None
+    env_type_id: str | None = None
+
+
+class RunnerRuleOut(BaseModel):
+    id: uuid.UUID
+    runner_id: str
+    project_id: str = ""
+    env_type_id: str = ""
+    created_at: datetime
+
+    @classmethod
+    def of(cls, rule: entities.RunnerRule) -> RunnerRuleOut:
+        return cls(
+            id=rule.id,
+            runner_id=rule.runner_id,
+            project_id=rule.project_id or "",
+            env_type_id=rule.env_type_id or "",
+            created_at=rule.created_at,
+        )

@@ -1,0 +1,67 @@
+"""Encryption of secrets at rest with the server key (AES-256-GCM).
+
+A sealed value is ``v1.<base64url(nonce ‖ ciphertext)>``; the context (for example ``runner:org/id``) is bound as
+associated data, so a sealed value copied to another row does not open.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from orchestrator.errors import ConfigurationError, OrchestratorError
+
+_PREFIX = "v1."
+KEY_FILE_NAME = "server.key"
+
+
+class SecretBox:
+    """Seals and opens small secrets with one 32-byte key."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != 32:
+            raise ConfigurationError("the encryption key must be 32 bytes (base64-encoded in PO_ENCRYPTION_KEY)")
+        self._aead = AESGCM(key)
+
+    def seal(self, plaintext: bytes, *, context: str) -> str:
+        nonce = os.urandom(12)
+        sealed = nonce + self._aead.encrypt(nonce, plaintext, context.encode())
+        return _PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+
+    def open(self, token: str, *, context: str) -> bytes:
+        if not token.startswith(_PREFIX):
+            raise OrchestratorError("sealed value has an unknown format")
+        raw = token[len(_PREFIX) :]
+        data = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+        try:
+            return self._aead.decrypt(data[:12], data[12:], context.encode())
+        except InvalidTag as exc:
+            raise OrchestratorError("sealed value does not open with the server key") from exc
+
+
+def decode_key(value: str) -> bytes:
+    try:
+        key = base64.b64decode(value.strip(), validate=True)
+    except ValueError as exc:
+        raise ConfigurationError("PO_ENCRYPTION_KEY is not valid base64") from exc
+    if len(key) != 32:
+        raise ConfigurationError("PO_ENCRYPTION_KEY must decode to 32 bytes")
+    return key
+
+
+def load_or_create_key(data_dir: Path) -> bytes:
+    """Read the key file in the data dir, creating it (mode 0600) on first use."""
+    path = data_dir / KEY_FILE_NAME
+    if path.exists():
+        return decode_key(path.read_text())
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(base64.b64encode(key).decode())
+    return key

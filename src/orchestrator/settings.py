@@ -1,0 +1,76 @@
+"""Server settings: one object per process, built at the edge (``cli``) and passed down.
+
+Nothing below ``cli/`` and ``server.py`` reads ``os.environ``; tests build settings directly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """The per-user data directory (XDG on Linux)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "platform-orchestrator"
+
+
+class ServerSettings(BaseSettings):
+    """Settings of ``orchestrator serve`` (API, gateway and background workers in one process)."""
+
+    model_config = SettingsConfigDict(env_prefix="PO_", extra="ignore")
+
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Directory for the default SQLite database, the server key and stored objects.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL, e.g. postgresql+asyncpg://user@host/db. Default: SQLite in the data dir.",
+    )
+    listen: str = Field(default="127.0.0.1:8080", description="host:port the HTTP server binds.")
+    public_url: str | None = Field(
+        default=None,
+        description="URL runners and agents use to reach this server. Default: http://<listen>.",
+    )
+    bootstrap_token: SecretStr | None = Field(
+        default=None,
+        description="When set, accepted as a platform-admin bearer token (stored hashed).",
+    )
+    encryption_key: SecretStr | None = Field(
+        default=None,
+        description="Base64 32-byte key that encrypts secrets at rest. Default: generated once in the data dir.",
+    )
+    allow_local_runners: bool = Field(
+        default=False,
+        description="Accept `vm` runners with connection type `local` (runs deployments on this host).",
+    )
+    db_pool_size: int = Field(default=10, ge=1, description="PostgreSQL connection pool size.")
+    log_level: str = Field(default="info", description="debug, info, warning or error.")
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("PO_LISTEN must be host:port")
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'orchestrator.db'}"
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def resolved_public_url(self) -> str:
+        return (self.public_url or f"http://{self.listen}").rstrip("/")

@@ -1,0 +1,135 @@
+"""Organizations and API tokens."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.domain.entities import ApiToken, Organization
+from orchestrator.errors import InvalidInputError
+from orchestrator.store.errors import conflict_on_integrity
+from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.schema import api_tokens, orgs
+
+
+def _org(row: sa.Row[tuple[object, ...]]) -> Organization:
+    m = row._mapping
+    return Organization(
+        id=m["id"],
+        uuid=m["uuid"],
+        status=m["status"],
+        created_by=m["created_by"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+async def create_org(conn: AsyncConnection, *, org_id: str, created_by: str) -> Organization:
+    now = datetime.now(UTC)
+    values = {
+        "id": org_id,
+        "uuid": uuid.uuid4(),
+        "status": "active",
+        "created_by": created_by,
+        "created_at": now,
+        "updated_at": now,
+    }
+    with conflict_on_integrity(f"organization '{org_id}' already exists"):
+        await conn.execute(orgs.insert().values(values))
+    return Organization(**values)  # type: ignore[arg-type]
+
+
+async def get_org(conn: AsyncConnection, org_id: str) -> Organization | None:
+    row = (await conn.execute(orgs.select().where(orgs.c.id == org_id))).first()
+    return _org(row) if row else None
+
+
+async def list_orgs(
+    conn: AsyncConnection, *, only: str | None, after: tuple[str, ...] | None, limit: int
+) -> Page[Organization]:
+    stmt = orgs.select()
+    if only is not None:
+        stmt = stmt.where(orgs.c.id == only)
+    rows = (await conn.execute(paged(stmt, [orgs.c.id], after, limit))).all()
+    return to_page([_org(r) for r in rows], limit, lambda o: (o.id,))
+
+
+def _token(row: sa.Row[tuple[object, ...]]) -> ApiToken:
+    m = row._mapping
+    return ApiToken(
+        id=m["id"],
+        org_id=m["org_id"],
+        role=m["role"],
+        description=m["description"],
+        prefix=m["prefix"],
+        created_at=m["created_at"],
+        expires_at=m["expires_at"],
+    )
+
+
+async def create_token(
+    conn: AsyncConnection,
+    *,
+    org_id: str | None,
+    role: str,
+    description: str,
+    token_hash: str,
+    prefix: str,
+    expires_at: datetime | None = None,
+    token_id: uuid.UUID | None = None,
+) -> ApiToken:
+    values = {
+        "id": token_id or uuid.uuid4(),
+        "org_id": org_id,
+        "role": role,
+        "description": description,
+        "token_hash": token_hash,
+        "prefix": prefix,
+        "created_at": datetime.now(UTC),
+        "expires_at": expires_at,
+    }
+    with conflict_on_integrity("token already exists"):
+        await conn.execute(api_tokens.insert().values(values))
+    return ApiToken(**{k: v for k, v in values.items() if k != "token_hash"})  # type: ignore[arg-type]
+
+
+async def replace_platform_token(conn: AsyncConnection, *, token_id: uuid.UUID, token_hash: str) -> None:
+    """Install the bootstrap token: one fixed row, replaced whenever the configured value changes."""
+    await conn.execute(api_tokens.delete().where(api_tokens.c.id == token_id))
+    await conn.execute(api_tokens.delete().where(api_tokens.c.token_hash == token_hash))
+    await create_token(
+        conn,
+        org_id=None,
+        role="platform-admin",
+        description="bootstrap token (PO_BOOTSTRAP_TOKEN)",
+        token_hash=token_hash,
+        prefix="bootstrap",
+        token_id=token_id,
+    )
+
+
+async def find_token(conn: AsyncConnection, token_hash: str) -> ApiToken | None:
+    row = (await conn.execute(api_tokens.select().where(api_tokens.c.token_hash == token_hash))).first()
+    return _token(row) if row else None
+
+
+async def list_tokens(
+    conn: AsyncConnection, org_id: str, *, after: tuple[str, ...] | None, limit: int
+) -> Page[ApiToken]:
+    stmt = api_tokens.select().where(api_tokens.c.org_id == org_id)
+    try:
+        after_key = (uuid.UUID(after[0]),) if after else None
+    except ValueError as exc:
+        raise InvalidInputError("page: invalid page token") from exc
+    rows = (await conn.execute(paged(stmt, [api_tokens.c.id], after_key, limit))).all()
+    return to_page([_token(r) for r in rows], limit, lambda t: (str(t.id),))
+
+
+async def delete_token(conn: AsyncConnection, org_id: str, token_id: uuid.UUID) -> bool:
+    result = await conn.execute(
+        api_tokens.delete().where(api_tokens.c.org_id == org_id, api_tokens.c.id == token_id)
+    )
+    return result.rowcount > 0

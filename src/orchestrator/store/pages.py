@@ -1,0 +1,39 @@
+"""Keyset pagination shared by every list query."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+
+from orchestrator.errors import InvalidInputError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page(Generic[T]):
+    items: list[T]
+    #: The sort key of the last item when more items follow, else None.
+    next_key: tuple[str, ...] | None
+
+
+def paged(
+    stmt: sa.Select[Any], key_columns: Sequence[sa.ColumnElement[Any]], after: tuple[Any, ...] | None, limit: int
+) -> sa.Select[Any]:
+    """Order by the key columns, start after ``after`` and fetch one row more than ``limit``."""
+    if after is not None:
+        if len(after) != len(key_columns):
+            raise InvalidInputError("page: invalid page token")
+        bound = [sa.literal(value, column.type) for column, value in zip(key_columns, after, strict=True)]
+        stmt = stmt.where(sa.tuple_(*key_columns) > sa.tuple_(*bound))
+    return stmt.order_by(*key_columns).limit(limit + 1)
+
+
+def to_page(items: list[T], limit: int, key: Any) -> Page[T]:
+    if len(items) > limit:
+        items = items[:limit]
+        return Page(items=items, next_key=tuple(str(v) for v in key(items[-1])))
+    return Page(items=items, next_key=None)

@@ -1,0 +1,218 @@
+"""Runners and runner rules."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.domain.entities import Runner, RunnerRule
+from orchestrator.errors import ConflictError, InvalidInputError
+from orchestrator.store.errors import conflict_on_integrity
+from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.schema import env_types, envs, projects, runner_rules, runners
+
+_RUNNER_COLUMNS = [c for c in runners.c if c.name != "config_secret"]
+
+
+def _runner(row: sa.Row[tuple[object, ...]]) -> Runner:
+    return Runner(**{k: v for k, v in row._mapping.items() if k != "config_secret"})
+
+
+async def create_runner(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    runner_id: str,
+    description: str | None,
+    runner_type: str,
+    configuration: dict[str, Any],
+    config_secret: str | None,
+    state_type: str,
+    state_configuration: dict[str, Any],
+) -> Runner:
+    now = datetime.now(UTC)
+    values = {
+        "org_id": org_id,
+        "id": runner_id,
+        "description": description,
+        "type": runner_type,
+        "configuration": configuration,
+        "config_secret": config_secret,
+        "state_type": state_type,
+        "state_configuration": state_configuration,
+        "created_at": now,
+        "updated_at": now,
+    }
+    with conflict_on_integrity(f"runner with id '{runner_id}' already exists"):
+        await conn.execute(runners.insert().values(values))
+    return _runner_from(values)
+
+
+def _runner_from(values: dict[str, Any]) -> Runner:
+    return Runner(**{k: v for k, v in values.items() if k != "config_secret"})
+
+
+async def get_runner(conn: AsyncConnection, org_id: str, runner_id: str) -> Runner | None:
+    row = (
+        await conn.execute(
+            sa.select(*_RUNNER_COLUMNS).where(runners.c.org_id == org_id, runners.c.id == runner_id)
+        )
+    ).first()
+    return _runner(row) if row else None
+
+
+async def get_runner_secret(conn: AsyncConnection, org_id: str, runner_id: str) -> str | None:
+    """The sealed secrets of a runner (only the dispatcher and PATCH need them)."""
+    return (
+        await conn.execute(
+            sa.select(runners.c.config_secret).where(runners.c.org_id == org_id, runners.c.id == runner_id)
+        )
+    ).scalar_one_or_none()
+
+
+async def list_runners(
+    conn: AsyncConnection, org_id: str, *, runner_type: str | None, after: tuple[str, ...] | None, limit: int
+) -> Page[Runner]:
+    stmt = sa.select(*_RUNNER_COLUMNS).where(runners.c.org_id == org_id)
+    if runner_type is not None:
+        stmt = stmt.where(runners.c.type == runner_type)
+    rows = (await conn.execute(paged(stmt, [runners.c.id], after, limit))).all()
+    return to_page([_runner(r) for r in rows], limit, lambda r: (r.id,))
+
+
+async def update_runner(
+    conn: AsyncConnection,
+    org_id: str,
+    runner_id: str,
+    *,
+    description: str | None,
+    configuration: dict[str, Any],
+    config_secret: str | None,
+    state_type: str,
+    state_configuration: dict[str, Any],
+) -> Runner | None:
+    await conn.execute(
+        runners.update()
+        .where(runners.c.org_id == org_id, runners.c.id == runner_id)
+        .values(
+            description=description,
+            configuration=configuration,
+            config_secret=config_secret,
+            state_type=state_type,
+            state_configuration=state_configuration,
+            updated_at=datetime.now(UTC),
+        )
+    )
+    return await get_runner(conn, org_id, runner_id)
+
+
+async def delete_runner(conn: AsyncConnection, org_id: str, runner_id: str) -> bool:
+    linked = (
+        await conn.execute(
+            sa.select(envs.c.project_id, envs.c.id)
+            .where(envs.c.org_id == org_id, envs.c.runner_id == runner_id)
+            .order_by(envs.c.project_id, envs.c.id)
+        )
+    ).all()
+    if linked:
+        names = ", ".join(f"{p}/{e}" for p, e in linked)
+        raise ConflictError(f"runner {runner_id} is in use by the environments: {names}")
+    with conflict_on_integrity(f"runner {runner_id} is in use"):
+        result = await conn.execute(runners.delete().where(runners.c.org_id == org_id, runners.c.id == runner_id))
+    return result.rowcount > 0
+
+
+def _rule(row: sa.Row[tuple[object, ...]]) -> RunnerRule:
+    return RunnerRule(**row._mapping)
+
+
+async def create_rule(
+    conn: AsyncConnection, *, org_id: str, runner_id: str, project_id: str | None, env_type_id: str | None
+) -> RunnerRule:
+    """Insert a rule; 409 when its runner, project or env type is missing or the match is taken."""
+    if (await conn.execute(sa.select(runners.c.id).where(runners.c.org_id == org_id, runners.c.id == runner_id))).first() is None:
+        raise ConflictError(f"runner '{runner_id}' not found")
+    if project_id is not None and (
+        await conn.execute(sa.select(projects.c.id).where(projects.c.org_id == org_id, projects.c.id == project_id))
+    ).first() is None:
+        raise ConflictError(f"project '{project_id}' not found")
+    if env_type_id is not None and (
+        await conn.execute(
+            sa.select(env_types.c.id).where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
+        )
+    ).first() is None:
+        raise ConflictError(f"environment type '{env_type_id}' not found")
+    existing = (
+        await conn.execute(
+            runner_rules.select().where(
+                runner_rules.c.org_id == org_id,
+                sa.func.coalesce(runner_rules.c.project_id, "") == (project_id or ""),
+                sa.func.coalesce(runner_rules.c.env_type_id, "") == (env_type_id or ""),
+            )
+        )
+    ).first()
+    if existing is not None:
+        raise _duplicate(_rule(existing))
+    values = {
+        "org_id": org_id,
+        "id": uuid.uuid4(),
+        "runner_id": runner_id,
+        "project_id": project_id,
+        "env_type_id": env_type_id,
+        "created_at": datetime.now(UTC),
+    }
+    with conflict_on_integrity("runner rule conflicts with an existing rule"):
+        await conn.execute(runner_rules.insert().values(values))
+    return RunnerRule(**values)  # type: ignore[arg-type]
+
+
+def _duplicate(rule: RunnerRule) -> ConflictError:
+    return ConflictError(f"runner rule conflicts with existing rule '{rule.id}' for runner '{rule.runner_id}'")
+
+
+async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> RunnerRule | None:
+    row = (
+        await conn.execute(
+            runner_rules.select().where(runner_rules.c.org_id == org_id, runner_rules.c.id == rule_id)
+        )
+    ).first()
+    return _rule(row) if row else None
+
+
+async def list_rules(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    runner_id: str | None = None,
+    project_id: str | None = None,
+    env_type_id: str | None = None,
+    after: tuple[str, ...] | None = None,
+    limit: int = 1000,
+) -> Page[RunnerRule]:
+    """Rules of the org; the project and env type filters mean "effective in" (the field is empty or equal)."""
+    stmt = runner_rules.select().where(runner_rules.c.org_id == org_id)
+    if runner_id is not None:
+        stmt = stmt.where(runner_rules.c.runner_id == runner_id)
+    if project_id is not None:
+        stmt = stmt.where(sa.or_(runner_rules.c.project_id.is_(None), runner_rules.c.project_id == project_id))
+    if env_type_id is not None:
+        stmt = stmt.where(
+            sa.or_(runner_rules.c.env_type_id.is_(None), runner_rules.c.env_type_id == env_type_id)
+        )
+    try:
+        after_key = (after[0], uuid.UUID(after[1])) if after else None
+    except (ValueError, IndexError) as exc:
+        raise InvalidInputError("page: invalid page token") from exc
+    rows = (await conn.execute(paged(stmt, [runner_rules.c.runner_id, runner_rules.c.id], after_key, limit))).all()
+    return to_page([_rule(r) for r in rows], limit, lambda r: (r.runner_id, str(r.id)))
+
+
+async def delete_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> bool:
+    result = await conn.execute(
+        runner_rules.delete().where(runner_rules.c.org_id == org_id, runner_rules.c.id == rule_id)
+    )
+    return result.rowcount > 0

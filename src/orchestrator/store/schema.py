@@ -1,0 +1,161 @@
+"""The database schema (SQLAlchemy Core). Migrations under ``migrations/`` must replay to exactly this."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every database (SQLite keeps no zone)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONType: sa.types.TypeEngine[Any] = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+def _ts(name: str, nullable: bool = False) -> sa.Column[datetime]:
+    return sa.Column(name, UTCDateTime(), nullable=nullable)
+
+
+orgs = sa.Table(
+    "orgs",
+    metadata,
+    sa.Column("id", sa.String(50), primary_key=True),
+    sa.Column("uuid", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("created_by", sa.String(100), nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    # NULL org: a platform-wide token (the bootstrap token).
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=True),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.Column("description", sa.String(200), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("prefix", sa.String(16), nullable=False),
+    _ts("created_at"),
+    _ts("expires_at", nullable=True),
+)
+
+env_types = sa.Table(
+    "env_types",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("uuid", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("display_name", sa.String(60), nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("uuid", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("display_name", sa.String(60), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+runners = sa.Table(
+    "runners",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("description", sa.String(500), nullable=True),
+    sa.Column("type", sa.String(40), nullable=False),
+    # The runner configuration with every sensitive value replaced by "SECRET" ...
+    sa.Column("configuration", JSONType, nullable=False),
+    # ... and those values, sealed with the server key (NULL when the configuration has none).
+    sa.Column("config_secret", sa.Text(), nullable=True),
+    sa.Column("state_type", sa.String(40), nullable=False),
+    sa.Column("state_configuration", JSONType, nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+envs = sa.Table(
+    "envs",
+    metadata,
+    sa.Column("org_id", sa.String(50), primary_key=True),
+    sa.Column("project_id", sa.String(64), primary_key=True),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("uuid", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("env_type_id", sa.String(64), nullable=False),
+    sa.Column("display_name", sa.String(60), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.String(1000), nullable=True),
+    sa.Column("runner_id", sa.String(64), nullable=True),
+    _ts("created_at"),
+    _ts("updated_at"),
+    sa.ForeignKeyConstraint(
+        ["org_id", "project_id"], ["projects.org_id", "projects.id"], ondelete="RESTRICT"
+    ),
+    sa.ForeignKeyConstraint(
+        ["org_id", "env_type_id"], ["env_types.org_id", "env_types.id"], ondelete="RESTRICT"
+    ),
+    sa.ForeignKeyConstraint(["org_id", "runner_id"], ["runners.org_id", "runners.id"], ondelete="RESTRICT"),
+)
+sa.Index("ix_envs_org_runner", envs.c.org_id, envs.c.runner_id)
+sa.Index("ix_envs_org_env_type", envs.c.org_id, envs.c.env_type_id)
+
+runner_rules = sa.Table(
+    "runner_rules",
+    metadata,
+    sa.Column("org_id", sa.String(50), nullable=False),
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("runner_id", sa.String(64), nullable=False),
+    sa.Column("project_id", sa.String(64), nullable=True),
+    sa.Column("env_type_id", sa.String(64), nullable=True),
+    _ts("created_at"),
+    sa.ForeignKeyConstraint(["org_id", "runner_id"], ["runners.org_id", "runners.id"], ondelete="CASCADE"),
+    sa.ForeignKeyConstraint(["org_id", "project_id"], ["projects.org_id", "projects.id"], ondelete="CASCADE"),
+    sa.ForeignKeyConstraint(
+        ["org_id", "env_type_id"], ["env_types.org_id", "env_types.id"], ondelete="CASCADE"
+    ),
+)
+# At most one rule per (org, project_id, env_type_id), NULLs included.
+sa.Index(
+    "uq_runner_rules_match",
+    runner_rules.c.org_id,
+    sa.func.coalesce(runner_rules.c.project_id, ""),
+    sa.func.coalesce(runner_rules.c.env_type_id, ""),
+    unique=True,
+)
+sa.Index("ix_runner_rules_org_runner", runner_rules.c.org_id, runner_rules.c.runner_id, runner_rules.c.id)

@@ -1,0 +1,142 @@
+"""Fixtures shared by every test: databases (SQLite and PostgreSQL), the app, API clients."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from orchestrator.server import create_app
+from orchestrator.settings import ServerSettings
+from orchestrator.store import db, migrate
+from tests.support.postgres import PostgresError, PostgresServer
+
+BOOTSTRAP_TOKEN = "test-bootstrap-token-0123456789"
+DATABASES = [d.strip() for d in os.environ.get("PO_TEST_DATABASES", "sqlite").split(",") if d.strip()]
+_TEMPLATE_DB = "po_template"
+_counter = itertools.count()
+
+
+def tools_required() -> bool:
+    return bool(os.environ.get("CI") or os.environ.get("PO_TEST_REQUIRE_TOOLS"))
+
+
+@pytest.fixture(autouse=True)
+def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings come from fixtures, never from the developer's environment."""
+    for name in list(os.environ):
+        if name.startswith("PO_") and not name.startswith("PO_TEST"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    try:
+        server = PostgresServer()
+    except PostgresError as exc:
+        if tools_required():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    server.start(tmp_path_factory.mktemp("pg"))
+    try:
+        server.create_database(_TEMPLATE_DB)
+        engine = db.create_engine(server.url(_TEMPLATE_DB))
+
+        async def _migrate() -> None:
+            await migrate.upgrade(engine)
+            await engine.dispose()
+
+        asyncio.run(_migrate())
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, migrated database per test, on each database of PO_TEST_DATABASES."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'test.db'}"
+    if request.param == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        name = f"t{os.getpid()}_{next(_counter)}"
+        server.create_database(name, template=_TEMPLATE_DB)
+        return server.url(name)
+    raise ValueError(f"unknown database {request.param!r} in PO_TEST_DATABASES")
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> ServerSettings:
+    return ServerSettings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
+        allow_local_runners=True,
+        listen="127.0.0.1:0",
+    )
+
+
+@pytest.fixture
+async def app(settings: ServerSettings) -> AsyncIterator[FastAPI]:
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+def _client(app: FastAPI, token: str | None) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test", headers=headers)
+
+
+@pytest.fixture
+async def admin(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client with the platform-admin bootstrap token."""
+    async with _client(app, BOOTSTRAP_TOKEN) as client:
+        yield client
+
+
+@dataclass
+class Org:
+    id: str
+    #: Clients of this organization by role: admin, deployer, viewer.
+    clients: dict[str, httpx.AsyncClient]
+
+    @property
+    def admin(self) -> httpx.AsyncClient:
+        return self.clients["admin"]
+
+
+async def make_org(app: FastAPI, platform: httpx.AsyncClient, org_id: str) -> Org:
+    response = await platform.post("/orgs", json={"id": org_id})
+    assert response.status_code == 201, response.text
+    clients: dict[str, httpx.AsyncClient] = {}
+    for role in ("admin", "deployer", "viewer"):
+        created = await platform.post(f"/orgs/{org_id}/tokens", json={"role": role, "description": role})
+        assert created.status_code == 201, created.text
+        clients[role] = _client(app, created.json()["token"])
+    return Org(id=org_id, clients=clients)
+
+
+@pytest.fixture
+async def org(app: FastAPI, admin: httpx.AsyncClient) -> AsyncIterator[Org]:
+    """Organization ``acme`` with an admin, a deployer and a viewer token."""
+    made = await make_org(app, admin, "acme")
+    yield made
+    for client in made.clients.values():
+        await client.aclose()
+
+
+@pytest.fixture
+async def other_org(app: FastAPI, admin: httpx.AsyncClient) -> AsyncIterator[Org]:
+    """A second organization, ``globex``, to check isolation."""
+    made = await make_org(app, admin, "globex")
+    yield made
+    for client in made.clients.values():
+        await client.aclose()

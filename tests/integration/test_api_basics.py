@@ -1,0 +1,181 @@
+"""Organizations, tokens, env types, projects and environments through the HTTP API."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.conftest import Org
+
+
+async def test_healthz__answers_without_auth(admin: httpx.AsyncClient) -> None:
+    response = await httpx.AsyncClient(transport=admin._transport, base_url="http://po.test").get("/healthz")
+
+    assert 200 == response.status_code
+
+
+async def test_orgs__create_with_id_and_generated(admin: httpx.AsyncClient) -> None:
+    named = await admin.post("/orgs", json={"id": "my-org"})
+    generated = await admin.post("/orgs")
+
+    assert 201 == named.status_code
+    assert "my-org" == named.json()["id"]
+    assert 201 == generated.status_code
+    assert generated.json()["id"].startswith("org-")
+    assert 409 == (await admin.post("/orgs", json={"id": "my-org"})).status_code
+
+
+async def test_orgs__bad_id_names_the_field(admin: httpx.AsyncClient) -> None:
+    response = await admin.post("/orgs", json={"id": "Not_Valid"})
+
+    assert 400 == response.status_code
+    assert response.json()["message"].startswith("id:")
+
+
+async def test_orgs__unknown_field_is_refused(admin: httpx.AsyncClient) -> None:
+    response = await admin.post("/orgs", json={"id": "ok-org", "colour": "red"})
+
+    assert 400 == response.status_code
+    assert "colour: unknown field" == response.json()["message"]
+
+
+async def test_auth__missing_and_wrong_token(admin: httpx.AsyncClient) -> None:
+    anonymous = httpx.AsyncClient(transport=admin._transport, base_url="http://po.test")
+    wrong = httpx.AsyncClient(
+        transport=admin._transport, base_url="http://po.test", headers={"Authorization": "Bearer nope"}
+    )
+
+    assert 401 == (await anonymous.get("/orgs")).status_code
+    assert 401 == (await wrong.get("/orgs")).status_code
+    assert "error" in (await wrong.get("/orgs")).json()
+
+
+async def test_tokens__answered_once_listed_without_secret_and_revoked(org: Org) -> None:
+    created = await org.admin.post(f"/orgs/{org.id}/tokens", json={"role": "viewer", "description": "ci"})
+    secret = created.json()["token"]
+    listed = await org.admin.get(f"/orgs/{org.id}/tokens")
+    viewer = httpx.AsyncClient(
+        transport=org.admin._transport, base_url="http://po.test", headers={"Authorization": f"Bearer {secret}"}
+    )
+    before = await viewer.get(f"/orgs/{org.id}/projects")
+    revoked = await org.admin.delete(f"/orgs/{org.id}/tokens/{created.json()['id']}")
+    after = await viewer.get(f"/orgs/{org.id}/projects")
+
+    assert 201 == created.status_code
+    assert secret not in listed.text
+    assert all("token" not in item for item in listed.json()["items"])
+    assert 200 == before.status_code
+    assert 204 == revoked.status_code
+    assert 401 == after.status_code
+
+
+async def test_tokens__platform_role_cannot_be_given(org: Org) -> None:
+    response = await org.admin.post(f"/orgs/{org.id}/tokens", json={"role": "platform-admin"})
+
+    assert 400 == response.status_code
+    assert response.json()["message"].startswith("role:")
+
+
+async def test_projects__crud(org: Org) -> None:
+    base = f"/orgs/{org.id}/projects"
+    created = await org.admin.post(base, json={"id": "shop", "display_name": "Shop"})
+    got = await org.admin.get(f"{base}/shop")
+    patched = await org.admin.patch(f"{base}/shop", json={"display_name": "The Shop"})
+    listed = await org.admin.get(base)
+    deleted = await org.admin.delete(f"{base}/shop")
+
+    assert 201 == created.status_code
+    assert {"id": "shop", "display_name": "Shop", "status": "active"}.items() <= got.json().items()
+    assert "The Shop" == patched.json()["display_name"]
+    assert ["shop"] == [p["id"] for p in listed.json()["items"]]
+    assert 204 == deleted.status_code
+    assert 404 == (await org.admin.get(f"{base}/shop")).status_code
+
+
+async def test_projects__display_name_with_newline_refused(org: Org) -> None:
+    response = await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "p1", "display_name": "a\nb"})
+
+    assert 400 == response.status_code
+    assert response.json()["message"].startswith("display_name:")
+
+
+async def test_envs__create_starts_unlinked_and_lists(org: Org) -> None:
+    await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": "development"})
+    await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
+    created = await org.admin.post(
+        f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"}
+    )
+    by_type = await org.admin.get(f"/orgs/{org.id}/envs", params={"byEnvTypeId": "development"})
+    other_type = await org.admin.get(f"/orgs/{org.id}/envs", params={"byEnvTypeId": "production"})
+
+    assert 201 == created.status_code
+    body = created.json()
+    assert body["runner_id"] is None
+    assert {"id": "dev", "project_id": "shop", "env_type_id": "development", "status": "active"}.items() <= body.items()
+    assert body["uuid"] and body["project_uuid"]
+    assert ["dev"] == [e["id"] for e in by_type.json()["items"]]
+    assert [] == other_type.json()["items"]
+
+
+async def test_envs__unknown_env_type_names_field(org: Org) -> None:
+    await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
+    response = await org.admin.post(f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "nope"})
+
+    assert 400 == response.status_code
+    assert response.json()["message"].startswith("env_type_id:")
+
+
+async def test_env_types__in_use_cannot_be_deleted(org: Org) -> None:
+    await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": "development"})
+    await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
+    await org.admin.post(f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"})
+
+    response = await org.admin.delete(f"/orgs/{org.id}/env-types/development")
+
+    assert 409 == response.status_code
+    assert "shop/dev" in response.json()["message"]
+
+
+async def test_paging__walks_every_item_once(org: Org) -> None:
+    for i in range(7):
+        await org.admin.post(f"/orgs/{org.id}/projects", json={"id": f"p{i}"})
+    seen: list[str] = []
+    token: str | None = None
+    while True:
+        params: dict[str, str | int] = {"per_page": 3}
+        if token:
+            params["page"] = token
+        page = (await org.admin.get(f"/orgs/{org.id}/projects", params=params)).json()
+        seen += [p["id"] for p in page["items"]]
+        token = page.get("next_page_token")
+        if not token:
+            break
+
+    assert [f"p{i}" for i in range(7)] == seen
+
+
+async def test_paging__bad_token_and_per_page(org: Org) -> None:
+    bad_token = await org.admin.get(f"/orgs/{org.id}/projects", params={"page": "!!!"})
+    bad_size = await org.admin.get(f"/orgs/{org.id}/projects", params={"per_page": 0})
+
+    assert 400 == bad_token.status_code
+    assert "page: invalid page token" == bad_token.json()["message"]
+    assert 400 == bad_size.status_code
+    assert bad_size.json()["message"].startswith("per_page:")
+
+
+async def test_body_limit__413(org: Org) -> None:
+    response = await org.admin.post(
+        f"/orgs/{org.id}/projects", content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
+        headers={"content-type": "application/json"},
+    )
+
+    assert 413 == response.status_code
+    assert "API-413" == response.json()["error"]
+
+
+async def test_malformed_json__400(org: Org) -> None:
+    response = await org.admin.post(
+        f"/orgs/{org.id}/projects", content=b"{not json", headers={"content-type": "application/json"}
+    )
+
+    assert 400 == response.status_code
