@@ -1,0 +1,1 @@
+"""Composition roots for the command-line programs: `orchestrator`, `octl`, `po-runner`."""

@@ -1,0 +1,82 @@
+"""`orchestrator`: the server side (`serve`, `migrate`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from orchestrator import logs
+from orchestrator.errors import OrchestratorError
+from orchestrator.settings import ServerSettings
+
+
+def _settings(**overrides: Any) -> ServerSettings:
+    """Flags override PO_* environment variables, which override defaults."""
+    try:
+        return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise click.UsageError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Platform Orchestrator server."""
+
+
+@main.command()
+@click.option("--listen", help="host:port to bind [env PO_LISTEN, default 127.0.0.1:8080]")
+@click.option("--database-url", help="SQLAlchemy URL [env PO_DATABASE_URL, default SQLite in the data dir]")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Data directory [env PO_DATA_DIR]")
+@click.option("--public-url", help="URL runners use to reach this server [env PO_PUBLIC_URL]")
+@click.option(
+    "--allow-local-runners/--no-allow-local-runners",
+    default=None,
+    help="Accept `vm` runners with a local connection [env PO_ALLOW_LOCAL_RUNNERS, default off]",
+)
+@click.option("--log-level", help="debug, info, warning, error [env PO_LOG_LEVEL]")
+def serve(**options: Any) -> None:
+    """Run the API, the runner gateway and the background workers in one process."""
+    import uvicorn
+
+    from orchestrator.server import create_app
+
+    settings = _settings(**options)
+    logs.configure(settings.log_level)
+    try:
+        app = create_app(settings)
+    except OrchestratorError as exc:
+        raise click.ClickException(exc.message) from exc
+    uvicorn.run(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        log_level=settings.log_level if settings.log_level != "warn" else "warning",
+        access_log=settings.log_level == "debug",
+        lifespan="on",
+    )
+
+
+@main.command()
+@click.option("--database-url", help="SQLAlchemy URL [env PO_DATABASE_URL]")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Data directory [env PO_DATA_DIR]")
+def migrate(**options: Any) -> None:
+    """Bring the database schema up to date (safe to run from several replicas at once)."""
+    from orchestrator.store import db
+    from orchestrator.store import migrate as migrations
+
+    settings = _settings(**options)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> None:
+        engine = db.create_engine(settings.resolved_database_url)
+        try:
+            await migrations.upgrade(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    click.echo("database schema is up to date", err=True)
