@@ -1,0 +1,78 @@
+"""``po-runner``: the entrypoint of the runner image.
+
+``po-runner`` (no argument) and ``po-runner standard`` run one deployment from the environment (see
+``orchestrator.runner.settings.RunnerSettings``). ``remote`` (the agent) is not implemented yet.
+
+Exit codes: 0 the deployment succeeded and its results were delivered; 1 it failed or its results
+could not be delivered; 2 the runner is configured wrongly (nothing was reported).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+import click
+from pydantic import ValidationError
+
+from orchestrator import errors
+from orchestrator.runner import standard as standard_mode
+from orchestrator.runner.settings import RunnerSettings
+
+
+class RunnerConfigurationError(click.ClickException):
+    """The runner's environment is incomplete or invalid."""
+
+    exit_code = 2
+
+
+@click.group(invoke_without_command=True)
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Platform Orchestrator runner: executes deployments with OpenTofu/Terraform."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(standard)
+
+
+@main.command()
+def standard() -> None:
+    """Run one deployment: MODE, DEPLOYMENT_ID, TOKEN, RUNNER_GATEWAY_URL, ... come from the environment."""
+    try:
+        settings = RunnerSettings()
+    except ValidationError as exc:
+        raise RunnerConfigurationError(_describe(exc)) from exc
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    try:
+        outcome = standard_mode.run_standard(settings, environ=dict(os.environ), echo=sys.stdout)
+    except errors.ConfigurationError as exc:
+        raise RunnerConfigurationError(exc.message) from exc
+    if outcome.problem is not None:
+        click.echo(f"po-runner: {outcome.problem}", err=True)
+    error = outcome.results.error
+    if error is not None:
+        click.echo(f"po-runner: deployment failed: [{error.error}] {error.message}", err=True)
+    sys.exit(outcome.exit_code)
+
+
+@main.command()
+@click.option("--gateway-url", default=None, help="Runner gateway URL (overrides RUNNER_GATEWAY_URL).")
+def remote(gateway_url: str | None) -> None:
+    """The agent that polls the gateway for commands (not implemented yet)."""
+    raise click.ClickException("`po-runner remote` (the agent mode) is not implemented yet")
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    # Turned into results: the deployment is reported as failed instead of vanishing.
+    raise standard_mode.TerminatedError(f"received signal {signal.Signals(signum).name}")
+
+
+def _describe(exc: ValidationError) -> str:
+    # Never echo the input: TOKEN would be printed.
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        variable = ".".join(str(part) for part in error["loc"]).upper()
+        problems.append(f"{variable}: {error['msg']}")
+    return "invalid runner environment: " + "; ".join(problems)

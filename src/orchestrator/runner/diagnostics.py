@@ -1,0 +1,216 @@
+"""Reading Terraform/OpenTofu machine output: JSON log lines, change summaries, diagnostics, plans.
+
+Pure functions over text and parsed JSON; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.protocol import results
+
+#: What a planned output shows when its value is only known after apply (upstream wording).
+KNOWN_AFTER_APPLY = "(known after apply)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeSummary:
+    """The ``change_summary`` JSON log line: resources added, changed and removed by a plan/apply/destroy."""
+
+    add: int
+    change: int
+    remove: int
+    operation: str
+
+
+def json_lines(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """Parse the lines that are JSON objects; skip everything else."""
+    parsed: list[dict[str, Any]] = []
+    for line in lines:
+        stripped = line.strip()
+        if not stripped.startswith("{"):
+            continue
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            parsed.append(value)
+    return parsed
+
+
+def change_summary(lines: Iterable[str]) -> ChangeSummary | None:
+    """The last ``"type": "change_summary"`` line, if any."""
+    found: ChangeSummary | None = None
+    for message in json_lines(lines):
+        changes = message.get("changes")
+        if message.get("type") == "change_summary" and isinstance(changes, dict):
+            found = ChangeSummary(
+                add=_int(changes.get("add")),
+                change=_int(changes.get("change")),
+                remove=_int(changes.get("remove")),
+                operation=str(changes.get("operation", "")),
+            )
+    return found
+
+
+def last_error_diagnostic(lines: Iterable[str], *, action: str) -> results.ResultError | None:
+    """The last error diagnostic as ``TF_DIAGNOSTIC_ERROR``, with where it points in ``details``.
+
+    ``message`` is ``summary: detail``. ``details`` holds ``action`` (the IaC command), ``summary``,
+    ``detail``, ``address``, ``range`` and, when the snippet or file name says so, ``entity_type``
+    (``provider``, ``module`` or ``output``), ``entity_id``, ``entity_version`` and ``code_hint``.
+    """
+    chosen: dict[str, Any] | None = None
+    for message in json_lines(lines):
+        diagnostic = message.get("diagnostic")
+        if message.get("type") != "diagnostic" or not isinstance(diagnostic, dict):
+            continue
+        if message.get("@level") == "error" or diagnostic.get("severity") == "error":
+            if diagnostic.get("summary") or diagnostic.get("detail"):
+                chosen = diagnostic
+    if chosen is None:
+        return None
+    summary = str(chosen.get("summary") or "").strip()
+    detail = str(chosen.get("detail") or "").strip()
+    details: dict[str, Any] = {"action": action, "summary": summary}
+    if detail:
+        details["detail"] = detail
+    address = chosen.get("address") or _context_address(chosen)
+    if address:
+        details["address"] = address
+    if isinstance(chosen.get("range"), dict):
+        details["range"] = chosen["range"]
+    details.update(_entity(chosen))
+    message_text = f"{summary}: {detail}" if summary and detail else summary or detail
+    return results.ResultError(error=results.TF_DIAGNOSTIC_ERROR_CODE, message=message_text, details=details)
+
+
+def _entity(diagnostic: Mapping[str, Any]) -> dict[str, str]:
+    """Which provider/module/output a diagnostic is about (upstream ``parseError`` rules)."""
+    entity: dict[str, str] = {}
+    filename = ""
+    if isinstance(diagnostic.get("range"), dict):
+        filename = str(diagnostic["range"].get("filename") or "")
+    snippet = diagnostic.get("snippet")
+    if isinstance(snippet, dict):
+        context = str(snippet.get("context") or "").split(" ")
+        kind = context[0] if context else ""
+        if kind in ("provider", "module", "output"):
+            entity["entity_type"] = kind
+            if len(context) >= 2:
+                entity["entity_id"] = _unquote(context[1])
+        code = str(snippet.get("code") or "").strip()
+        if code:
+            entity["code_hint"] = code
+    if "entity_type" not in entity and filename.startswith("modules/"):
+        # Inline modules of a bundle live at modules/<id>/<version>/main.tf.
+        parts = filename.removeprefix("modules/").split("/")
+        entity["entity_type"] = "module"
+        if len(parts) >= 3:
+            entity["entity_id"], entity["entity_version"] = parts[0], parts[1]
+    return entity
+
+
+def _context_address(diagnostic: Mapping[str, Any]) -> str | None:
+    """``resource "t" "n"`` → ``t.n``, ``data "t" "n"`` → ``data.t.n``, ``module "m"`` → ``module.m``.
+
+    Only for the root module's files: inside ``modules/`` the block's full address is not known here.
+    Terraform omits ``address`` from many diagnostics (e.g. a failed postcondition), so the enclosing
+    block of the snippet is the best pointer available.
+    """
+    snippet = diagnostic.get("snippet")
+    source = diagnostic.get("range")
+    filename = str(source.get("filename") or "") if isinstance(source, dict) else ""
+    if not isinstance(snippet, dict) or filename.startswith("modules/"):
+        return None
+    words = [_unquote(word) for word in str(snippet.get("context") or "").split()]
+    match words:
+        case ["resource", kind, name]:
+            return f"{kind}.{name}"
+        case ["data", kind, name]:
+            return f"data.{kind}.{name}"
+        case ["module", name]:
+            return f"module.{name}"
+    return None
+
+
+def _unquote(token: str) -> str:
+    if len(token) >= 2 and token[0] == token[-1] == '"':
+        try:
+            value = json.loads(token)
+        except ValueError:
+            return token.strip('"')
+        return str(value)
+    return token
+
+
+def planned_outputs(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Output values a plan (``show -json``) will produce; unknown parts read ``(known after apply)``."""
+    changes = plan.get("output_changes") or {}
+    return {name: _compact(change) for name, change in changes.items() if isinstance(change, dict)}
+
+
+def _compact(change: Mapping[str, Any]) -> Any:
+    actions = change.get("actions") or []
+    if not actions:
+        return KNOWN_AFTER_APPLY
+    if actions[0] == "no-op":
+        return change.get("after")
+    if actions[0] == "delete":
+        return None
+    return _fill_unknowns(change.get("after"), change.get("after_unknown"))
+
+
+def _fill_unknowns(after: Any, unknown: Any) -> Any:
+    if isinstance(after, dict):
+        filled = dict(after)
+        if isinstance(unknown, dict):
+            for key, value in unknown.items():
+                filled[key] = _fill_unknowns(after.get(key), value)
+        return filled
+    if isinstance(after, list):
+        filled_list = list(after)
+        if isinstance(unknown, list):
+            for index, value in enumerate(unknown[: len(filled_list)]):
+                filled_list[index] = _fill_unknowns(after[index], value)
+        return filled_list
+    return KNOWN_AFTER_APPLY if unknown is True else after
+
+
+def planned_resource_count(plan: Mapping[str, Any]) -> int:
+    """Managed resources in the plan's ``planned_values`` (all modules): what exists after apply."""
+    root = (plan.get("planned_values") or {}).get("root_module") or {}
+    return _count_managed(root)
+
+
+def _count_managed(module: Mapping[str, Any]) -> int:
+    own = sum(1 for resource in module.get("resources") or [] if resource.get("mode") == "managed")
+    return own + sum(_count_managed(child) for child in module.get("child_modules") or [])
+
+
+def output_values(output_json: Mapping[str, Any]) -> dict[str, Any]:
+    """``output -json`` (``{name: {value, type, sensitive}}``) as ``{name: value}``."""
+    return {name: entry.get("value") for name, entry in output_json.items() if isinstance(entry, dict)}
+
+
+def resource_metadata(value: Any) -> list[results.ResourceMetadata]:
+    """The metadata output (``{node hash: {key: value}}``) as result entries, sorted by node id.
+
+    Raises ``ValueError`` when the output does not have that shape.
+    """
+    if not isinstance(value, dict):
+        raise ValueError(f"the metadata output must be an object of objects, not {type(value).__name__}")
+    entries = []
+    for node_id, metadata in sorted(value.items()):
+        if not isinstance(metadata, dict):
+            raise ValueError(f"the metadata of node {node_id!r} must be an object")
+        entries.append(results.ResourceMetadata(node_id=node_id, metadata=metadata))
+    return entries
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

@@ -1,0 +1,118 @@
+"""Running one IaC command (tofu/terraform/po-terraform) as a subprocess, its output teed to the log.
+
+Deliberately synchronous: ``subprocess.Popen`` with an argv list (never a shell), stdout read line by
+line on this thread, stderr on a helper thread. If the runner is interrupted (SIGTERM → exception),
+the child gets SIGTERM, a grace period, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from orchestrator.runner.engine import Engine
+from orchestrator.runner.logs import LogBuffer
+
+#: Variables never passed to the IaC engine: the deployment token and the age recipients.
+HIDDEN_VARIABLES = frozenset({"TOKEN"})
+HIDDEN_PREFIXES = ("ENCRYPTING_",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandResult:
+    """Exit code and output lines (without newlines) of one IaC command."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: list[str]
+    stderr: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def engine_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The runner's environment for the IaC engine: secrets removed, automation defaults added."""
+    env = {
+        key: value
+        for key, value in environ.items()
+        if key not in HIDDEN_VARIABLES and not key.startswith(HIDDEN_PREFIXES)
+    }
+    env.setdefault("CHECKPOINT_DISABLE", "1")
+    env.setdefault("TF_IN_AUTOMATION", "1")
+    env.setdefault("TF_INPUT", "0")
+    return env
+
+
+class IacCli:
+    """Runs engine commands in ``workdir`` (``-chdir``), teeing their output into ``sink``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        workdir: Path,
+        environ: Mapping[str, str],
+        sink: LogBuffer,
+        terminate_grace_seconds: float = 10.0,
+    ) -> None:
+        self.engine = engine
+        self._workdir = workdir
+        self._env = engine_environment(environ)
+        self._sink = sink
+        self._grace_seconds = terminate_grace_seconds
+
+    def run(self, *args: str, log_stdout: bool = True) -> CommandResult:
+        """Run ``<engine> -chdir=<workdir> *args``.
+
+        stderr always goes to the log; stdout only with ``log_stdout`` (``show``/``output`` print
+        output values, which may be secret, so they are kept out of the log).
+        """
+        argv = (*self.engine.command, f"-chdir={self._workdir}", *args)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self._env,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+        stdout: list[str] = []
+        stderr: list[str] = []
+        assert process.stdout is not None and process.stderr is not None
+        reader = threading.Thread(target=self._pump, args=(process.stderr, stderr, True), daemon=True)
+        reader.start()
+        try:
+            self._pump(process.stdout, stdout, log_stdout)
+            exit_code = process.wait()
+        except BaseException:
+            self._stop(process)
+            raise
+        finally:
+            reader.join(timeout=self._grace_seconds)
+        return CommandResult(argv=argv, exit_code=exit_code, stdout=stdout, stderr=stderr)
+
+    def _pump(self, stream: IO[str], lines: list[str], log: bool) -> None:
+        with stream:
+            for raw in stream:
+                line = raw.rstrip("\n")
+                lines.append(line)
+                if log:
+                    self._sink.write_line(line)
+
+    def _stop(self, process: subprocess.Popen[str]) -> None:
+        if process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=self._grace_seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,88 @@
+"""``RunnerSettings``: the configuration of ``po-runner standard``, from the upstream environment variables.
+
+Built once at the CLI edge and passed down. The variable names are the upstream ones (no prefix), set
+by whatever launches the runner (the dispatcher's Job spec, the ECS task, the local launcher).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.protocol import results
+from orchestrator.runner.engine import IacBackend
+
+DEFAULT_METADATA_KEY = "platform_orchestrator_metadata"
+
+
+class RunnerSettings(BaseSettings):
+    """Settings of one runner execution (one deployment)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="", env_ignore_empty=True, extra="ignore", populate_by_name=True, frozen=True
+    )
+
+    # Set by the dispatcher (upstream runnercommon/env.go).
+    org_id: str = Field(min_length=1, description="Organization of the deployment (ORG_ID).")
+    runner_id: str = Field(min_length=1, description="Runner executing the deployment (RUNNER_ID).")
+    deployment_id: str = Field(min_length=1, description="Deployment to run (DEPLOYMENT_ID).")
+    deployment_env_uuid: str | None = Field(
+        default=None, description="UUID of the deployment's environment; needed to upload logs."
+    )
+    mode: results.RunnerMode = Field(description="deploy, plan_only or destroy (MODE).")
+    token: SecretStr = Field(description="Deployment token, sent as X-Deployment-Token (TOKEN).")
+    runner_gateway_url: str = Field(
+        description="Runner gateway URL; a URL without a path gets the default base path /runner-gateway."
+    )
+    encrypting_key: str | None = Field(
+        default=None, description="age recipient for the outputs; without it no outputs are reported."
+    )
+    encrypting_logs_key: str | None = Field(
+        default=None, description="age recipient for the logs; without it no logs are uploaded."
+    )
+    log_level: str = Field(default="info", description="debug, info, warn or error.")
+    metadata_key: str = Field(
+        default=DEFAULT_METADATA_KEY, description="Output holding the per-node resource metadata."
+    )
+
+    # Runner-side.
+    iac_backend: IacBackend | None = Field(
+        default=None, description="opentofu, terraform or embedded; default: tofu, terraform, embedded."
+    )
+    iac_code_dir: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("IAC_CODE_DIR", "TOFU_CODE_DIR", "iac_code_dir"),
+        description="Where the bundle is unpacked; default /opt/runner/tofu if writable, else a temp dir.",
+    )
+    runner_gateway_ca_file: Path | None = Field(default=None, description="Extra CA (PEM) for the gateway.")
+    runner_gateway_client_cert_file: Path | None = Field(default=None, description="mTLS client certificate.")
+    runner_gateway_client_key_file: Path | None = Field(default=None, description="mTLS client key.")
+    runner_logs_max_bytes: int = Field(
+        default=results.RUNNER_LOG_BUFFER_BYTES,
+        ge=1024,
+        le=results.RUNNER_LOG_BUFFER_BYTES,
+        description="Cap on the logs kept for upload (plain text, before encryption).",
+    )
+    runner_http_timeout_seconds: float = Field(
+        default=40.0, gt=0, description="Timeout of one gateway request."
+    )
+    runner_http_attempts: int = Field(default=5, ge=1, le=20, description="Attempts per gateway request.")
+    runner_http_backoff_seconds: float = Field(
+        default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 30 s."
+    )
+
+    @field_validator("runner_gateway_url")
+    @classmethod
+    def _absolute_http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("RUNNER_GATEWAY_URL must be an absolute http:// or https:// URL")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.strip().lower()

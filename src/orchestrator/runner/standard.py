@@ -1,0 +1,379 @@
+"""``po-runner standard``: run one deployment from its bundle and report back (upstream §5 algorithm).
+
+    download bundle → unpack → require main.tf → version → init
+      destroy:   destroy                                          → counts
+      plan_only: plan -out plan.tfplan, show -json plan.tfplan    → planned outputs, counts
+      deploy:    plan, show, apply plan.tfplan, output -json      → outputs, metadata, counts
+    → upload the encrypted logs → POST the results (always, failures included)
+
+Every failure becomes ``DeploymentResults(status=failure, error=...)``: ``RUNNER`` for the runner's own
+steps, ``TF_DIAGNOSTIC_ERROR`` when the engine left an error diagnostic, ``IAC_COMMAND_ERROR`` otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, TextIO
+
+from structlog.typing import FilteringBoundLogger
+
+from orchestrator import errors
+from orchestrator.protocol import age, results
+from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs
+from orchestrator.runner.settings import RunnerSettings
+
+#: Where the Job spec mounts its emptyDir; used when writable and IAC_CODE_DIR is not set.
+DEFAULT_CODE_DIR = Path("/opt/runner/tofu")
+PLAN_FILE = "plan.tfplan"
+#: Lines of stderr quoted in an ``IAC_COMMAND_ERROR`` message.
+_STDERR_TAIL_LINES = 20
+
+
+class TerminatedError(errors.OrchestratorError):
+    """The runner was stopped before the deployment finished."""
+
+
+class StepFailedError(errors.OrchestratorError):
+    """A step of the deployment failed; ``error`` is what the results report."""
+
+    def __init__(self, error: results.ResultError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What happened: the results, whether the gateway took them, and if not, why."""
+
+    results: results.DeploymentResults
+    receipt: gateway_client.ResultsReceipt | None
+    problem: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        delivered = self.receipt is not None
+        return 0 if delivered and self.results.status is results.ResultStatus.SUCCESS else 1
+
+
+def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: TextIO | None) -> Outcome:
+    """Run the deployment described by ``settings`` and report it to the gateway.
+
+    ``environ`` is passed (minus secrets) to the IaC engine; ``echo`` receives every log line as it
+    happens (the container's stdout). Raises ``ConfigurationError`` only when the gateway itself
+    cannot be reached as configured (TLS files); everything else is reported as results.
+    """
+    token = settings.token.get_secret_value()
+    sink = logs.LogBuffer(max_bytes=settings.runner_logs_max_bytes, echo=echo, secrets=[token])
+    log = logs.make_logger(
+        sink,
+        level=settings.log_level,
+        org_id=settings.org_id,
+        runner_id=settings.runner_id,
+        deployment_id=settings.deployment_id,
+        mode=settings.mode.value,
+    )
+    log.info("platform orchestrator runner starting", version=_version())
+    verify = gateway_client.tls_verification(
+        settings.runner_gateway_ca_file,
+        settings.runner_gateway_client_cert_file,
+        settings.runner_gateway_client_key_file,
+    )
+    with gateway_client.GatewayClient(
+        gateway_url=settings.runner_gateway_url,
+        org_id=settings.org_id,
+        runner_id=settings.runner_id,
+        token=settings.token,
+        verify=verify,
+        timeout_seconds=settings.runner_http_timeout_seconds,
+        attempts=settings.runner_http_attempts,
+        backoff_seconds=settings.runner_http_backoff_seconds,
+    ) as gateway:
+        body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ)
+        # Logs first: once the results arrive the deployment is complete, and its logs should be there.
+        _upload_logs(settings, gateway=gateway, sink=sink, log=log)
+        return _report(settings, gateway=gateway, log=log, body=body)
+
+
+def _execute(
+    settings: RunnerSettings,
+    *,
+    gateway: gateway_client.GatewayClient,
+    sink: logs.LogBuffer,
+    log: FilteringBoundLogger,
+    environ: Mapping[str, str],
+) -> results.DeploymentResults:
+    try:
+        with _code_dir(settings.iac_code_dir) as code_dir:
+            body = _Deployment(settings, gateway=gateway, sink=sink, log=log, environ=environ).run(code_dir)
+    except StepFailedError as exc:
+        error = exc.error
+    except TerminatedError as exc:
+        error = _runner_error("the runner was stopped before the deployment finished", exc)
+    except Exception as exc:  # The boundary: whatever broke, the results are still reported.
+        log.exception("unexpected runner error")
+        error = _runner_error("unexpected runner error", exc)
+    else:
+        counts = body.tf_resource_counts
+        log.info("deployment succeeded", **(counts.model_dump() if counts else {}))
+        return body
+    log.error("deployment failed", error=error.error, message=error.message)
+    return results.DeploymentResults(status=results.ResultStatus.FAILURE, error=error)
+
+
+class _Deployment:
+    """The steps of one run, sharing settings, gateway, log and (once known) the IaC command line."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        gateway: gateway_client.GatewayClient,
+        sink: logs.LogBuffer,
+        log: FilteringBoundLogger,
+        environ: Mapping[str, str],
+    ) -> None:
+        self.settings = settings
+        self.gateway = gateway
+        self.sink = sink
+        self.log = log
+        self.environ = environ
+
+    def run(self, code_dir: Path) -> results.DeploymentResults:
+        self._check_keys()
+        try:
+            chosen = engine.select_engine(self.settings.iac_backend, search_path=self.environ.get("PATH"))
+        except errors.ConfigurationError as exc:
+            raise StepFailedError(_runner_error("no IaC engine available", exc)) from exc
+        cli = iac.IacCli(chosen, workdir=code_dir, environ=self.environ, sink=self.sink)
+        self._fetch_bundle(code_dir)
+        self._version(cli)
+        self._checked(cli, "init", "-no-color", "-input=false", "-json")
+        mode = self.settings.mode
+        if mode is results.RunnerMode.DESTROY:
+            self.log.info("executing destroy")
+            destroyed = self._checked(cli, "destroy", "-auto-approve", "-no-color", "-input=false", "-json")
+            summary = self._summary(destroyed)
+            return _success(counts=_counts(summary, num_resources=summary.remove))
+
+        self.log.info("executing plan")
+        planned = self._checked(cli, "plan", "-no-color", "-input=false", "-json", "-out", PLAN_FILE)
+        plan = self._json(
+            self._checked(cli, "show", "-no-color", "-json", PLAN_FILE, log_stdout=False), "show"
+        )
+        num_resources = diagnostics.planned_resource_count(plan)
+        if mode is results.RunnerMode.PLAN_ONLY:
+            outputs = diagnostics.planned_outputs(plan)
+            outputs.pop(self.settings.metadata_key, None)
+            return _success(
+                outputs=self._encrypt_outputs(outputs),
+                counts=_counts(self._summary(planned), num_resources=num_resources),
+            )
+
+        self.log.info("executing apply")
+        applied = self._checked(
+            cli, "apply", "-auto-approve", "-no-color", "-input=false", "-json", PLAN_FILE
+        )
+        shown = self._json(self._checked(cli, "output", "-no-color", "-json", log_stdout=False), "output")
+        outputs = diagnostics.output_values(shown)
+        # One `output -json` yields both: the metadata key is split off the outputs here.
+        metadata: list[results.ResourceMetadata] = []
+        if self.settings.metadata_key in outputs:
+            try:
+                metadata = diagnostics.resource_metadata(outputs.pop(self.settings.metadata_key))
+            except ValueError as exc:
+                raise StepFailedError(_runner_error("failed to parse metadata output", exc)) from exc
+        return _success(
+            outputs=self._encrypt_outputs(outputs),
+            counts=_counts(self._summary(applied), num_resources=num_resources),
+            metadata=metadata,
+        )
+
+    def _check_keys(self) -> None:
+        # Before anything is applied: a bad key found after apply would lose the outputs.
+        for variable, key in (
+            ("ENCRYPTING_KEY", self.settings.encrypting_key),
+            ("ENCRYPTING_LOGS_KEY", self.settings.encrypting_logs_key),
+        ):
+            if key is not None:
+                try:
+                    age.check_recipient(key)
+                except age.AgeKeyError as exc:
+                    raise StepFailedError(
+                        _runner_error(f"{variable} is not a valid age recipient", exc)
+                    ) from exc
+
+    def _fetch_bundle(self, code_dir: Path) -> None:
+        self.log.info("downloading deployment bundle")
+        try:
+            data = self.gateway.download_bundle(self.settings.deployment_id)
+        except gateway_client.GatewayError as exc:
+            message = "failed to obtain deployment bundle from runner gateway"
+            raise StepFailedError(_runner_error(message, exc)) from exc
+        try:
+            names = bundle.extract_bundle(data, code_dir)
+        except bundle.BundleError as exc:
+            raise StepFailedError(_runner_error("failed to create a folder with IaC files", exc)) from exc
+        self.log.info("deployment bundle unpacked", files=len(names), bytes=len(data), code_dir=str(code_dir))
+        if not (code_dir / bundle.MAIN_FILE).is_file():
+            message = (
+                f"failed to check content of the folder with IaC files: the bundle has no {bundle.MAIN_FILE}"
+            )
+            raise StepFailedError(results.ResultError(error=results.RUNNER_ERROR_CODE, message=message))
+
+    def _version(self, cli: iac.IacCli) -> None:
+        result = self._checked(cli, "version", log_stdout=False)
+        first = next((line for line in result.stdout if line.strip()), "")
+        self.log.info("IaC engine is available", engine=cli.engine.display_name, version=first.strip())
+
+    def _checked(
+        self, cli: iac.IacCli, action: str, *args: str, log_stdout: bool = True
+    ) -> iac.CommandResult:
+        try:
+            result = cli.run(action, *args, log_stdout=log_stdout)
+        except OSError as exc:
+            raise StepFailedError(
+                _runner_error(f"cannot run `{cli.engine.display_name} {action}`", exc)
+            ) from exc
+        if result.ok:
+            return result
+        error = diagnostics.last_error_diagnostic([*result.stdout, *result.stderr], action=action)
+        if error is None:
+            tail = "\n".join(line for line in result.stderr[-_STDERR_TAIL_LINES:] if line.strip())
+            message = f"`{cli.engine.display_name} {action}` failed with exit code {result.exit_code}"
+            error = results.ResultError(
+                error=results.IAC_COMMAND_ERROR_CODE,
+                message=f"{message}: {tail}" if tail else message,
+                details={"action": action, "exit_code": result.exit_code},
+            )
+        raise StepFailedError(error)
+
+    def _json(self, result: iac.CommandResult, action: str) -> dict[str, Any]:
+        # Skip anything printed before the document (upstream takes the last line starting with "{").
+        text = "\n".join(result.stdout)
+        start = text.find("{")
+        try:
+            value = json.loads(text[start:]) if start >= 0 else None
+        except ValueError as exc:
+            raise StepFailedError(_runner_error(f"failed to parse the JSON of `{action}`", exc)) from exc
+        if not isinstance(value, dict):
+            raise StepFailedError(
+                results.ResultError(
+                    error=results.RUNNER_ERROR_CODE, message=f"`{action} -json` did not print a JSON object"
+                )
+            )
+        return value
+
+    def _summary(self, result: iac.CommandResult) -> diagnostics.ChangeSummary:
+        summary = diagnostics.change_summary(result.stdout)
+        if summary is None:
+            self.log.warning("no change summary in the engine output; counts are reported as 0")
+            return diagnostics.ChangeSummary(add=0, change=0, remove=0, operation="")
+        return summary
+
+    def _encrypt_outputs(self, outputs: dict[str, Any]) -> str | None:
+        if self.settings.encrypting_key is None:
+            self.log.warning("ENCRYPTING_KEY is not set: outputs are not reported")
+            return None
+        document = json.dumps(outputs, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            return age.encrypt_b64(document, self.settings.encrypting_key)
+        except errors.OrchestratorError as exc:
+            raise StepFailedError(_runner_error("failed to encrypt outputs", exc)) from exc
+
+
+def _upload_logs(
+    settings: RunnerSettings,
+    *,
+    gateway: gateway_client.GatewayClient,
+    sink: logs.LogBuffer,
+    log: FilteringBoundLogger,
+) -> None:
+    if settings.encrypting_logs_key is None:
+        log.info("ENCRYPTING_LOGS_KEY is not set: logs are not uploaded")
+        return
+    if settings.deployment_env_uuid is None:
+        log.warning("DEPLOYMENT_ENV_UUID is not set: logs are not uploaded")
+        return
+    log.info("uploading logs", truncated=sink.truncated)
+    try:
+        encrypted = age.encrypt_b64(sink.getvalue(), settings.encrypting_logs_key).encode("ascii")
+        gateway.put_logs(settings.deployment_env_uuid, settings.deployment_id, encrypted)
+    except errors.OrchestratorError as exc:
+        # Past the snapshot: this line reaches the container log only. A lost log does not fail the run.
+        log.error("failed to upload logs", reason=exc.message)
+
+
+def _report(
+    settings: RunnerSettings,
+    *,
+    gateway: gateway_client.GatewayClient,
+    log: FilteringBoundLogger,
+    body: results.DeploymentResults,
+) -> Outcome:
+    try:
+        receipt = gateway.post_results(settings.deployment_id, body)
+    except gateway_client.GatewayError as exc:
+        log.error("failed to report the results", reason=exc.message)
+        return Outcome(results=body, receipt=None, problem=f"could not report the results: {exc.message}")
+    if receipt is gateway_client.ResultsReceipt.ALREADY_REPORTED:
+        log.warning("the gateway already had results for this deployment (409)")
+    else:
+        log.info("results reported", status=body.status.value)
+    return Outcome(results=body, receipt=receipt)
+
+
+@contextlib.contextmanager
+def _code_dir(configured: Path | None) -> Iterator[Path]:
+    """The configured directory, else the Job's emptyDir if writable, else a temp dir removed afterwards."""
+    if configured is not None:
+        configured.mkdir(parents=True, exist_ok=True)
+        yield configured
+    elif DEFAULT_CODE_DIR.is_dir() and os.access(DEFAULT_CODE_DIR, os.W_OK):
+        yield DEFAULT_CODE_DIR
+    else:
+        # The plan file holds output values in clear text: do not leave it behind.
+        created = Path(tempfile.mkdtemp(prefix="po-runner-"))
+        try:
+            yield created
+        finally:
+            shutil.rmtree(created, ignore_errors=True)
+
+
+def _success(
+    *,
+    counts: results.TfResourceCounts,
+    outputs: str | None = None,
+    metadata: list[results.ResourceMetadata] | None = None,
+) -> results.DeploymentResults:
+    return results.DeploymentResults(
+        status=results.ResultStatus.SUCCESS, outputs=outputs, tf_resource_counts=counts, metadata=metadata
+    )
+
+
+def _counts(summary: diagnostics.ChangeSummary, *, num_resources: int) -> results.TfResourceCounts:
+    return results.TfResourceCounts(
+        num_resources=num_resources,
+        num_resources_added=summary.add,
+        num_resources_removed=summary.remove,
+        num_resources_changed=summary.change,
+    )
+
+
+def _runner_error(what: str, exc: BaseException) -> results.ResultError:
+    reason = exc.message if isinstance(exc, errors.OrchestratorError) else str(exc) or type(exc).__name__
+    return results.ResultError(error=results.RUNNER_ERROR_CODE, message=f"{what}: {reason}")
+
+
+def _version() -> str:
+    try:
+        return importlib_metadata.version("platform-orchestrator")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
