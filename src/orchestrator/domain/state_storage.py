@@ -1,0 +1,101 @@
+"""State storage configurations: where a runner keeps Terraform/OpenTofu state between runs.
+
+The shape is the flat one of the API and the CLI (``{type: s3, bucket: ...}``); the Terraform provider's
+nested ``s3_configuration = {...}`` is the provider's business. ``orchestrator`` keeps state in the control
+plane itself and has no further fields.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from orchestrator.domain.validation import register_discriminated_union
+
+__all__ = [
+    "STATE_STORAGE_CONFIGURATION_ADAPTER",
+    "AzureRmStorageConfiguration",
+    "GcsStorageConfiguration",
+    "K8sStorageConfiguration",
+    "OrchestratorStorageConfiguration",
+    "S3StorageConfiguration",
+    "StateStorageConfiguration",
+    "StateStorageType",
+]
+
+
+class StateStorageType(StrEnum):
+    AZURERM = "azurerm"
+    GCS = "gcs"
+    KUBERNETES = "kubernetes"
+    S3 = "s3"
+    ORCHESTRATOR = "orchestrator"
+
+
+_STRICT: Final = ConfigDict(extra="forbid")
+
+#: DNS-1123 label: a Kubernetes namespace name.
+DNS_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: Upstream's bucket pattern for S3 and GCS (CPSPEC ``S3StorageConfiguration``).
+BUCKET_PATTERN: Final = r"^[a-z0-9][a-z0-9-]*[a-z0-9]$"
+PATH_PREFIX_PATTERN: Final = r"^[a-zA-Z0-9._-]+(?:/[a-zA-Z0-9._-]+)*/?$"
+
+PathPrefix = Annotated[str, Field(pattern=PATH_PREFIX_PATTERN, max_length=1024)]
+
+
+class K8sStorageConfiguration(BaseModel):
+    """State in Kubernetes secrets of a namespace in the runner's cluster (in-cluster config)."""
+
+    model_config = _STRICT
+    type: Literal["kubernetes"] = "kubernetes"
+    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)]
+
+
+class S3StorageConfiguration(BaseModel):
+    model_config = _STRICT
+    type: Literal["s3"] = "s3"
+    bucket: Annotated[str, Field(pattern=BUCKET_PATTERN, min_length=3, max_length=63)]
+    path_prefix: PathPrefix | None = None
+
+
+class GcsStorageConfiguration(BaseModel):
+    model_config = _STRICT
+    type: Literal["gcs"] = "gcs"
+    bucket: Annotated[str, Field(pattern=BUCKET_PATTERN, min_length=3, max_length=63)]
+    path_prefix: PathPrefix | None = None
+
+
+class AzureRmStorageConfiguration(BaseModel):
+    model_config = _STRICT
+    type: Literal["azurerm"] = "azurerm"
+    storage_account_name: Annotated[str, Field(pattern=r"^[a-z0-9]{3,24}$")]
+    container_name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")]
+    resource_group_name: Annotated[str, Field(min_length=1, max_length=90)] | None = None
+    path_prefix: PathPrefix | None = None
+
+
+class OrchestratorStorageConfiguration(BaseModel):
+    """State kept by the orchestrator itself; works with every runner type."""
+
+    model_config = _STRICT
+    type: Literal["orchestrator"] = "orchestrator"
+
+
+StateStorageConfiguration = Annotated[
+    K8sStorageConfiguration
+    | S3StorageConfiguration
+    | GcsStorageConfiguration
+    | AzureRmStorageConfiguration
+    | OrchestratorStorageConfiguration,
+    Field(discriminator="type"),
+]
+
+STATE_STORAGE_CONFIGURATION_ADAPTER: Final[TypeAdapter[StateStorageConfiguration]] = TypeAdapter(
+    StateStorageConfiguration
+)
+
+register_discriminated_union(
+    "state storage type", (t.value for t in StateStorageType), fields=("state_storage_configuration",)
+)
