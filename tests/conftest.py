@@ -92,7 +92,9 @@ async def app(settings: ServerSettings) -> AsyncIterator[FastAPI]:
 
 def _client(app: FastAPI, token: str | None) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test", headers=headers)
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://po.test", headers=headers
+    )
 
 
 @pytest.fixture

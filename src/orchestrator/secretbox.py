@@ -1,7 +1,7 @@
 """Encryption of secrets at rest with the server key (AES-256-GCM).
 
-A sealed value is ``v1.<base64url(nonce ‖ ciphertext)>``; the context (for example ``runner:org/id``) is bound as
-associated data, so a sealed value copied to another row does not open.
+A sealed value is ``v1.<base64url(nonce ‖ ciphertext)>``; the context (for example ``runner:org/id``) is
+bound as associated data, so a sealed value copied to another row does not open.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ class SecretBox:
 
     def __init__(self, key: bytes) -> None:
         if len(key) != 32:
-            raise ConfigurationError("the encryption key must be 32 bytes (base64-encoded in PO_ENCRYPTION_KEY)")
+            raise ConfigurationError(
+                "the encryption key must be 32 bytes (base64-encoded in PO_ENCRYPTION_KEY)"
+            )
         self._aead = AESGCM(key)
 
     def seal(self, plaintext: bytes, *, context: str) -> str:

@@ -29,7 +29,7 @@ class ServerSettings(BaseSettings):
     )
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL, e.g. postgresql+asyncpg://user@host/db. Default: SQLite in the data dir.",
+        description="SQLAlchemy URL, e.g. postgresql+asyncpg://user@host/db. Default: SQLite in data dir.",
     )
     listen: str = Field(default="127.0.0.1:8080", description="host:port the HTTP server binds.")
     public_url: str | None = Field(
@@ -42,7 +42,7 @@ class ServerSettings(BaseSettings):
     )
     encryption_key: SecretStr | None = Field(
         default=None,
-        description="Base64 32-byte key that encrypts secrets at rest. Default: generated once in the data dir.",
+        description="Base64 32-byte key encrypting secrets at rest. Default: generated once in data dir.",
     )
     allow_local_runners: bool = Field(
         default=False,

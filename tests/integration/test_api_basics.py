@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import httpx
-
 from tests.conftest import Org
 
 
@@ -54,7 +53,9 @@ async def test_tokens__answered_once_listed_without_secret_and_revoked(org: Org)
     secret = created.json()["token"]
     listed = await org.admin.get(f"/orgs/{org.id}/tokens")
     viewer = httpx.AsyncClient(
-        transport=org.admin._transport, base_url="http://po.test", headers={"Authorization": f"Bearer {secret}"}
+        transport=org.admin._transport,
+        base_url="http://po.test",
+        headers={"Authorization": f"Bearer {secret}"},
     )
     before = await viewer.get(f"/orgs/{org.id}/projects")
     revoked = await org.admin.delete(f"/orgs/{org.id}/tokens/{created.json()['id']}")
@@ -110,7 +111,12 @@ async def test_envs__create_starts_unlinked_and_lists(org: Org) -> None:
     assert 201 == created.status_code
     body = created.json()
     assert body["runner_id"] is None
-    assert {"id": "dev", "project_id": "shop", "env_type_id": "development", "status": "active"}.items() <= body.items()
+    assert {
+        "id": "dev",
+        "project_id": "shop",
+        "env_type_id": "development",
+        "status": "active",
+    }.items() <= body.items()
     assert body["uuid"] and body["project_uuid"]
     assert ["dev"] == [e["id"] for e in by_type.json()["items"]]
     assert [] == other_type.json()["items"]
@@ -118,7 +124,9 @@ async def test_envs__create_starts_unlinked_and_lists(org: Org) -> None:
 
 async def test_envs__unknown_env_type_names_field(org: Org) -> None:
     await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
-    response = await org.admin.post(f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "nope"})
+    response = await org.admin.post(
+        f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "nope"}
+    )
 
     assert 400 == response.status_code
     assert response.json()["message"].startswith("env_type_id:")
@@ -127,7 +135,9 @@ async def test_envs__unknown_env_type_names_field(org: Org) -> None:
 async def test_env_types__in_use_cannot_be_deleted(org: Org) -> None:
     await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": "development"})
     await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
-    await org.admin.post(f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"})
+    await org.admin.post(
+        f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"}
+    )
 
     response = await org.admin.delete(f"/orgs/{org.id}/env-types/development")
 
@@ -165,7 +175,8 @@ async def test_paging__bad_token_and_per_page(org: Org) -> None:
 
 async def test_body_limit__413(org: Org) -> None:
     response = await org.admin.post(
-        f"/orgs/{org.id}/projects", content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
+        f"/orgs/{org.id}/projects",
+        content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
         headers={"content-type": "application/json"},
     )
 

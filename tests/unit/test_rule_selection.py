@@ -18,7 +18,12 @@ _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 def reference(rules: list[RunnerRule], project_id: str, env_type_id: str) -> str | None:
     """Try each match level from the most specific down; the first level with a rule decides."""
-    for want_project, want_env_type in ((project_id, env_type_id), (project_id, None), (None, env_type_id), (None, None)):
+    for want_project, want_env_type in (
+        (project_id, env_type_id),
+        (project_id, None),
+        (None, env_type_id),
+        (None, None),
+    ):
         for rule in rules:
             if rule.project_id == want_project and rule.env_type_id == want_env_type:
                 return rule.runner_id
@@ -59,12 +64,16 @@ def test_select_rule__matches_reference_in_any_order(
 
 
 def test_select_rule__empty_rule_matches_everything() -> None:
-    rule = RunnerRule(org_id="o", id=uuid.uuid4(), runner_id="r", project_id=None, env_type_id=None, created_at=_EPOCH)
+    rule = RunnerRule(
+        org_id="o", id=uuid.uuid4(), runner_id="r", project_id=None, env_type_id=None, created_at=_EPOCH
+    )
 
     assert rule == select_rule([rule], project_id="any", env_type_id="thing")
 
 
 def test_select_rule__rule_of_other_project_never_matches() -> None:
-    rule = RunnerRule(org_id="o", id=uuid.uuid4(), runner_id="r", project_id="x", env_type_id=None, created_at=_EPOCH)
+    rule = RunnerRule(
+        org_id="o", id=uuid.uuid4(), runner_id="r", project_id="x", env_type_id=None, created_at=_EPOCH
+    )
 
     assert select_rule([rule], project_id="y", env_type_id="dev") is None

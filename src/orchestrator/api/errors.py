@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from orchestrator.domain.validation import describe_errors
 from orchestrator.errors import (
     ConflictError,
     ForbiddenError,
@@ -22,6 +23,8 @@ from orchestrator.errors import (
 
 log = structlog.get_logger(__name__)
 
+_SOURCES = ("body", "query", "path", "header", "cookie")
+
 STATUS: dict[type[OrchestratorError], int] = {
     InvalidInputError: 400,
     UnauthenticatedError: 401,
@@ -30,29 +33,6 @@ STATUS: dict[type[OrchestratorError], int] = {
     ConflictError: 409,
     PayloadTooLargeError: 413,
 }
-
-
-def _field(loc: tuple[Any, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += ("." if path else "") + str(part)
-    return path
-
-
-def describe_errors(errors: Any, *, strip_location: bool) -> tuple[str, list[dict[str, str]]]:
-    """TEMPORARY: replaced by the domain formatter."""
-    out = []
-    for err in errors:
-        loc = tuple(err.get("loc", ()))
-        if strip_location and loc and loc[0] in ("body", "query", "path", "header"):
-            loc = loc[1:]
-        msg = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg", "invalid"))
-        out.append({"field": _field(loc), "message": msg})
-    first = out[0] if out else {"field": "", "message": "invalid request"}
-    return (f"{first['field']}: {first['message']}" if first["field"] else first["message"]), out
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -74,14 +54,21 @@ async def _orchestrator_error(_request: Request, exc: Exception) -> JSONResponse
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    message, errors = describe_errors(exc.errors(), strip_location=True)
+    # FastAPI prefixes each location with where it was found ("body", "query", ...): name the field alone.
+    found = [
+        {**e, "loc": tuple(e["loc"])[1:] if e["loc"] and e["loc"][0] in _SOURCES else e["loc"]}
+        for e in exc.errors()
+    ]
+    message, errors = describe_errors(found)
     return JSONResponse(error_body("API-400", message, {"errors": errors}), status_code=400)
 
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     return JSONResponse(
-        error_body(f"API-{exc.status_code}", str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        error_body(f"API-{exc.status_code}", str(exc.detail)),
+        status_code=exc.status_code,
+        headers=exc.headers,
     )
 
 

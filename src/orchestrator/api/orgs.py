@@ -9,7 +9,16 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Body, Depends, Response
 
 from orchestrator.api import schemas
-from orchestrator.api.context import MANAGE, READ, Principal, Services, hash_token, principal, services, transaction
+from orchestrator.api.context import (
+    MANAGE,
+    READ,
+    Principal,
+    Services,
+    hash_token,
+    principal,
+    services,
+    transaction,
+)
 from orchestrator.api.paging import PageRequest, encode_page_token, page_request
 from orchestrator.domain.roles import Role
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError
@@ -52,7 +61,9 @@ async def list_orgs(
 
 
 @router.get("/orgs/{org_id}", response_model=schemas.OrganizationOut)
-async def get_org(org_id: str, _: Principal = READ, svc: Services = Depends(services)) -> schemas.OrganizationOut:
+async def get_org(
+    org_id: str, _: Principal = READ, svc: Services = Depends(services)
+) -> schemas.OrganizationOut:
     async with svc.engine.connect() as conn:
         org = await org_store.get_org(conn, org_id)
     if org is None:
@@ -92,7 +103,8 @@ async def list_tokens(
     async with svc.engine.connect() as conn:
         result = await org_store.list_tokens(conn, org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
-        items=[schemas.TokenOut.of(t) for t in result.items], next_page_token=encode_page_token(result.next_key)
+        items=[schemas.TokenOut.of(t) for t in result.items],
+        next_page_token=encode_page_token(result.next_key),
     )
 
 

@@ -29,7 +29,9 @@ def encode_page_token(key: tuple[str, ...] | None) -> str | None:
 
 
 def page_request(
-    per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE, description="Maximum number of items.")] = DEFAULT_PER_PAGE,
+    per_page: Annotated[
+        int, Query(ge=1, le=MAX_PER_PAGE, description="Maximum number of items.")
+    ] = DEFAULT_PER_PAGE,
     page: Annotated[str | None, Query(description="Token of the page to fetch (next_page_token).")] = None,
 ) -> PageRequest:
     if not page:

@@ -11,16 +11,23 @@ from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, 
 from orchestrator.api.paging import PageRequest, encode_page_token, page_request
 from orchestrator.dispatch import links
 from orchestrator.domain.entities import Environment
-from orchestrator.store.pages import Page
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import projects as store
+from orchestrator.store.pages import Page
 
 router = APIRouter()
 
 
-@router.get("/orgs/{org_id}/env-types", response_model=schemas.PageOf[schemas.EnvironmentTypeOut], tags=["EnvironmentType"])
+@router.get(
+    "/orgs/{org_id}/env-types",
+    response_model=schemas.PageOf[schemas.EnvironmentTypeOut],
+    tags=["EnvironmentType"],
+)
 async def list_env_types(
-    org_id: str, _: Principal = READ, page: PageRequest = Depends(page_request), svc: Services = Depends(services)
+    org_id: str,
+    _: Principal = READ,
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.EnvironmentTypeOut]:
     async with svc.engine.connect() as conn:
         result = await store.list_env_types(conn, org_id, after=page.after, limit=page.limit)
@@ -30,16 +37,28 @@ async def list_env_types(
     )
 
 
-@router.post("/orgs/{org_id}/env-types", status_code=201, response_model=schemas.EnvironmentTypeOut, tags=["EnvironmentType"])
+@router.post(
+    "/orgs/{org_id}/env-types",
+    status_code=201,
+    response_model=schemas.EnvironmentTypeOut,
+    tags=["EnvironmentType"],
+)
 async def create_env_type(
-    org_id: str, body: schemas.EnvironmentTypeCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
+    org_id: str,
+    body: schemas.EnvironmentTypeCreateBody,
+    _: Principal = MANAGE,
+    svc: Services = Depends(services),
 ) -> schemas.EnvironmentTypeOut:
     async with transaction(svc) as conn:
         env_type = await store.create_env_type(conn, org_id, body.id, body.display_name or body.id)
     return schemas.EnvironmentTypeOut.of(env_type)
 
 
-@router.get("/orgs/{org_id}/env-types/{env_type_id}", response_model=schemas.EnvironmentTypeOut, tags=["EnvironmentType"])
+@router.get(
+    "/orgs/{org_id}/env-types/{env_type_id}",
+    response_model=schemas.EnvironmentTypeOut,
+    tags=["EnvironmentType"],
+)
 async def get_env_type(
     org_id: str, env_type_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> schemas.EnvironmentTypeOut:
@@ -50,7 +69,11 @@ async def get_env_type(
     return schemas.EnvironmentTypeOut.of(env_type)
 
 
-@router.patch("/orgs/{org_id}/env-types/{env_type_id}", response_model=schemas.EnvironmentTypeOut, tags=["EnvironmentType"])
+@router.patch(
+    "/orgs/{org_id}/env-types/{env_type_id}",
+    response_model=schemas.EnvironmentTypeOut,
+    tags=["EnvironmentType"],
+)
 async def update_env_type(
     org_id: str,
     env_type_id: str,
@@ -77,12 +100,16 @@ async def delete_env_type(
 
 @router.get("/orgs/{org_id}/projects", response_model=schemas.PageOf[schemas.ProjectOut], tags=["Project"])
 async def list_projects(
-    org_id: str, _: Principal = READ, page: PageRequest = Depends(page_request), svc: Services = Depends(services)
+    org_id: str,
+    _: Principal = READ,
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.ProjectOut]:
     async with svc.engine.connect() as conn:
         result = await store.list_projects(conn, org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
-        items=[schemas.ProjectOut.of(p) for p in result.items], next_page_token=encode_page_token(result.next_key)
+        items=[schemas.ProjectOut.of(p) for p in result.items],
+        next_page_token=encode_page_token(result.next_key),
     )
 
 
@@ -137,11 +164,14 @@ async def delete_project(
 
 def _env_page(result: Page[Environment]) -> schemas.PageOf[schemas.EnvironmentOut]:
     return schemas.PageOf(
-        items=[schemas.EnvironmentOut.of(e) for e in result.items], next_page_token=encode_page_token(result.next_key)
+        items=[schemas.EnvironmentOut.of(e) for e in result.items],
+        next_page_token=encode_page_token(result.next_key),
     )
 
 
-@router.get("/orgs/{org_id}/envs", response_model=schemas.PageOf[schemas.EnvironmentOut], tags=["Environment"])
+@router.get(
+    "/orgs/{org_id}/envs", response_model=schemas.PageOf[schemas.EnvironmentOut], tags=["Environment"]
+)
 async def list_org_envs(
     org_id: str,
     by_env_type_id: Annotated[list[str] | None, Query(alias="byEnvTypeId")] = None,
@@ -173,13 +203,21 @@ async def list_envs(
         if await store.get_project(conn, org_id, project_id) is None:
             raise NotFoundError(f"project '{project_id}' not found")
         result = await store.list_envs(
-            conn, org_id, project_id=project_id, env_type_ids=by_env_type_id, after=page.after, limit=page.limit
+            conn,
+            org_id,
+            project_id=project_id,
+            env_type_ids=by_env_type_id,
+            after=page.after,
+            limit=page.limit,
         )
     return _env_page(result)
 
 
 @router.post(
-    "/orgs/{org_id}/projects/{project_id}/envs", status_code=201, response_model=schemas.EnvironmentOut, tags=["Environment"]
+    "/orgs/{org_id}/projects/{project_id}/envs",
+    status_code=201,
+    response_model=schemas.EnvironmentOut,
+    tags=["Environment"],
 )
 async def create_env(
     org_id: str,
@@ -193,12 +231,16 @@ async def create_env(
             raise NotFoundError(f"project '{project_id}' not found")
         if await store.get_env_type(conn, org_id, body.env_type_id) is None:
             raise InvalidInputError(f"env_type_id: environment type '{body.env_type_id}' not found")
-        env = await store.create_env(conn, org_id, project_id, body.id, body.env_type_id, body.display_name or body.id)
+        env = await store.create_env(
+            conn, org_id, project_id, body.id, body.env_type_id, body.display_name or body.id
+        )
     return schemas.EnvironmentOut.of(env)
 
 
 @router.get(
-    "/orgs/{org_id}/projects/{project_id}/envs/{env_id}", response_model=schemas.EnvironmentOut, tags=["Environment"]
+    "/orgs/{org_id}/projects/{project_id}/envs/{env_id}",
+    response_model=schemas.EnvironmentOut,
+    tags=["Environment"],
 )
 async def get_env(
     org_id: str, project_id: str, env_id: str, _: Principal = READ, svc: Services = Depends(services)
@@ -211,7 +253,9 @@ async def get_env(
 
 
 @router.patch(
-    "/orgs/{org_id}/projects/{project_id}/envs/{env_id}", response_model=schemas.EnvironmentOut, tags=["Environment"]
+    "/orgs/{org_id}/projects/{project_id}/envs/{env_id}",
+    response_model=schemas.EnvironmentOut,
+    tags=["Environment"],
 )
 async def update_env(
     org_id: str,

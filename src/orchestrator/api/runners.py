@@ -1,7 +1,233 @@
-"""Runners (placeholder until the runner configuration domain lands)."""
+"""Runners: typed configuration of where deployments execute, and the state storage they use."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel
+
+from orchestrator.api import schemas
+from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
+from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.domain import entities
+from orchestrator.domain.runner_requests import RunnerCreateBody, RunnerUpdateBody, apply_runner_patch
+from orchestrator.domain.runner_secrets import split_secrets
+from orchestrator.domain.runner_types import (
+    RunnerConfiguration,
+    RunnerType,
+    VmRunnerConfiguration,
+    check_compatibility,
+    compatibility_matrix,
+    launched_by,
+    runner_configuration_to_dict,
+)
+from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.secretbox import SecretBox
+from orchestrator.settings import ServerSettings
+from orchestrator.store import runners as store
 
 router = APIRouter(tags=["Runner"])
+
+
+class TypeOnly(BaseModel):
+    type: str
+
+
+class RunnerSummaryOut(BaseModel):
+    org_id: str
+    id: str
+    description: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    runner_configuration: TypeOnly
+    state_storage_configuration: TypeOnly
+
+    @classmethod
+    def of(cls, runner: entities.Runner) -> RunnerSummaryOut:
+        return cls(
+            org_id=runner.org_id,
+            id=runner.id,
+            description=runner.description,
+            created_at=runner.created_at,
+            updated_at=runner.updated_at,
+            runner_configuration=TypeOnly(type=runner.type),
+            state_storage_configuration=TypeOnly(type=runner.state_type),
+        )
+
+
+class RunnerOut(BaseModel):
+    org_id: str
+    id: str
+    description: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    #: Sensitive values are answered as "SECRET".
+    runner_configuration: dict[str, Any]
+    state_storage_configuration: dict[str, Any]
+    #: "orchestrator" when the orchestrator launches runs itself, "agent" when an agent in the target does.
+    launched_by: str
+
+    @classmethod
+    def of(cls, runner: entities.Runner) -> RunnerOut:
+        return cls(
+            org_id=runner.org_id,
+            id=runner.id,
+            description=runner.description,
+            created_at=runner.created_at,
+            updated_at=runner.updated_at,
+            runner_configuration=runner.configuration,
+            state_storage_configuration=runner.state_configuration,
+            launched_by=launched_by(runner.type, runner.configuration),
+        )
+
+
+class CompatibilityOut(BaseModel):
+    #: Runner type to the state storage types it can use.
+    matrix: dict[str, list[str]]
+
+
+def _secret_context(org_id: str, runner_id: str) -> str:
+    return f"runner:{org_id}/{runner_id}"
+
+
+def _seal(box: SecretBox, org_id: str, runner_id: str, secrets: dict[str, str]) -> str | None:
+    if not secrets:
+        return None
+    return box.seal(json.dumps(secrets).encode(), context=_secret_context(org_id, runner_id))
+
+
+def _unseal(box: SecretBox, org_id: str, runner_id: str, sealed: str | None) -> dict[str, str]:
+    if not sealed:
+        return {}
+    opened: dict[str, str] = json.loads(box.open(sealed, context=_secret_context(org_id, runner_id)))
+    return opened
+
+
+def _check_allowed(settings: ServerSettings, config: RunnerConfiguration) -> None:
+    if (
+        isinstance(config, VmRunnerConfiguration)
+        and config.connection.type == "local"
+        and not settings.allow_local_runners
+    ):
+        raise InvalidInputError(
+            "runner_configuration.connection.type: local runners are disabled on this server "
+            "(start it with PO_ALLOW_LOCAL_RUNNERS=true)"
+        )
+
+
+def _storage_dict(storage: BaseModel) -> dict[str, Any]:
+    return storage.model_dump(mode="json", exclude_none=True)
+
+
+@router.get("/runner-compatibility", response_model=CompatibilityOut, tags=["Meta"])
+async def get_compatibility() -> CompatibilityOut:
+    """Which state storage types each runner type can use (public, no token needed)."""
+    return CompatibilityOut(matrix=compatibility_matrix())
+
+
+@router.post("/orgs/{org_id}/runners", status_code=201, response_model=RunnerOut)
+async def create_runner(
+    org_id: str, body: RunnerCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> RunnerOut:
+    _check_allowed(svc.settings, body.runner_configuration)
+    public, secrets = split_secrets(runner_configuration_to_dict(body.runner_configuration))
+    async with transaction(svc) as conn:
+        runner = await store.create_runner(
+            conn,
+            org_id=org_id,
+            runner_id=body.id,
+            description=body.description,
+            runner_type=body.runner_configuration.type,
+            configuration=public,
+            config_secret=_seal(svc.box, org_id, body.id, secrets),
+            state_type=body.state_storage_configuration.type,
+            state_configuration=_storage_dict(body.state_storage_configuration),
+        )
+    return RunnerOut.of(runner)
+
+
+@router.get("/orgs/{org_id}/runners", response_model=schemas.PageOf[RunnerSummaryOut])
+async def list_runners(
+    org_id: str,
+    by_runner_type: Annotated[RunnerType | None, Query(alias="byRunnerType")] = None,
+    _: Principal = READ,
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
+) -> schemas.PageOf[RunnerSummaryOut]:
+    async with svc.engine.connect() as conn:
+        result = await store.list_runners(
+            conn, org_id, runner_type=by_runner_type, after=page.after, limit=page.limit
+        )
+    return schemas.PageOf(
+        items=[RunnerSummaryOut.of(r) for r in result.items],
+        next_page_token=encode_page_token(result.next_key),
+    )
+
+
+@router.get("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerOut)
+async def get_runner(
+    org_id: str, runner_id: str, _: Principal = READ, svc: Services = Depends(services)
+) -> RunnerOut:
+    async with svc.engine.connect() as conn:
+        runner = await store.get_runner(conn, org_id, runner_id)
+    if runner is None:
+        raise NotFoundError(f"runner '{runner_id}' not found")
+    return RunnerOut.of(runner)
+
+
+@router.patch("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerOut)
+async def update_runner(
+    org_id: str,
+    runner_id: str,
+    body: RunnerUpdateBody,
+    _: Principal = MANAGE,
+    svc: Services = Depends(services),
+) -> RunnerOut:
+    async with transaction(svc) as conn:
+        runner = await store.get_runner(conn, org_id, runner_id)
+        if runner is None:
+            raise NotFoundError(f"runner '{runner_id}' not found")
+        configuration, sealed = runner.configuration, await store.get_runner_secret(conn, org_id, runner_id)
+        if body.runner_configuration is not None:
+            merged = apply_runner_patch(
+                runner.type,
+                runner.configuration,
+                body.runner_configuration,
+                stored_secrets=_unseal(svc.box, org_id, runner_id, sealed),
+            )
+            _check_allowed(svc.settings, merged)
+            configuration, secrets = split_secrets(runner_configuration_to_dict(merged))
+            sealed = _seal(svc.box, org_id, runner_id, secrets)
+        state_type, state_configuration = runner.state_type, runner.state_configuration
+        if body.state_storage_configuration is not None:
+            state_type = body.state_storage_configuration.type
+            state_configuration = _storage_dict(body.state_storage_configuration)
+        try:
+            check_compatibility(runner.type, state_type)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"state_storage_configuration.type: {exc.message}") from exc
+        updated = await store.update_runner(
+            conn,
+            org_id,
+            runner_id,
+            description=body.description if "description" in body.model_fields_set else runner.description,
+            configuration=configuration,
+            config_secret=sealed,
+            state_type=state_type,
+            state_configuration=state_configuration,
+        )
+    assert updated is not None
+    return RunnerOut.of(updated)
+
+
+@router.delete("/orgs/{org_id}/runners/{runner_id}", status_code=204)
+async def delete_runner(
+    org_id: str, runner_id: str, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> Response:
+    async with transaction(svc) as conn:
+        if not await store.delete_runner(conn, org_id, runner_id):
+            raise NotFoundError(f"runner '{runner_id}' not found")
+    return Response(status_code=204)

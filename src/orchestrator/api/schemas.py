@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import datetime
 from typing import Annotated, Generic, TypeVar
+from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -47,7 +47,7 @@ class OrganizationCreateBody(Body):
 
 class OrganizationOut(BaseModel):
     id: str
-    uuid: uuid.UUID
+    uuid: UUID
     created_at: datetime
     created_by: str
     updated_at: datetime
@@ -82,7 +82,7 @@ class TokenCreateBody(Body):
 
 
 class TokenOut(BaseModel):
-    id: uuid.UUID
+    id: UUID
     role: str
     description: str
     prefix: str
@@ -117,14 +117,17 @@ class EnvironmentTypeUpdateBody(Body):
 
 class EnvironmentTypeOut(BaseModel):
     id: str
-    uuid: uuid.UUID
+    uuid: UUID
     created_at: datetime
     display_name: str
 
     @classmethod
     def of(cls, env_type: entities.EnvironmentType) -> EnvironmentTypeOut:
         return cls(
-            id=env_type.id, uuid=env_type.uuid, created_at=env_type.created_at, display_name=env_type.display_name
+            id=env_type.id,
+            uuid=env_type.uuid,
+            created_at=env_type.created_at,
+            display_name=env_type.display_name,
         )
 
 
@@ -139,7 +142,7 @@ class ProjectUpdateBody(Body):
 
 class ProjectOut(BaseModel):
     id: str
-    uuid: uuid.UUID
+    uuid: UUID
     display_name: str
     created_at: datetime
     updated_at: datetime
@@ -169,9 +172,9 @@ class EnvironmentUpdateBody(Body):
 
 class EnvironmentOut(BaseModel):
     id: str
-    uuid: uuid.UUID
+    uuid: UUID
     project_id: str
-    project_uuid: uuid.UUID
+    project_uuid: UUID
     env_type_id: str
     display_name: str
     created_at: datetime
@@ -213,7 +216,7 @@ class RunnerRuleCreateBody(Body):
 
 
 class RunnerRuleOut(BaseModel):
-    id: uuid.UUID
+    id: UUID
     runner_id: str
     project_id: str = ""
     env_type_id: str = ""

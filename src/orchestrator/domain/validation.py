@@ -185,9 +185,14 @@ def format_validation_error(
     ``prefix`` is a dotted path prepended to every location, for a value validated on its own that sits at
     that path of the request body (``prefix="runner_configuration"``).
     """
+    return describe_errors(exc.errors(include_url=False, include_input=False), prefix=prefix)
+
+
+def describe_errors(errors: Iterable[Any], *, prefix: str = "") -> tuple[str, list[dict[str, str]]]:
+    """:func:`format_validation_error` for a list of pydantic error dicts (as FastAPI collects them)."""
     head: Loc = tuple(part for part in prefix.split(".") if part)
     details: list[dict[str, str]] = []
-    for error in exc.errors(include_url=False, include_input=False):
+    for error in errors:
         loc, message = _describe({**error, "loc": (*head, *error["loc"])})
         details.append({"field": _render(loc), "message": message})
     if not details:

@@ -21,7 +21,10 @@ class Page(Generic[T]):
 
 
 def paged(
-    stmt: sa.Select[Any], key_columns: Sequence[sa.ColumnElement[Any]], after: tuple[Any, ...] | None, limit: int
+    stmt: sa.Select[Any],
+    key_columns: Sequence[sa.ColumnElement[Any]],
+    after: tuple[Any, ...] | None,
+    limit: int,
 ) -> sa.Select[Any]:
     """Order by the key columns, start after ``after`` and fetch one row more than ``limit``."""
     if after is not None:

@@ -19,7 +19,9 @@ def _env_type(row: sa.Row[tuple[object, ...]]) -> EnvironmentType:
     return EnvironmentType(**row._mapping)
 
 
-async def create_env_type(conn: AsyncConnection, org_id: str, env_type_id: str, display_name: str) -> EnvironmentType:
+async def create_env_type(
+    conn: AsyncConnection, org_id: str, env_type_id: str, display_name: str
+) -> EnvironmentType:
     now = datetime.now(UTC)
     values = {
         "org_id": org_id,
@@ -36,7 +38,9 @@ async def create_env_type(conn: AsyncConnection, org_id: str, env_type_id: str, 
 
 async def get_env_type(conn: AsyncConnection, org_id: str, env_type_id: str) -> EnvironmentType | None:
     row = (
-        await conn.execute(env_types.select().where(env_types.c.org_id == org_id, env_types.c.id == env_type_id))
+        await conn.execute(
+            env_types.select().where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
+        )
     ).first()
     return _env_type(row) if row else None
 
@@ -113,7 +117,9 @@ async def list_projects(
     return to_page([_project(r) for r in rows], limit, lambda p: (p.id,))
 
 
-async def update_project(conn: AsyncConnection, org_id: str, project_id: str, display_name: str) -> Project | None:
+async def update_project(
+    conn: AsyncConnection, org_id: str, project_id: str, display_name: str
+) -> Project | None:
     await conn.execute(
         projects.update()
         .where(projects.c.org_id == org_id, projects.c.id == project_id)
@@ -125,22 +131,30 @@ async def update_project(conn: AsyncConnection, org_id: str, project_id: str, di
 async def delete_project(conn: AsyncConnection, org_id: str, project_id: str, *, delete_rules: bool) -> bool:
     """Delete a project without environments; its rules go with it (upstream cascades them either way)."""
     names = (
-        await conn.execute(
-            sa.select(envs.c.id)
-            .where(envs.c.org_id == org_id, envs.c.project_id == project_id)
-            .order_by(envs.c.id)
-            .limit(20)
+        (
+            await conn.execute(
+                sa.select(envs.c.id)
+                .where(envs.c.org_id == org_id, envs.c.project_id == project_id)
+                .order_by(envs.c.id)
+                .limit(20)
+            )
         )
-    ).scalars().all()
+        .scalars()
+        .all()
+    )
     if names:
         raise ConflictError(
             f"project '{project_id}' still has environments: {', '.join(names)}; delete them first"
         )
     if delete_rules:
         await conn.execute(
-            runner_rules.delete().where(runner_rules.c.org_id == org_id, runner_rules.c.project_id == project_id)
+            runner_rules.delete().where(
+                runner_rules.c.org_id == org_id, runner_rules.c.project_id == project_id
+            )
         )
-    result = await conn.execute(projects.delete().where(projects.c.org_id == org_id, projects.c.id == project_id))
+    result = await conn.execute(
+        projects.delete().where(projects.c.org_id == org_id, projects.c.id == project_id)
+    )
     return result.rowcount > 0
 
 

@@ -122,7 +122,9 @@ async def delete_runner(conn: AsyncConnection, org_id: str, runner_id: str) -> b
         names = ", ".join(f"{p}/{e}" for p, e in linked)
         raise ConflictError(f"runner {runner_id} is in use by the environments: {names}")
     with conflict_on_integrity(f"runner {runner_id} is in use"):
-        result = await conn.execute(runners.delete().where(runners.c.org_id == org_id, runners.c.id == runner_id))
+        result = await conn.execute(
+            runners.delete().where(runners.c.org_id == org_id, runners.c.id == runner_id)
+        )
     return result.rowcount > 0
 
 
@@ -134,17 +136,31 @@ async def create_rule(
     conn: AsyncConnection, *, org_id: str, runner_id: str, project_id: str | None, env_type_id: str | None
 ) -> RunnerRule:
     """Insert a rule; 409 when its runner, project or env type is missing or the match is taken."""
-    if (await conn.execute(sa.select(runners.c.id).where(runners.c.org_id == org_id, runners.c.id == runner_id))).first() is None:
-        raise ConflictError(f"runner '{runner_id}' not found")
-    if project_id is not None and (
-        await conn.execute(sa.select(projects.c.id).where(projects.c.org_id == org_id, projects.c.id == project_id))
-    ).first() is None:
-        raise ConflictError(f"project '{project_id}' not found")
-    if env_type_id is not None and (
+    if (
         await conn.execute(
-            sa.select(env_types.c.id).where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
+            sa.select(runners.c.id).where(runners.c.org_id == org_id, runners.c.id == runner_id)
         )
     ).first() is None:
+        raise ConflictError(f"runner '{runner_id}' not found")
+    if (
+        project_id is not None
+        and (
+            await conn.execute(
+                sa.select(projects.c.id).where(projects.c.org_id == org_id, projects.c.id == project_id)
+            )
+        ).first()
+        is None
+    ):
+        raise ConflictError(f"project '{project_id}' not found")
+    if (
+        env_type_id is not None
+        and (
+            await conn.execute(
+                sa.select(env_types.c.id).where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
+            )
+        ).first()
+        is None
+    ):
         raise ConflictError(f"environment type '{env_type_id}' not found")
     existing = (
         await conn.execute(
@@ -171,7 +187,9 @@ async def create_rule(
 
 
 def _duplicate(rule: RunnerRule) -> ConflictError:
-    return ConflictError(f"runner rule conflicts with existing rule '{rule.id}' for runner '{rule.runner_id}'")
+    return ConflictError(
+        f"runner rule conflicts with existing rule '{rule.id}' for runner '{rule.runner_id}'"
+    )
 
 
 async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> RunnerRule | None:
@@ -193,12 +211,14 @@ async def list_rules(
     after: tuple[str, ...] | None = None,
     limit: int = 1000,
 ) -> Page[RunnerRule]:
-    """Rules of the org; the project and env type filters mean "effective in" (the field is empty or equal)."""
+    """Rules of the org; the project and env type filters mean "effective in" (empty or equal)."""
     stmt = runner_rules.select().where(runner_rules.c.org_id == org_id)
     if runner_id is not None:
         stmt = stmt.where(runner_rules.c.runner_id == runner_id)
     if project_id is not None:
-        stmt = stmt.where(sa.or_(runner_rules.c.project_id.is_(None), runner_rules.c.project_id == project_id))
+        stmt = stmt.where(
+            sa.or_(runner_rules.c.project_id.is_(None), runner_rules.c.project_id == project_id)
+        )
     if env_type_id is not None:
         stmt = stmt.where(
             sa.or_(runner_rules.c.env_type_id.is_(None), runner_rules.c.env_type_id == env_type_id)
@@ -207,7 +227,9 @@ async def list_rules(
         after_key = (after[0], uuid.UUID(after[1])) if after else None
     except (ValueError, IndexError) as exc:
         raise InvalidInputError("page: invalid page token") from exc
-    rows = (await conn.execute(paged(stmt, [runner_rules.c.runner_id, runner_rules.c.id], after_key, limit))).all()
+    rows = (
+        await conn.execute(paged(stmt, [runner_rules.c.runner_id, runner_rules.c.id], after_key, limit))
+    ).all()
     return to_page([_rule(r) for r in rows], limit, lambda r: (r.runner_id, str(r.id)))
 
 

@@ -1,0 +1,206 @@
+"""Runners through the HTTP API: every type, secrets, PATCH semantics, compatibility, links."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import yaml
+from fastapi import FastAPI
+
+from orchestrator.domain.runner_types import compatibility_matrix
+from orchestrator.store.schema import runners
+from tests.conftest import Org
+
+DATA = Path(__file__).parent.parent / "data" / "runners"
+EXAMPLES = sorted(p.name for p in DATA.glob("*.yaml"))
+K8S_SECRET_FIELDS = ("client_certificate_data", "client_key_data")
+
+
+def example(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DATA / name).read_text())
+    return loaded
+
+
+async def create(client: httpx.AsyncClient, org_id: str, runner_id: str, body: dict[str, Any]) -> httpx.Response:
+    return await client.post(f"/orgs/{org_id}/runners", json={"id": runner_id, **body})
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+async def test_runners__every_example_is_accepted_and_read_back(org: Org, name: str) -> None:
+    body = example(name)
+    created = await create(org.admin, org.id, "r1", body)
+    got = await org.admin.get(f"/orgs/{org.id}/runners/r1")
+
+    assert 201 == created.status_code, created.text
+    assert created.json() == got.json()
+    assert body["runner_configuration"]["type"] == got.json()["runner_configuration"]["type"]
+    assert body["state_storage_configuration"] == got.json()["state_storage_configuration"]
+
+
+async def test_runners__kubernetes_credentials_answered_as_secret_and_sealed_at_rest(
+    org: Org, app: FastAPI
+) -> None:
+    body = example("seed001-kubernetes.yaml")
+    created = await create(org.admin, org.id, "k8s", body)
+    async with app.state.services.engine.connect() as conn:
+        row = (await conn.execute(sa.select(runners).where(runners.c.id == "k8s"))).one()._mapping
+
+    auth = created.json()["runner_configuration"]["cluster"]["auth"]
+    assert {"SECRET"} == {auth[f] for f in K8S_SECRET_FIELDS}
+    for field in K8S_SECRET_FIELDS:
+        secret = body["runner_configuration"]["cluster"]["auth"][field]
+        assert secret not in created.text
+        assert secret not in str(row["configuration"])
+        assert secret not in row["config_secret"]
+    assert row["config_secret"].startswith("v1.")
+
+
+async def test_runners__patch_with_secret_placeholder_keeps_stored_value(org: Org, app: FastAPI) -> None:
+    body = example("seed001-kubernetes.yaml")
+    await create(org.admin, org.id, "k8s", body)
+    returned = (await org.admin.get(f"/orgs/{org.id}/runners/k8s")).json()["runner_configuration"]
+    returned["job"] = {"namespace": "other", "service_account": "sa"}
+
+    patched = await org.admin.patch(f"/orgs/{org.id}/runners/k8s", json={"runner_configuration": returned})
+    async with app.state.services.engine.connect() as conn:
+        sealed = (await conn.execute(sa.select(runners.c.config_secret).where(runners.c.id == "k8s"))).scalar_one()
+    opened = app.state.services.box.open(sealed, context=f"runner:{org.id}/k8s").decode()
+
+    assert 200 == patched.status_code, patched.text
+    assert "other" == patched.json()["runner_configuration"]["job"]["namespace"]
+    assert body["runner_configuration"]["cluster"]["auth"]["client_key_data"] in opened
+
+
+async def test_runners__patch_replaces_top_level_keys_only(org: Org) -> None:
+    body = example("seed000-gke.yaml")
+    await create(org.admin, org.id, "gke", body)
+
+    patched = await org.admin.patch(
+        f"/orgs/{org.id}/runners/gke",
+        json={"runner_configuration": {"type": "kubernetes-gke", "job": {"namespace": "n2", "service_account": "s2"}}},
+    )
+
+    assert 200 == patched.status_code, patched.text
+    config = patched.json()["runner_configuration"]
+    assert {"namespace": "n2", "service_account": "s2"} == config["job"]
+    assert body["runner_configuration"]["cluster"]["name"] == config["cluster"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"runner_configuration": {"job": {"namespace": "n", "service_account": "s"}}}, "runner_configuration.type"),
+        ({"runner_configuration": {"type": "kubernetes"}}, "runner_configuration.type"),
+        ({"state_storage_configuration": {"type": "s3", "bucket": "Bad_Bucket"}}, "state_storage_configuration"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+async def test_runners__bad_patch_names_the_field(org: Org, patch: dict[str, Any], field: str) -> None:
+    await create(org.admin, org.id, "gke", example("seed000-gke.yaml"))
+
+    response = await org.admin.patch(f"/orgs/{org.id}/runners/gke", json=patch)
+
+    assert 400 == response.status_code
+    assert response.json()["message"].startswith(field)
+
+
+async def test_runners__patch_state_storage_rechecks_compatibility(org: Org) -> None:
+    await create(org.admin, org.id, "ecs", example("serverless-ecs.yaml"))
+
+    response = await org.admin.patch(
+        f"/orgs/{org.id}/runners/ecs", json={"state_storage_configuration": {"type": "kubernetes", "namespace": "x"}}
+    )
+
+    assert 400 == response.status_code
+    assert (
+        "state_storage_configuration.type: state storage type 'kubernetes' is not compatible with runner type"
+        " 'serverless-ecs', it must be one of [orchestrator s3]"
+    ) == response.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda b: b["runner_configuration"]["cluster"].update(colour="red"), "runner_configuration.cluster.colour"),
+        (lambda b: b["runner_configuration"]["cluster"].pop("name"), "runner_configuration.cluster.name"),
+        (lambda b: b["runner_configuration"].update(type="kubernetes-nope"), "runner_configuration.type"),
+        (lambda b: b.update(extra=1), "extra"),
+        (lambda b: b["state_storage_configuration"].update(type="s4"), "state_storage_configuration.type"),
+    ],
+)
+async def test_runners__bad_create_names_the_field(org: Org, mutate: Any, field: str) -> None:
+    body = example("seed000-gke.yaml")
+    mutate(body)
+
+    response = await create(org.admin, org.id, "gke", body)
+
+    assert 400 == response.status_code
+    assert response.json()["message"].startswith(f"{field}:"), response.json()["message"]
+
+
+async def test_runners__bad_id_and_duplicate(org: Org) -> None:
+    bad = await create(org.admin, org.id, "Bad.Id", example("seed000-gke.yaml"))
+    first = await create(org.admin, org.id, "gke", example("seed000-gke.yaml"))
+    again = await create(org.admin, org.id, "gke", example("seed000-gke.yaml"))
+
+    assert 400 == bad.status_code
+    assert bad.json()["message"].startswith("id:")
+    assert 201 == first.status_code
+    assert 409 == again.status_code
+
+
+async def test_runners__local_vm_refused_unless_allowed(org: Org, app: FastAPI) -> None:
+    settings = app.state.services.settings
+    object.__setattr__(settings, "allow_local_runners", False)
+    try:
+        response = await create(org.admin, org.id, "local", example("vm-local.yaml"))
+    finally:
+        object.__setattr__(settings, "allow_local_runners", True)
+
+    assert 400 == response.status_code
+    assert "PO_ALLOW_LOCAL_RUNNERS" in response.json()["message"]
+
+
+async def test_runners__list_is_a_summary_with_paging(org: Org) -> None:
+    for i in range(5):
+        await create(org.admin, org.id, f"r{i}", example("seed000-agent.yaml"))
+
+    first = (await org.admin.get(f"/orgs/{org.id}/runners", params={"per_page": 3})).json()
+    second = (await org.admin.get(f"/orgs/{org.id}/runners", params={"page": first["next_page_token"]})).json()
+    by_type = (await org.admin.get(f"/orgs/{org.id}/runners", params={"byRunnerType": "vm"})).json()
+
+    assert ["r0", "r1", "r2"] == [r["id"] for r in first["items"]]
+    assert ["r3", "r4"] == [r["id"] for r in second["items"]]
+    assert {"type": "kubernetes-agent"} == first["items"][0]["runner_configuration"]
+    assert "next_page_token" not in second or second["next_page_token"] is None
+    assert [] == by_type["items"]
+
+
+async def test_runners__delete_refused_while_an_environment_is_linked(org: Org) -> None:
+    await create(org.admin, org.id, "vm1", example("vm-local.yaml"))
+    await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": "development"})
+    await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
+    await org.admin.post(f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"})
+    await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "vm1"})
+    await org.admin.post(f"/orgs/{org.id}/projects/shop/envs/dev/actions/refresh_runner")
+
+    refused = await org.admin.delete(f"/orgs/{org.id}/runners/vm1")
+    await org.admin.delete(f"/orgs/{org.id}/projects/shop/envs/dev")
+    deleted = await org.admin.delete(f"/orgs/{org.id}/runners/vm1")
+    rules = (await org.admin.get(f"/orgs/{org.id}/runner-rules")).json()["items"]
+
+    assert 409 == refused.status_code
+    assert "runner vm1 is in use by the environments: shop/dev" == refused.json()["message"]
+    assert 204 == deleted.status_code
+    assert [] == rules
+
+
+async def test_compatibility__published(admin: httpx.AsyncClient) -> None:
+    response = await admin.get("/runner-compatibility")
+
+    assert compatibility_matrix() == response.json()["matrix"]
+    assert ["azurerm", "gcs", "orchestrator", "s3"] == response.json()["matrix"]["vm"]
