@@ -1,0 +1,159 @@
+"""Every route under /orgs/{org_id} is scoped to its organization and checks the caller's role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from tests.conftest import Org
+
+RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
+
+# (method, path, body, permission needed); {rule} and {token} are filled with ids of real objects of `org`.
+ROUTES: list[tuple[str, str, Any, str]] = [
+    ("GET", "/orgs/{org}", None, "read"),
+    ("GET", "/orgs/{org}/tokens", None, "manage"),
+    ("POST", "/orgs/{org}/tokens", {"role": "viewer"}, "manage"),
+    ("DELETE", "/orgs/{org}/tokens/{token}", None, "manage"),
+    ("GET", "/orgs/{org}/env-types", None, "read"),
+    ("POST", "/orgs/{org}/env-types", {"id": "staging"}, "manage"),
+    ("GET", "/orgs/{org}/env-types/development", None, "read"),
+    ("PATCH", "/orgs/{org}/env-types/development", {"display_name": "Dev"}, "manage"),
+    ("DELETE", "/orgs/{org}/env-types/unused", None, "manage"),
+    ("GET", "/orgs/{org}/projects", None, "read"),
+    ("POST", "/orgs/{org}/projects", {"id": "blog"}, "manage"),
+    ("GET", "/orgs/{org}/projects/shop", None, "read"),
+    ("PATCH", "/orgs/{org}/projects/shop", {"display_name": "Shop"}, "manage"),
+    ("DELETE", "/orgs/{org}/projects/empty", None, "manage"),
+    ("GET", "/orgs/{org}/envs", None, "read"),
+    ("GET", "/orgs/{org}/projects/shop/envs", None, "read"),
+    ("POST", "/orgs/{org}/projects/shop/envs", {"id": "qa", "env_type_id": "development"}, "deploy"),
+    ("GET", "/orgs/{org}/projects/shop/envs/dev", None, "read"),
+    ("PATCH", "/orgs/{org}/projects/shop/envs/dev", {"display_name": "Dev"}, "deploy"),
+    ("DELETE", "/orgs/{org}/projects/shop/envs/spare", None, "deploy"),
+    ("POST", "/orgs/{org}/projects/shop/envs/dev/actions/refresh_runner", None, "manage"),
+    ("GET", "/orgs/{org}/runners", None, "read"),
+    ("POST", "/orgs/{org}/runners", {"id": "new-runner", **RUNNER}, "manage"),
+    ("GET", "/orgs/{org}/runners/vm1", None, "read"),
+    ("PATCH", "/orgs/{org}/runners/vm1", {"description": "x"}, "manage"),
+    ("DELETE", "/orgs/{org}/runners/spare-runner", None, "manage"),
+    ("GET", "/orgs/{org}/runner-rules", None, "read"),
+    ("POST", "/orgs/{org}/runner-rules", {"runner_id": "vm1", "project_id": "shop"}, "manage"),
+    ("GET", "/orgs/{org}/runner-rules/{rule}", None, "read"),
+    ("DELETE", "/orgs/{org}/runner-rules/{rule}", None, "manage"),
+]
+ALLOWED = {
+    "admin": {"read", "deploy", "manage"},
+    "deployer": {"read", "deploy"},
+    "viewer": {"read"},
+}
+#: Route families another module covers with its own isolation tests.
+COVERED_ELSEWHERE = (
+    "/orgs/{org_id}/resource-types",
+    "/orgs/{org_id}/module",
+    "/orgs/{org_id}/projects/{project_id}/envs/{env_id}/available-resource-types",
+)
+
+
+async def populate(org: Org) -> dict[str, str]:
+    client, base = org.admin, f"/orgs/{org.id}"
+    for path, body in [
+        ("/env-types", {"id": "development"}),
+        ("/env-types", {"id": "unused"}),
+        ("/projects", {"id": "shop"}),
+        ("/projects", {"id": "empty"}),
+        ("/projects/shop/envs", {"id": "dev", "env_type_id": "development"}),
+        ("/projects/shop/envs", {"id": "spare", "env_type_id": "development"}),
+        ("/runners", {"id": "vm1", **RUNNER}),
+        ("/runners", {"id": "spare-runner", **RUNNER}),
+    ]:
+        response = await client.post(base + path, json=body)
+        assert 201 == response.status_code, response.text
+    rule = (await client.post(f"{base}/runner-rules", json={"runner_id": "vm1"})).json()["id"]
+    token = (await client.post(f"{base}/tokens", json={"role": "viewer"})).json()["id"]
+    return {"org": org.id, "rule": rule, "token": token}
+
+
+async def call(
+    client: httpx.AsyncClient, route: tuple[str, str, Any, str], ids: dict[str, str]
+) -> httpx.Response:
+    method, path, body, _ = route
+    return await client.request(method, path.format(**ids), json=body)
+
+
+async def test_isolation__other_org_gets_404_everywhere_and_nothing_changes(org: Org, other_org: Org) -> None:
+    ids = await populate(org)
+    before = {
+        r[1]: (await call(org.admin, ("GET", r[1], None, ""), ids)).json() for r in ROUTES if r[0] == "GET"
+    }
+
+    answers = {route[:2]: await call(other_org.admin, route, ids) for route in ROUTES}
+    after = {
+        r[1]: (await call(org.admin, ("GET", r[1], None, ""), ids)).json() for r in ROUTES if r[0] == "GET"
+    }
+
+    wrong = {key: (r.status_code, r.text) for key, r in answers.items() if r.status_code != 404}
+    assert {} == wrong
+    assert {f"organization '{org.id}' not found"} == {r.json()["message"] for r in answers.values()}
+    assert before == after
+
+
+async def test_isolation__unknown_org_answers_like_a_foreign_one(org: Org, other_org: Org) -> None:
+    foreign = await other_org.admin.get(f"/orgs/{org.id}/runners")
+    unknown = await other_org.admin.get("/orgs/no-such-org/runners")
+
+    assert (404, 404) == (foreign.status_code, unknown.status_code)
+    assert foreign.json()["message"].replace(org.id, "X") == unknown.json()["message"].replace(
+        "no-such-org", "X"
+    )
+
+
+@pytest.mark.parametrize("role", ["deployer", "viewer"])
+async def test_roles__writes_beyond_the_role_are_403(org: Org, role: str) -> None:
+    ids = await populate(org)
+    results = {}
+    for route in ROUTES:
+        response = await call(org.clients[role], route, ids)
+        results[route[:2]] = (route[3] in ALLOWED[role], response.status_code)
+
+    refused = {key for key, (allowed, status) in results.items() if not allowed and status != 403}
+    admitted = {key for key, (allowed, status) in results.items() if allowed and status in (401, 403, 404)}
+    assert set() == refused
+    assert set() == admitted
+
+
+async def test_roles__anonymous_is_401_everywhere(app: FastAPI, org: Org) -> None:
+    ids = await populate(org)
+    anonymous = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test")
+
+    statuses = {route[:2]: (await call(anonymous, route, ids)).status_code for route in ROUTES}
+
+    assert {401} == set(statuses.values())
+
+
+def test_isolation__table_covers_every_org_route(app: FastAPI) -> None:
+    listed = {(method, path.replace("{org}", "{org_id}")) for method, path, _, _ in ROUTES}
+    declared = {
+        (method, route.path)
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        and route.path.startswith("/orgs/{org_id}")
+        and not route.path.startswith(COVERED_ELSEWHERE)
+        for method in route.methods
+    }
+    normalized = {(m, _normalize(p)) for m, p in listed}
+
+    assert set() == {(m, p) for m, p in declared if (m, _normalize(p)) not in normalized}
+
+
+def _normalize(path: str) -> str:
+    """Compare shapes: every path parameter or concrete id segment after a collection name counts the same."""
+    parts = path.split("/")
+    collections = {"orgs", "tokens", "env-types", "projects", "envs", "runners", "runner-rules"}
+    return "/".join("*" if i > 0 and parts[i - 1] in collections else part for i, part in enumerate(parts))
