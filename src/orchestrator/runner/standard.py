@@ -146,14 +146,26 @@ class _Deployment:
         self.log = log
         self.environ = environ
 
+    def _engine_environ(self, code_dir: Path) -> Mapping[str, str]:
+        """The orchestrator's own state backend (Terraform's ``http`` backend) authenticates with the
+        deployment token; hand it over only when the bundle uses that backend."""
+        main_tf = code_dir / "main.tf"
+        if main_tf.is_file() and 'backend "http"' in main_tf.read_text(errors="replace"):
+            return {
+                **self.environ,
+                "TF_HTTP_USERNAME": self.settings.deployment_id,
+                "TF_HTTP_PASSWORD": self.settings.token.get_secret_value(),
+            }
+        return self.environ
+
     def run(self, code_dir: Path) -> results.DeploymentResults:
         self._check_keys()
         try:
             chosen = engine.select_engine(self.settings.iac_backend, search_path=self.environ.get("PATH"))
         except errors.ConfigurationError as exc:
             raise StepFailedError(_runner_error("no IaC engine available", exc)) from exc
-        cli = iac.IacCli(chosen, workdir=code_dir, environ=self.environ, sink=self.sink)
         self._fetch_bundle(code_dir)
+        cli = iac.IacCli(chosen, workdir=code_dir, environ=self._engine_environ(code_dir), sink=self.sink)
         self._version(cli)
         self._checked(cli, "init", "-no-color", "-input=false", "-json")
         mode = self.settings.mode
