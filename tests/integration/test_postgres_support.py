@@ -8,6 +8,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+
 from tests.support.postgres import PostgresServer, find_pg_bin
 
 pytestmark = pytest.mark.postgres

@@ -76,3 +76,7 @@ def _describe(exc: ValidationError) -> str:
         variable = ".".join(str(part) for part in error["loc"]).upper()
         problems.append(f"{variable}: {error['msg']}")
     return "invalid runner environment: " + "; ".join(problems)
+
+
+if __name__ == "__main__":
+    main()
