@@ -1,0 +1,7 @@
+"""The commands of ``octl``, one module per kind of object; importing a module registers its commands."""
+
+from __future__ import annotations
+
+from orchestrator.cli.octl.commands import config, envs, projects, runner_rules, runners, tokens, verbs
+
+__all__ = ["config", "envs", "projects", "runner_rules", "runners", "tokens", "verbs"]

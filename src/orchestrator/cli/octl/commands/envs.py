@@ -1,0 +1,143 @@
+"""``octl create|get|update|delete env PROJECT ENV``, ``get envs [PROJECT]`` and ``refresh-runner``."""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl.commands import verbs
+from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.output import field
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+
+ENV = (
+    field("ProjectId", "project_id"),
+    field("Id", "id"),
+    field("EnvTypeId", "env_type_id"),
+    field("RunnerId", "runner_id"),
+    field("Status", "status"),
+    field("CreatedAt", "created_at"),
+)
+
+
+def _refuse_other_project(body: dict[str, object], project_id: str) -> None:
+    if "project_id" in body and body["project_id"] != project_id:
+        given = body["project_id"]
+        raise inputs.InputError(
+            f"the input sets project_id '{given}', but the argument is '{project_id}'; they must agree"
+        )
+
+
+@verbs.create.command("env")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def create_env(
+    session: Session,
+    project_id: str,
+    env_id: str,
+    sets: tuple[str, ...],
+    set_json: str | None,
+    set_yaml: str | None,
+    out: str,
+) -> None:
+    """Create environment ENV in PROJECT (keys: env_type_id (required), display_name)."""
+    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", env_id)
+    _refuse_other_project(body, project_id)
+    body.pop("project_id", None)
+    org = session.org()
+    output.emit(session.client().create_env(org, project_id, body), out, ENV)
+    output.success(f"Environment {project_id}/{env_id} created in organization {org}.")
+
+
+@verbs.get.command("env")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_env(session: Session, project_id: str, env_id: str, out: str) -> None:
+    """Show environment ENV of PROJECT, with the runner it is linked to."""
+    output.emit(session.client().get_env(session.org(), project_id, env_id), out, ENV)
+
+
+@verbs.get.command("envs")
+@click.argument("project_id", metavar="[PROJECT]", required=False)
+@click.option("--env-type", "env_type_id", metavar="ENV_TYPE", help="Only environments of this type.")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_envs(session: Session, project_id: str | None, env_type_id: str | None, out: str) -> None:
+    """List the environments of PROJECT, or of the whole organization."""
+    org = session.org()
+    where = f"project {project_id}" if project_id else f"organization {org}"
+    envs = session.client().list_envs(org, project_id, env_type_id=env_type_id)
+    emit_list(envs, out, ENV, f"No environments found in {where}.")
+
+
+@verbs.update.command("env")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def update_env(
+    session: Session,
+    project_id: str,
+    env_id: str,
+    sets: tuple[str, ...],
+    set_json: str | None,
+    set_yaml: str | None,
+    out: str,
+) -> None:
+    """Update environment ENV of PROJECT (key: display_name)."""
+    body = inputs.without_id(read_body(sets, set_json, set_yaml), "id", env_id)
+    _refuse_other_project(body, project_id)
+    body.pop("project_id", None)
+    org = session.org()
+    output.emit(session.client().update_env(org, project_id, env_id, require_changes(body)), out, ENV)
+    output.success(f"Environment {project_id}/{env_id} updated in organization {org}.")
+
+
+@verbs.delete.command("env")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@click.option("--force", is_flag=True, help="Delete without destroying the environment's resources.")
+@org_option
+@pass_session
+def delete_env(session: Session, project_id: str, env_id: str, force: bool) -> None:
+    """Delete environment ENV of PROJECT."""
+    org = session.org()
+    session.client().delete_env(org, project_id, env_id, force=force)
+    output.success(f"Environment {project_id}/{env_id} deleted from organization {org}.")
+
+
+@click.command("refresh-runner")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@click.option("--dry-run", is_flag=True, help="Only show the runner the rules select; change nothing.")
+@output.out_option("yaml")
+@org_option
+@pass_session
+def refresh_runner(session: Session, project_id: str, env_id: str, dry_run: bool, out: str) -> None:
+    """Re-link environment ENV of PROJECT to the runner its runner rules select now.
+
+    An environment keeps its runner when rules change until this is run: a new runner may use
+    another state storage. Prints the runner id and whether the link changed.
+    """
+    org = session.org()
+    result = session.client().refresh_runner(org, project_id, env_id, dry_run=dry_run)
+    output.emit(result, out, ())
+    runner, updated = result.get("runner_id"), bool(result.get("updated"))
+    env = f"Environment {project_id}/{env_id}"
+    if dry_run:
+        change = "would change to" if updated else "would stay linked to"
+        output.note(f"Dry run: {env} {change} runner {runner}; nothing was changed.")
+    elif updated:
+        output.success(f"{env} is now linked to runner {runner}.")
+    else:
+        output.success(f"{env} stays linked to runner {runner}; nothing changed.")

@@ -1,0 +1,127 @@
+"""``octl create|get|update|delete runner``, ``get runners``, ``get compatibility-matrix``."""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl.commands import verbs
+from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.output import Column, field
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+
+#: Upstream ``RunnerSummary`` columns (the list answers only the two ``type`` fields of the configurations).
+RUNNER_SUMMARY = (
+    field("Id", "id"),
+    field("Description", "description"),
+    field("RunnerType", "runner_configuration.type"),
+    field("CreatedAt", "created_at"),
+)
+RUNNER = (
+    field("Id", "id"),
+    field("OrgId", "org_id"),
+    field("Description", "description"),
+    field("RunnerType", "runner_configuration.type"),
+    field("StateStorageType", "state_storage_configuration.type"),
+    field("CreatedAt", "created_at"),
+)
+
+
+@verbs.create.command("runner")
+@click.argument("runner_id", metavar="ID")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def create_runner(
+    session: Session,
+    runner_id: str,
+    sets: tuple[str, ...],
+    set_json: str | None,
+    set_yaml: str | None,
+    out: str,
+) -> None:
+    """Create runner ID.
+
+    The input holds description, runner_configuration (with its type) and state_storage_configuration,
+    e.g. `octl create runner my-gke-runner --set-yaml=@gke-runner-config.yaml`.
+    """
+    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", runner_id)
+    org = session.org()
+    runner = session.client().create_runner(org, body)
+    output.emit(runner, out, RUNNER)
+    output.success(f"Runner {runner_id} created in organization {org}.")
+
+
+@verbs.get.command("runner")
+@click.argument("runner_id", metavar="ID")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_runner(session: Session, runner_id: str, out: str) -> None:
+    """Show runner ID (-o yaml or json for its whole configuration)."""
+    output.emit(session.client().get_runner(session.org(), runner_id), out, RUNNER)
+
+
+@verbs.get.command("runners")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_runners(session: Session, out: str) -> None:
+    """List the runners of the organization."""
+    org = session.org()
+    emit_list(
+        session.client().list_runners(org), out, RUNNER_SUMMARY, f"No runners found in organization {org}."
+    )
+
+
+@verbs.update.command("runner")
+@click.argument("runner_id", metavar="ID")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def update_runner(
+    session: Session,
+    runner_id: str,
+    sets: tuple[str, ...],
+    set_json: str | None,
+    set_yaml: str | None,
+    out: str,
+) -> None:
+    """Update runner ID: the given top-level keys replace the stored ones."""
+    body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", runner_id))
+    org = session.org()
+    runner = session.client().update_runner(org, runner_id, body)
+    output.emit(runner, out, RUNNER)
+    output.success(f"Runner {runner_id} updated in organization {org}.")
+
+
+@verbs.delete.command("runner")
+@click.argument("runner_id", metavar="ID")
+@org_option
+@pass_session
+def delete_runner(session: Session, runner_id: str) -> None:
+    """Delete runner ID (refused while an environment is linked to it)."""
+    org = session.org()
+    session.client().delete_runner(org, runner_id)
+    output.success(f"Runner {runner_id} deleted from organization {org}.")
+
+
+def _accepts(storage: str) -> Column:
+    return Column(storage, lambda row: "yes" if storage in row["accepted"] else "no")
+
+
+@verbs.get.command("compatibility-matrix")
+@output.out_option("table")
+@pass_session
+def get_compatibility_matrix(session: Session, out: str) -> None:
+    """Which state storage types each runner type accepts."""
+    matrix = session.client().compatibility_matrix()
+    if out != "table":
+        output.emit(matrix, out, ())
+        return
+    storages = sorted({s for accepted in matrix.values() for s in accepted})
+    columns = [field("RunnerType", "runner_type")] + [_accepts(s) for s in storages]
+    rows = [{"runner_type": runner, "accepted": accepted} for runner, accepted in sorted(matrix.items())]
+    output.emit(rows, out, columns)

@@ -1,0 +1,85 @@
+"""``octl create|get|delete token``, ``get tokens``: API tokens of the organization."""
+
+from __future__ import annotations
+
+import uuid
+
+import click
+
+from orchestrator.cli.octl import output
+from orchestrator.cli.octl.commands import verbs
+from orchestrator.cli.octl.commands.common import emit_list
+from orchestrator.cli.octl.output import field
+from orchestrator.cli.octl.session import (
+    ApiFailure,
+    Session,
+    input_options,
+    org_option,
+    pass_session,
+    read_body,
+)
+
+TOKEN = (
+    field("Id", "id"),
+    field("Role", "role"),
+    field("Description", "description"),
+    field("Prefix", "prefix"),
+    field("CreatedAt", "created_at"),
+    field("ExpiresAt", "expires_at"),
+)
+
+
+@verbs.create.command("token")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def create_token(
+    session: Session, sets: tuple[str, ...], set_json: str | None, set_yaml: str | None, out: str
+) -> None:
+    """Create an API token (keys: role (admin, deployer or viewer), description, expires_at).
+
+    The answer holds the secret `token`: it is shown this once and cannot be read again.
+    """
+    body = read_body(sets, set_json, set_yaml)
+    org = session.org()
+    token = session.client().create_token(org, body)
+    output.emit(token, out, ())
+    output.success(
+        f"Token {token.get('id')} created in organization {org}. Store the token now: it is not shown again."
+    )
+
+
+@verbs.get.command("token")
+@click.argument("token_id", metavar="ID", type=click.UUID)
+@output.out_option("table")
+@org_option
+@pass_session
+def get_token(session: Session, token_id: uuid.UUID, out: str) -> None:
+    """Show token ID (never its secret)."""
+    org = session.org()
+    found = [t for t in session.client().list_tokens(org) if t.get("id") == str(token_id)]
+    if not found:
+        raise ApiFailure(f"not found: token '{token_id}' not found in organization {org}")
+    output.emit(found[0], out, TOKEN)
+
+
+@verbs.get.command("tokens")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_tokens(session: Session, out: str) -> None:
+    """List the API tokens of the organization (never their secrets)."""
+    org = session.org()
+    emit_list(session.client().list_tokens(org), out, TOKEN, f"No tokens found in organization {org}.")
+
+
+@verbs.delete.command("token")
+@click.argument("token_id", metavar="ID", type=click.UUID)
+@org_option
+@pass_session
+def delete_token(session: Session, token_id: uuid.UUID) -> None:
+    """Revoke token ID: requests with it are refused from now on."""
+    org = session.org()
+    session.client().delete_token(org, str(token_id))
+    output.success(f"Token {token_id} deleted from organization {org}.")

@@ -1,0 +1,79 @@
+"""The real app under uvicorn in a background thread on 127.0.0.1, a free port (httpx's ``serve_in_thread``).
+
+Usage::
+
+    with serve_in_thread(create_app(settings)) as base_url:
+        httpx.get(f"{base_url}/healthz")
+
+The server runs the app's lifespan (migrations, database) in its own event loop; leaving the block
+asks it to exit and joins the thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import uvicorn
+
+STARTUP_TIMEOUT_SECONDS = 30.0
+
+
+class LiveServerError(RuntimeError):
+    """The server did not start or stop in time."""
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Serve ``app`` until the block ends; yields its base URL ``http://127.0.0.1:PORT``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, lifespan="on", log_level="warning", access_log=False, http="h11", ws="none", loop="asyncio"
+    )
+    server = uvicorn.Server(config)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        except BaseException as exc:  # reported by the waiting test, not lost in the thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"live-server-{port}", daemon=True)
+    thread.start()
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base_url, thread, failure)
+        yield base_url
+    finally:
+        server.should_exit = True
+        thread.join(STARTUP_TIMEOUT_SECONDS)
+        sock.close()
+        if thread.is_alive():
+            raise LiveServerError(f"the server at {base_url} did not stop")
+
+
+def _wait_healthy(base_url: str, thread: threading.Thread, failure: list[BaseException]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if failure:
+            raise LiveServerError(f"the server at {base_url} failed to start") from failure[0]
+        if not thread.is_alive():
+            raise LiveServerError(f"the server at {base_url} exited during start-up")
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise LiveServerError(
+        f"the server at {base_url} did not answer /healthz within {STARTUP_TIMEOUT_SECONDS} s"
+    )
