@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import errors, orgs, projects, runner_rules, runners
+from orchestrator.api import catalogue, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.secretbox import SecretBox, decode_key, load_or_create_key
@@ -58,7 +58,7 @@ def create_app(settings: ServerSettings, *, run_migrations: bool = True) -> Fast
     )
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
-    for router in (orgs.router, projects.router, runners.router, runner_rules.router):
+    for router in (orgs.router, projects.router, runners.router, runner_rules.router, catalogue.router):
         app.include_router(router)
 
     @app.get("/healthz", tags=["Meta"])

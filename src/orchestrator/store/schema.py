@@ -159,3 +159,138 @@ sa.Index(
     unique=True,
 )
 sa.Index("ix_runner_rules_org_runner", runner_rules.c.org_id, runner_rules.c.runner_id, runner_rules.c.id)
+
+# --- module catalogue ---
+# Resource types, module providers, modules with their immutable versions, and module rules.
+# Upstream keeps the same shapes (CP migrations 000003-000010); built-in types are rows with built_in = true.
+
+resource_types = sa.Table(
+    "resource_types",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("description", sa.String(200), nullable=True),
+    sa.Column("output_schema", JSONType, nullable=False),
+    sa.Column("is_developer_accessible", sa.Boolean(), nullable=False),
+    sa.Column("built_in", sa.Boolean(), nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+module_providers = sa.Table(
+    "module_providers",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("provider_type", sa.String(100), primary_key=True),
+    sa.Column("id", sa.String(100), primary_key=True),
+    sa.Column("description", sa.String(200), nullable=True),
+    sa.Column("source", sa.String(100), nullable=False),
+    sa.Column("version_constraint", sa.String(100), nullable=False),
+    sa.Column("configuration", JSONType, nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+
+def _module_content() -> list[sa.Column[Any]]:
+    """The fields a module version snapshots: everything but identity, resource type and timestamps."""
+    return [
+        sa.Column("description", sa.String(200), nullable=True),
+        # A module source address (git::https://..., registry coordinate, absolute path) or "inline".
+        sa.Column("module_source", sa.String(200), nullable=False),
+        # The HCL of an inline module (module_source == "inline"), else NULL.
+        sa.Column("module_source_code", sa.Text(), nullable=True),
+        sa.Column("module_params", JSONType, nullable=False),
+        sa.Column("module_inputs", JSONType, nullable=False),
+        sa.Column("provider_mapping", JSONType, nullable=False),
+        sa.Column("dependencies", JSONType, nullable=False),
+        sa.Column("coprovisioned", JSONType, nullable=False),
+    ]
+
+
+modules = sa.Table(
+    "modules",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("id", sa.String(100), primary_key=True),
+    sa.Column("uuid", sa.Uuid(), nullable=False, unique=True),
+    # Fixed at creation: module rules copy it for their uniqueness key.
+    sa.Column("resource_type", sa.String(64), nullable=False),
+    *_module_content(),
+    # The module_versions row holding this content (written in the same transaction).
+    sa.Column("version_id", sa.Uuid(), nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+    sa.ForeignKeyConstraint(
+        ["org_id", "resource_type"], ["resource_types.org_id", "resource_types.id"], ondelete="RESTRICT"
+    ),
+)
+sa.Index("ix_modules_org_resource_type", modules.c.org_id, modules.c.resource_type)
+
+module_versions = sa.Table(
+    "module_versions",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("org_id", sa.String(50), nullable=False),
+    sa.Column("module_id", sa.String(100), nullable=False),
+    sa.Column("resource_type", sa.String(64), nullable=False),
+    *_module_content(),
+    _ts("created_at"),
+    sa.ForeignKeyConstraint(["org_id", "module_id"], ["modules.org_id", "modules.id"], ondelete="CASCADE"),
+)
+sa.Index(
+    "ix_module_versions_org_module_created",
+    module_versions.c.org_id,
+    module_versions.c.module_id,
+    module_versions.c.created_at,
+    module_versions.c.id,
+)
+
+module_rules = sa.Table(
+    "module_rules",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("org_id", sa.String(50), nullable=False),
+    sa.Column("module_id", sa.String(100), nullable=False),
+    # Copied from the module (fixed there), so that uniqueness and listing need no join.
+    sa.Column("resource_type", sa.String(64), nullable=False),
+    # Always set: a rule created without a class matches the class "default" (upstream).
+    sa.Column("resource_class", sa.String(63), nullable=False),
+    sa.Column("resource_id", sa.String(63), nullable=True),
+    sa.Column("project_id", sa.String(64), nullable=True),
+    sa.Column("env_type_id", sa.String(64), nullable=True),
+    sa.Column("env_id", sa.String(64), nullable=True),
+    _ts("created_at"),
+    sa.CheckConstraint(
+        "env_id IS NULL OR (project_id IS NOT NULL AND env_type_id IS NULL)", name="ck_module_rules_env_scope"
+    ),
+    sa.ForeignKeyConstraint(["org_id", "module_id"], ["modules.org_id", "modules.id"], ondelete="RESTRICT"),
+    sa.ForeignKeyConstraint(["org_id", "project_id"], ["projects.org_id", "projects.id"], ondelete="CASCADE"),
+    sa.ForeignKeyConstraint(
+        ["org_id", "env_type_id"], ["env_types.org_id", "env_types.id"], ondelete="CASCADE"
+    ),
+    sa.ForeignKeyConstraint(
+        ["org_id", "project_id", "env_id"], ["envs.org_id", "envs.project_id", "envs.id"], ondelete="CASCADE"
+    ),
+)
+# At most one rule per match key of a resource type, NULLs included (upstream: IS NOT DISTINCT FROM).
+sa.Index(
+    "uq_module_rules_match",
+    module_rules.c.org_id,
+    module_rules.c.resource_type,
+    module_rules.c.resource_class,
+    sa.func.coalesce(module_rules.c.resource_id, ""),
+    sa.func.coalesce(module_rules.c.project_id, ""),
+    sa.func.coalesce(module_rules.c.env_type_id, ""),
+    sa.func.coalesce(module_rules.c.env_id, ""),
+    unique=True,
+)
+sa.Index(
+    "ix_module_rules_listing",
+    module_rules.c.org_id,
+    module_rules.c.resource_type,
+    module_rules.c.module_id,
+    module_rules.c.resource_class,
+    module_rules.c.id,
+)
+sa.Index("ix_module_rules_org_module", module_rules.c.org_id, module_rules.c.module_id)

@@ -1,0 +1,129 @@
+"""Module providers: OpenTofu provider configurations, keyed ``(provider_type, id)`` per organization."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.domain.catalogue import ModuleProvider
+from orchestrator.errors import ConflictError
+from orchestrator.store import modules as module_store
+from orchestrator.store.errors import conflict_on_integrity
+from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.schema import module_providers
+
+
+def _provider(row: sa.Row[tuple[object, ...]]) -> ModuleProvider:
+    return ModuleProvider(**row._mapping)
+
+
+def _key(org_id: str, provider_type: str, provider_id: str) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        module_providers.c.org_id == org_id,
+        module_providers.c.provider_type == provider_type,
+        module_providers.c.id == provider_id,
+    )
+
+
+async def create_provider(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    provider_type: str,
+    provider_id: str,
+    description: str | None,
+    source: str,
+    version_constraint: str,
+    configuration: dict[str, Any],
+) -> ModuleProvider:
+    now = datetime.now(UTC)
+    values = {
+        "org_id": org_id,
+        "provider_type": provider_type,
+        "id": provider_id,
+        "description": description,
+        "source": source,
+        "version_constraint": version_constraint,
+        "configuration": configuration,
+        "created_at": now,
+        "updated_at": now,
+    }
+    with conflict_on_integrity(f"module provider '{provider_type}.{provider_id}' already exists"):
+        await conn.execute(module_providers.insert().values(values))
+    return ModuleProvider(**values)  # type: ignore[arg-type]
+
+
+async def get_provider(
+    conn: AsyncConnection, org_id: str, provider_type: str, provider_id: str
+) -> ModuleProvider | None:
+    row = (
+        await conn.execute(module_providers.select().where(_key(org_id, provider_type, provider_id)))
+    ).first()
+    return _provider(row) if row else None
+
+
+async def get_providers(
+    conn: AsyncConnection, org_id: str, keys: Iterable[tuple[str, str]]
+) -> dict[str, ModuleProvider]:
+    """The existing ones among ``(provider_type, id)`` pairs, by ``provider_type.id``."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return {}
+    rows = (
+        await conn.execute(
+            module_providers.select().where(
+                module_providers.c.org_id == org_id,
+                sa.tuple_(module_providers.c.provider_type, module_providers.c.id).in_(wanted),
+            )
+        )
+    ).all()
+    found = [_provider(row) for row in rows]
+    return {p.key: p for p in found}
+
+
+async def list_providers(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    provider_type: str | None,
+    after: tuple[str, ...] | None,
+    limit: int,
+) -> Page[ModuleProvider]:
+    stmt = module_providers.select().where(module_providers.c.org_id == org_id)
+    if provider_type is not None:
+        stmt = stmt.where(module_providers.c.provider_type == provider_type)
+    rows = (
+        await conn.execute(
+            paged(stmt, [module_providers.c.provider_type, module_providers.c.id], after, limit)
+        )
+    ).all()
+    return to_page([_provider(r) for r in rows], limit, lambda p: (p.provider_type, p.id))
+
+
+async def update_provider(
+    conn: AsyncConnection, org_id: str, provider_type: str, provider_id: str, **changes: Any
+) -> ModuleProvider | None:
+    """Change ``description``, ``version_constraint`` or ``configuration`` (type, id and source are fixed)."""
+    if changes:
+        await conn.execute(
+            module_providers.update()
+            .where(_key(org_id, provider_type, provider_id))
+            .values(**changes, updated_at=datetime.now(UTC))
+        )
+    return await get_provider(conn, org_id, provider_type, provider_id)
+
+
+async def delete_provider(conn: AsyncConnection, org_id: str, provider_type: str, provider_id: str) -> bool:
+    """Delete a provider that no module's current version maps (older versions may still name it)."""
+    key = f"{provider_type}.{provider_id}"
+    if await get_provider(conn, org_id, provider_type, provider_id) is None:
+        return False
+    users = await module_store.modules_mapping_provider(conn, org_id, key)
+    if users:
+        raise ConflictError(f"module provider '{key}' is mapped by the modules: {', '.join(users)}")
+    result = await conn.execute(module_providers.delete().where(_key(org_id, provider_type, provider_id)))
+    return result.rowcount > 0

@@ -1,0 +1,692 @@
+"""The module catalogue through the HTTP API: resource types, module providers, modules and their versions,
+module rules, and the resource types available in an environment."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from tests.conftest import Org
+
+GIT_SOURCE = "git::https://github.com/acme/modules.git//postgres?ref=v1"
+
+
+async def _ok(response: httpx.Response, status: int = 201) -> dict[str, Any]:
+    assert status == response.status_code, response.text
+    body: dict[str, Any] = response.json() if response.content else {}
+    return body
+
+
+async def _type(org: Org, type_id: str = "postgres", **fields: Any) -> dict[str, Any]:
+    body = {"id": type_id, "output_schema": {"type": "object"}, **fields}
+    return await _ok(await org.admin.post(f"/orgs/{org.id}/resource-types", json=body))
+
+
+async def _provider(org: Org, provider_type: str = "aws", provider_id: str = "default") -> dict[str, Any]:
+    body = {
+        "provider_type": provider_type,
+        "id": provider_id,
+        "source": "hashicorp/aws",
+        "version_constraint": "~> 5.0",
+        "configuration": {"region": "eu-west-1"},
+    }
+    return await _ok(await org.admin.post(f"/orgs/{org.id}/module-providers", json=body))
+
+
+async def _module(
+    org: Org, module_id: str = "pg", resource_type: str = "postgres", **fields: Any
+) -> dict[str, Any]:
+    body = {"id": module_id, "resource_type": resource_type, "module_source": GIT_SOURCE, **fields}
+    return await _ok(await org.admin.post(f"/orgs/{org.id}/modules", json=body))
+
+
+async def _rule(org: Org, module_id: str = "pg", **fields: Any) -> dict[str, Any]:
+    return await _ok(
+        await org.admin.post(f"/orgs/{org.id}/module-rules", json={"module_id": module_id, **fields})
+    )
+
+
+async def _env(
+    org: Org, project_id: str = "shop", env_id: str = "dev", env_type_id: str = "development"
+) -> None:
+    if (await org.admin.get(f"/orgs/{org.id}/env-types/{env_type_id}")).status_code == 404:
+        await _ok(await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": env_type_id}))
+    if (await org.admin.get(f"/orgs/{org.id}/projects/{project_id}")).status_code == 404:
+        await _ok(await org.admin.post(f"/orgs/{org.id}/projects", json={"id": project_id}))
+    await _ok(
+        await org.admin.post(
+            f"/orgs/{org.id}/projects/{project_id}/envs", json={"id": env_id, "env_type_id": env_type_id}
+        )
+    )
+
+
+# --- resource types ---
+
+
+async def test_resource_types__crud(org: Org) -> None:
+    base = f"/orgs/{org.id}/resource-types"
+    created = await _type(org, description="A database", is_developer_accessible=False)
+    got = await org.admin.get(f"{base}/postgres")
+    patched = await org.admin.patch(
+        f"{base}/postgres", json={"description": "Postgres", "is_developer_accessible": True}
+    )
+    listed = await org.admin.get(base)
+    deleted = await org.admin.delete(f"{base}/postgres")
+
+    assert {
+        "id": "postgres",
+        "description": "A database",
+        "output_schema": {"type": "object"},
+        "built_in": False,
+        "is_developer_accessible": False,
+    }.items() <= created.items()
+    assert created == got.json()
+    assert {"description": "Postgres", "is_developer_accessible": True}.items() <= patched.json().items()
+    assert {"type": "object"} == patched.json()["output_schema"]
+    assert ["postgres"] == [t["id"] for t in listed.json()["items"]]
+    assert 204 == deleted.status_code
+    assert 404 == (await org.admin.get(f"{base}/postgres")).status_code
+    assert 404 == (await org.admin.delete(f"{base}/postgres")).status_code
+
+
+async def test_resource_types__bad_input_and_duplicate(org: Org) -> None:
+    base = f"/orgs/{org.id}/resource-types"
+    await _type(org)
+
+    duplicate = await org.admin.post(base, json={"id": "postgres", "output_schema": {}})
+    bad_id = await org.admin.post(base, json={"id": "Postgres_DB", "output_schema": {}})
+    no_schema = await org.admin.post(base, json={"id": "redis"})
+    unknown = await org.admin.patch(f"{base}/postgres", json={"built_in": True})
+
+    assert 409 == duplicate.status_code
+    assert "resource type 'postgres' already exists" == duplicate.json()["message"]
+    assert 400 == bad_id.status_code
+    assert bad_id.json()["message"].startswith("id:")
+    assert 400 == no_schema.status_code
+    assert no_schema.json()["message"].startswith("output_schema:")
+    assert "built_in: unknown field" == unknown.json()["message"]
+
+
+async def test_resource_types__in_use_by_a_module_cannot_be_deleted(org: Org) -> None:
+    await _type(org)
+    await _type(org, "vpc")
+    await _module(org, dependencies={"network": {"type": "vpc"}})
+
+    provisioned = await org.admin.delete(f"/orgs/{org.id}/resource-types/postgres")
+    requested = await org.admin.delete(f"/orgs/{org.id}/resource-types/vpc")
+
+    assert 409 == provisioned.status_code
+    assert "resource type 'postgres' is provisioned by the modules: pg" == provisioned.json()["message"]
+    assert 409 == requested.status_code
+    assert requested.json()["message"].endswith("co-provisioned resource of the modules: pg")
+
+
+# --- module providers ---
+
+
+async def test_module_providers__crud(org: Org) -> None:
+    base = f"/orgs/{org.id}/module-providers"
+    created = await _provider(org)
+    await _provider(org, "google", "main")
+    got = await org.admin.get(f"{base}/aws/default")
+    patched = await org.admin.patch(
+        f"{base}/aws/default",
+        json={"version_constraint": ">= 5.1, < 6.0", "configuration": {"region": "us-east-1"}},
+    )
+    listed = await org.admin.get(base)
+    by_type = await org.admin.get(base, params={"byProviderType": "google"})
+    deleted = await org.admin.delete(f"{base}/aws/default")
+
+    assert {
+        "org_id": org.id,
+        "provider_type": "aws",
+        "id": "default",
+        "source": "hashicorp/aws",
+        "version_constraint": "~> 5.0",
+        "configuration": {"region": "eu-west-1"},
+    }.items() <= created.items()
+    assert created == got.json()
+    assert {"version_constraint": ">= 5.1, < 6.0", "configuration": {"region": "us-east-1"}}.items() <= (
+        patched.json().items()
+    )
+    assert [("aws", "default"), ("google", "main")] == [
+        (p["provider_type"], p["id"]) for p in listed.json()["items"]
+    ]
+    assert all("configuration" not in p for p in listed.json()["items"])
+    assert ["main"] == [p["id"] for p in by_type.json()["items"]]
+    assert 204 == deleted.status_code
+    assert 404 == (await org.admin.get(f"{base}/aws/default")).status_code
+    assert 404 == (await org.admin.patch(f"{base}/aws/default", json={})).status_code
+
+
+async def test_module_providers__bad_input_and_duplicate(org: Org) -> None:
+    base = f"/orgs/{org.id}/module-providers"
+    await _provider(org)
+    good = {"provider_type": "aws", "id": "other", "source": "hashicorp/aws", "version_constraint": "~> 5.0"}
+
+    duplicate = await org.admin.post(base, json={**good, "id": "default"})
+    bad_constraint = await org.admin.post(base, json={**good, "version_constraint": "latest"})
+    bad_source = await org.admin.post(base, json={**good, "source": "https://registry/aws"})
+    source_is_fixed = await org.admin.patch(f"{base}/aws/default", json={"source": "hashicorp/google"})
+
+    assert 409 == duplicate.status_code
+    assert "module provider 'aws.default' already exists" == duplicate.json()["message"]
+    assert bad_constraint.json()["message"].startswith("version_constraint:")
+    assert bad_source.json()["message"].startswith("source:")
+    assert "source: unknown field" == source_is_fixed.json()["message"]
+
+
+async def test_module_providers__mapped_by_a_module_cannot_be_deleted(org: Org) -> None:
+    await _type(org)
+    await _provider(org)
+    await _module(org, provider_mapping={"aws": "aws.default"})
+
+    response = await org.admin.delete(f"/orgs/{org.id}/module-providers/aws/default")
+
+    assert 409 == response.status_code
+    assert "module provider 'aws.default' is mapped by the modules: pg" == response.json()["message"]
+
+
+# --- modules and versions ---
+
+
+async def test_modules__create_get_list_and_patch_write_versions(org: Org) -> None:
+    await _type(org)
+    await _type(org, "vpc")
+    await _provider(org)
+    base = f"/orgs/{org.id}/modules"
+    created = await _module(
+        org,
+        description="Postgres on RDS",
+        module_params={"size": {"type": "string", "is_optional": True, "description": "Instance size"}},
+        module_inputs={"engine": "postgres"},
+        provider_mapping={"aws": "aws.default"},
+        dependencies={"network": {"type": "vpc", "class": "private", "params": {"cidr": "10.0.0.0/16"}}},
+        coprovisioned=[{"type": "vpc", "id": "peering", "is_dependent_on_current": True}],
+    )
+    got = await org.admin.get(f"{base}/pg")
+    patched = await _ok(await org.admin.patch(f"{base}/pg", json={"description": "Postgres 16"}), 200)
+    unchanged = await _ok(await org.admin.patch(f"{base}/pg", json={"description": "Postgres 16"}), 200)
+    listed = await org.admin.get(base, params={"byResourceType": "postgres"})
+    other_type = await org.admin.get(base, params={"byResourceType": "vpc"})
+    versions = (await org.admin.get(f"{base}/pg/versions")).json()["items"]
+    first = await org.admin.get(f"{base}/pg/versions/{created['version_id']}")
+
+    assert {
+        "org_id": org.id,
+        "id": "pg",
+        "resource_type": "postgres",
+        "module_source": GIT_SOURCE,
+        "module_source_code": None,
+        "module_params": {"size": {"type": "string", "is_optional": True, "description": "Instance size"}},
+        "module_inputs": {"engine": "postgres"},
+        "provider_mapping": {"aws": "aws.default"},
+        "dependencies": {
+            "network": {"type": "vpc", "class": "private", "id": None, "params": {"cidr": "10.0.0.0/16"}}
+        },
+        "coprovisioned": [
+            {
+                "type": "vpc",
+                "class": None,
+                "id": "peering",
+                "params": {},
+                "is_dependent_on_current": True,
+                "copy_dependents_from_current": False,
+            }
+        ],
+    }.items() <= created.items()
+    assert created == got.json()
+    assert patched["version_id"] != created["version_id"]
+    assert "Postgres 16" == patched["description"]
+    assert datetime.fromisoformat(patched["updated_at"]) > datetime.fromisoformat(created["updated_at"])
+    assert patched["version_id"] == unchanged["version_id"]
+    assert ["pg"] == [m["id"] for m in listed.json()["items"]]
+    assert "module_params" not in listed.json()["items"][0]
+    assert [] == other_type.json()["items"]
+    assert [patched["version_id"], created["version_id"]] == [v["version_id"] for v in versions]
+    assert "Postgres on RDS" == first.json()["description"]
+    assert created["dependencies"] == first.json()["dependencies"]
+
+
+async def test_modules__versions_page_newest_first(org: Org) -> None:
+    await _type(org)
+    await _module(org)
+    for i in range(4):
+        await _ok(await org.admin.patch(f"/orgs/{org.id}/modules/pg", json={"description": f"v{i + 2}"}), 200)
+    seen: list[str | None] = []
+    token: str | None = None
+    while True:
+        params: dict[str, str | int] = {"per_page": 2}
+        if token:
+            params["page"] = token
+        page = (await org.admin.get(f"/orgs/{org.id}/modules/pg/versions", params=params)).json()
+        seen += [v["description"] for v in page["items"]]
+        token = page.get("next_page_token")
+        if not token:
+            break
+
+    assert ["v5", "v4", "v3", "v2", None] == seen
+
+
+async def test_modules__inline_source_needs_code_and_only_it_may_have_code(org: Org) -> None:
+    await _type(org)
+    base = f"/orgs/{org.id}/modules"
+    body = {"id": "pg", "resource_type": "postgres"}
+
+    missing_code = await org.admin.post(base, json={**body, "module_source": "inline"})
+    code_with_git = await org.admin.post(
+        base, json={**body, "module_source": GIT_SOURCE, "module_source_code": 'output "x" { value = 1 }'}
+    )
+    inline = await _module(org, module_source="inline", module_source_code='output "x" { value = 1 }')
+    new_code = await org.admin.patch(f"{base}/pg", json={"module_source_code": 'output "y" { value = 2 }'})
+    to_git = await org.admin.patch(f"{base}/pg", json={"module_source": GIT_SOURCE})
+    code_on_git = await org.admin.patch(f"{base}/pg", json={"module_source_code": "# nothing"})
+    whitespace = await org.admin.patch(f"{base}/pg", json={"module_source": "git::https://x y"})
+
+    assert 400 == missing_code.status_code
+    assert "module_source_code: required when module_source is 'inline'" == missing_code.json()["message"]
+    assert code_with_git.json()["message"].startswith("module_source_code:")
+    assert 'output "x" { value = 1 }' == inline["module_source_code"]
+    assert 'output "y" { value = 2 }' == new_code.json()["module_source_code"]
+    assert {"module_source": GIT_SOURCE, "module_source_code": None}.items() <= to_git.json().items()
+    assert 400 == code_on_git.status_code
+    assert code_on_git.json()["message"].startswith("module_source_code: cannot be set without module_source")
+    assert whitespace.json()["message"].startswith("module_source:")
+
+
+async def test_modules__inline_code_over_512_kib_is_refused(org: Org) -> None:
+    await _type(org)
+    code = "# " + "x" * (512 * 1024)
+
+    response = await org.admin.post(
+        f"/orgs/{org.id}/modules",
+        json={"id": "pg", "resource_type": "postgres", "module_source": "inline", "module_source_code": code},
+    )
+
+    assert 413 == response.status_code
+    assert response.json()["message"].startswith("module_source_code:")
+
+
+async def test_modules__params_and_inputs_are_checked(org: Org) -> None:
+    await _type(org)
+    base = f"/orgs/{org.id}/modules"
+    body = {"id": "pg", "resource_type": "postgres", "module_source": GIT_SOURCE}
+
+    bad_type = await org.admin.post(base, json={**body, "module_params": {"size": {"type": "text"}}})
+    clash = await org.admin.post(
+        base, json={**body, "module_params": {"size": {"type": "string"}}, "module_inputs": {"size": "small"}}
+    )
+    bad_name = await org.admin.post(base, json={**body, "module_inputs": {"1st": "x"}})
+    too_many = await org.admin.post(base, json={**body, "module_inputs": {f"i{n}": n for n in range(21)}})
+    extra = await org.admin.post(
+        base, json={**body, "module_params": {"size": {"type": "string", "default": 1}}}
+    )
+
+    assert 400 == bad_type.status_code
+    assert bad_type.json()["message"].startswith("module_params.size.type:")
+    assert 400 == clash.status_code
+    assert clash.json()["message"].startswith("module_inputs: size also declared in module_params")
+    assert "module_inputs: '1st' is not a valid variable name" == bad_name.json()["message"]
+    assert too_many.json()["message"].startswith("module_inputs:")
+    assert "module_params.size.default: unknown field" == extra.json()["message"]
+
+
+async def test_modules__references_must_exist(org: Org) -> None:
+    await _type(org)
+    base = f"/orgs/{org.id}/modules"
+    body = {"id": "pg", "resource_type": "postgres", "module_source": GIT_SOURCE}
+
+    no_type = await org.admin.post(base, json={**body, "resource_type": "mysql"})
+    no_dependency_type = await org.admin.post(
+        base, json={**body, "dependencies": {"net": {"type": "vpc"}}, "coprovisioned": [{"type": "dns"}]}
+    )
+    no_provider = await org.admin.post(base, json={**body, "provider_mapping": {"aws": "aws.nope"}})
+    bad_reference = await org.admin.post(base, json={**body, "provider_mapping": {"aws": "aws"}})
+
+    assert 409 == no_type.status_code
+    assert "resource types referenced by the module do not exist: mysql" == no_type.json()["message"]
+    assert 409 == no_dependency_type.status_code
+    assert no_dependency_type.json()["message"].endswith("do not exist: dns, vpc")
+    assert 400 == no_provider.status_code
+    assert "provider_mapping: no module provider aws.nope" == no_provider.json()["message"]
+    assert bad_reference.json()["message"].startswith("provider_mapping.aws:")
+    assert 404 == (await org.admin.get(f"{base}/pg")).status_code
+
+
+async def test_modules__duplicate_and_missing(org: Org) -> None:
+    await _type(org)
+    await _module(org)
+
+    duplicate = await org.admin.post(
+        f"/orgs/{org.id}/modules", json={"id": "pg", "resource_type": "postgres", "module_source": GIT_SOURCE}
+    )
+
+    assert 409 == duplicate.status_code
+    assert "module 'pg' already exists" == duplicate.json()["message"]
+    assert 404 == (await org.admin.get(f"/orgs/{org.id}/modules/nope")).status_code
+    assert 404 == (await org.admin.patch(f"/orgs/{org.id}/modules/nope", json={})).status_code
+    assert 404 == (await org.admin.get(f"/orgs/{org.id}/modules/nope/versions")).status_code
+    missing_version = await org.admin.get(
+        f"/orgs/{org.id}/modules/pg/versions/00000000-0000-0000-0000-000000000001"
+    )
+    assert 404 == missing_version.status_code
+
+
+async def test_modules__delete_refused_while_a_rule_names_it(org: Org) -> None:
+    await _type(org)
+    created = await _module(org)
+    rule = await _rule(org)
+
+    refused = await org.admin.delete(f"/orgs/{org.id}/modules/pg")
+    await org.admin.delete(f"/orgs/{org.id}/module-rules/{rule['id']}")
+    deleted = await org.admin.delete(f"/orgs/{org.id}/modules/pg")
+
+    assert 409 == refused.status_code
+    assert (
+        f"module 'pg' is used by the module rules: {rule['id']}; delete them first"
+        == refused.json()["message"]
+    )
+    assert 204 == deleted.status_code
+    assert (
+        404
+        == (await org.admin.get(f"/orgs/{org.id}/modules/pg/versions/{created['version_id']}")).status_code
+    )
+
+
+# --- module rules ---
+
+
+async def test_module_rules__create_get_list_with_filters_and_delete(org: Org) -> None:
+    await _env(org)
+    await _type(org)
+    await _type(org, "s3")
+    await _module(org)
+    await _module(org, "bucket", "s3")
+    base = f"/orgs/{org.id}/module-rules"
+    everywhere = await _rule(org)
+    in_env = await _rule(org, resource_class="large", project_id="shop", env_id="dev")
+    bucket = await _rule(org, "bucket", resource_id="assets.main", env_type_id="development")
+
+    got = await org.admin.get(f"{base}/{everywhere['id']}")
+    listed = (await org.admin.get(base)).json()["items"]
+    by_module = (await org.admin.get(base, params={"byModuleId": "bucket"})).json()["items"]
+    by_type = (await org.admin.get(base, params={"byResourceType": "postgres"})).json()["items"]
+    by_env = (await org.admin.get(base, params={"byProjectId": "shop", "byEnvId": "dev"})).json()["items"]
+    env_alone = await org.admin.get(base, params={"byEnvId": "dev"})
+    deleted = await org.admin.delete(f"{base}/{in_env['id']}")
+
+    assert {
+        "org_id": org.id,
+        "module_id": "pg",
+        "resource_type": "postgres",
+        "resource_class": "default",
+        "resource_id": None,
+        "project_id": None,
+        "env_type_id": None,
+        "env_id": None,
+    }.items() <= everywhere.items()
+    assert everywhere == got.json()
+    assert [bucket["id"]] == [r["id"] for r in by_module]
+    assert {"resource_type": "s3", "resource_id": "assets.main", "env_type_id": "development"}.items() <= (
+        bucket.items()
+    )
+    # Listed by (resource type, module, class, id).
+    assert [everywhere["id"], in_env["id"], bucket["id"]] == [r["id"] for r in listed]
+    assert {everywhere["id"], in_env["id"]} == {r["id"] for r in by_type}
+    assert [in_env["id"]] == [r["id"] for r in by_env]
+    assert 400 == env_alone.status_code
+    assert "byEnvId: must be used together with byProjectId" == env_alone.json()["message"]
+    assert 204 == deleted.status_code
+    assert 404 == (await org.admin.get(f"{base}/{in_env['id']}")).status_code
+    assert 404 == (await org.admin.delete(f"{base}/{in_env['id']}")).status_code
+
+
+async def test_module_rules__scope_references_and_duplicates(org: Org) -> None:
+    await _env(org)
+    await _type(org)
+    await _type(org, "s3")
+    await _module(org)
+    await _module(org, "pg-other")
+    await _module(org, "bucket", "s3")
+    base = f"/orgs/{org.id}/module-rules"
+    first = await _rule(org, project_id="shop")
+
+    env_without_project = await org.admin.post(base, json={"module_id": "pg", "env_id": "dev"})
+    env_and_env_type = await org.admin.post(
+        base, json={"module_id": "pg", "project_id": "shop", "env_id": "dev", "env_type_id": "development"}
+    )
+    no_module = await org.admin.post(base, json={"module_id": "nope"})
+    no_project = await org.admin.post(base, json={"module_id": "pg", "project_id": "nope"})
+    no_env_type = await org.admin.post(base, json={"module_id": "pg", "env_type_id": "nope"})
+    no_env = await org.admin.post(base, json={"module_id": "pg", "project_id": "shop", "env_id": "nope"})
+    same_key = await org.admin.post(base, json={"module_id": "pg-other", "project_id": "shop"})
+    other_type = await org.admin.post(base, json={"module_id": "bucket", "project_id": "shop"})
+    bad_class = await org.admin.post(base, json={"module_id": "pg", "resource_class": "-large"})
+
+    assert "project_id: must be set when env_id is set" == env_without_project.json()["message"]
+    assert "env_type_id: must not be set when env_id is set" == env_and_env_type.json()["message"]
+    assert 400 == no_module.status_code
+    assert "module_id: module 'nope' not found" == no_module.json()["message"]
+    assert (409, "project 'nope' not found") == (no_project.status_code, no_project.json()["message"])
+    assert (409, "environment type 'nope' not found") == (
+        no_env_type.status_code,
+        no_env_type.json()["message"],
+    )
+    assert (409, "environment 'nope' not found in project 'shop'") == (
+        no_env.status_code,
+        no_env.json()["message"],
+    )
+    assert 409 == same_key.status_code
+    assert (
+        f"module rule conflicts with existing rule '{first['id']}' for module 'pg'"
+        == same_key.json()["message"]
+    )
+    assert 201 == other_type.status_code
+    assert bad_class.json()["message"].startswith("resource_class:")
+
+
+async def test_module_rules__immutable_and_go_with_their_environment(org: Org) -> None:
+    await _env(org)
+    await _type(org)
+    await _module(org)
+    rule = await _rule(org, project_id="shop", env_id="dev")
+
+    patch = await org.admin.patch(f"/orgs/{org.id}/module-rules/{rule['id']}", json={"resource_class": "x"})
+    await _ok(await org.admin.delete(f"/orgs/{org.id}/projects/shop/envs/dev"), 204)
+
+    assert 405 == patch.status_code
+    assert 404 == (await org.admin.get(f"/orgs/{org.id}/module-rules/{rule['id']}")).status_code
+
+
+# --- available resource types ---
+
+
+async def test_available_resource_types__most_specific_option_per_class_and_id(org: Org) -> None:
+    await _env(org)
+    await _env(org, env_id="prod", env_type_id="production")
+    await _type(org, description="Postgres")
+    await _type(org, "s3")
+    await _type(org, "vpc", is_developer_accessible=False)
+    await _type(org, "queue")
+    params = {"size": {"type": "string", "is_optional": True}}
+    for module_id in ("pg-shared", "pg-dev", "pg-large"):
+        await _module(org, module_id, module_params=params)
+    await _module(org, "bucket", "s3")
+    await _module(org, "net", "vpc")
+    await _module(org, "mq", "queue")
+    await _rule(org, "pg-shared")
+    dev_rule = await _rule(org, "pg-dev", env_type_id="development")
+    large = await _rule(org, "pg-large", resource_class="large", resource_id="main")
+    await _rule(org, "bucket", project_id="shop", env_id="dev")
+    await _rule(org, "net")
+    await _rule(org, "mq", project_id="shop", env_id="prod")
+    url = f"/orgs/{org.id}/projects/shop/envs/dev/available-resource-types"
+
+    response = await org.admin.get(url)
+    with_hidden = await org.admin.get(url, params={"include_non_developer_accessible": "true"})
+    only_s3 = await org.admin.get(url, params={"type_id": "s3"})
+    missing_env = await org.admin.get(f"/orgs/{org.id}/projects/shop/envs/nope/available-resource-types")
+
+    items = response.json()["items"]
+    assert ["postgres", "s3"] == [t["id"] for t in items]
+    assert {"id": "postgres", "description": "Postgres", "output_schema": {"type": "object"}}.items() <= (
+        items[0].items()
+    )
+    assert [
+        {
+            "resource_id": None,
+            "resource_class": "default",
+            "rule_id": dev_rule["id"],
+            "module_id": "pg-dev",
+            "module_params": {"size": {"type": "string", "is_optional": True, "description": None}},
+        },
+        {
+            "resource_id": "main",
+            "resource_class": "large",
+            "rule_id": large["id"],
+            "module_id": "pg-large",
+            "module_params": {"size": {"type": "string", "is_optional": True, "description": None}},
+        },
+    ] == items[0]["options"]
+    assert ["postgres", "s3", "vpc"] == [t["id"] for t in with_hidden.json()["items"]]
+    assert ["s3"] == [t["id"] for t in only_s3.json()["items"]]
+    assert 404 == missing_env.status_code
+
+
+# --- isolation and roles ---
+
+# (method, path under /orgs/{org}, body, permission); {rule} and {version} are ids of real objects of `org`.
+ROUTES: list[tuple[str, str, Any, str]] = [
+    ("GET", "resource-types", None, "read"),
+    ("POST", "resource-types", {"id": "redis", "output_schema": {}}, "manage"),
+    ("GET", "resource-types/postgres", None, "read"),
+    ("PATCH", "resource-types/postgres", {"description": "x"}, "manage"),
+    ("DELETE", "resource-types/unused", None, "manage"),
+    ("GET", "module-providers", None, "read"),
+    (
+        "POST",
+        "module-providers",
+        {"provider_type": "aws", "id": "b", "source": "a/b", "version_constraint": "= 1"},
+        "manage",
+    ),
+    ("GET", "module-providers/aws/default", None, "read"),
+    ("PATCH", "module-providers/aws/default", {"description": "x"}, "manage"),
+    ("DELETE", "module-providers/aws/default", None, "manage"),
+    ("GET", "modules", None, "read"),
+    ("POST", "modules", {"id": "pg2", "resource_type": "postgres", "module_source": GIT_SOURCE}, "manage"),
+    ("GET", "modules/pg", None, "read"),
+    ("PATCH", "modules/pg", {"description": "x"}, "manage"),
+    ("DELETE", "modules/spare", None, "manage"),
+    ("GET", "modules/pg/versions", None, "read"),
+    ("GET", "modules/pg/versions/{version}", None, "read"),
+    ("GET", "module-rules", None, "read"),
+    ("POST", "module-rules", {"module_id": "pg", "resource_class": "large"}, "manage"),
+    ("GET", "module-rules/{rule}", None, "read"),
+    ("DELETE", "module-rules/{rule}", None, "manage"),
+    ("GET", "projects/shop/envs/dev/available-resource-types", None, "read"),
+]
+ALLOWED = {"admin": {"read", "manage"}, "deployer": {"read"}, "viewer": {"read"}}
+
+
+async def _populate(org: Org) -> dict[str, str]:
+    await _env(org)
+    await _type(org)
+    await _type(org, "unused")
+    await _provider(org)
+    created = await _module(org)
+    await _module(org, "spare")
+    rule = await _rule(org)
+    return {"rule": rule["id"], "version": created["version_id"]}
+
+
+async def _call(
+    client: httpx.AsyncClient, org_id: str, route: tuple[str, str, Any, str], ids: dict[str, str]
+) -> httpx.Response:
+    method, path, body, _ = route
+    return await client.request(method, f"/orgs/{org_id}/{path.format(**ids)}", json=body)
+
+
+async def test_catalogue__other_organization_gets_404_and_changes_nothing(org: Org, other_org: Org) -> None:
+    ids = await _populate(org)
+    reads = [r for r in ROUTES if r[0] == "GET"]
+    before = [(await _call(org.admin, org.id, r, ids)).json() for r in reads]
+
+    foreign = {r[:2]: await _call(other_org.admin, org.id, r, ids) for r in ROUTES}
+    after = [(await _call(org.admin, org.id, r, ids)).json() for r in reads]
+    # The other organization's own paths do not reach `org`'s objects either.
+    own_path = [
+        (await other_org.admin.request(method, f"/orgs/{other_org.id}/{path.format(**ids)}")).status_code
+        for method, path in [
+            ("GET", "resource-types/postgres"),
+            ("GET", "module-providers/aws/default"),
+            ("GET", "modules/pg"),
+            ("GET", "modules/pg/versions/{version}"),
+            ("GET", "module-rules/{rule}"),
+            ("DELETE", "module-rules/{rule}"),
+            ("DELETE", "modules/spare"),
+        ]
+    ]
+
+    assert {} == {key: r.text for key, r in foreign.items() if r.status_code != 404}
+    assert {f"organization '{org.id}' not found"} == {r.json()["message"] for r in foreign.values()}
+    assert before == after
+    assert [404] * 7 == own_path
+
+
+async def test_catalogue__viewer_and_deployer_read_but_cannot_write(org: Org) -> None:
+    ids = await _populate(org)
+
+    for role in ("viewer", "deployer"):
+        statuses = {
+            r[:2]: (r[3], (await _call(org.clients[role], org.id, r, ids)).status_code) for r in ROUTES
+        }
+
+        refused = {
+            key for key, (perm, status) in statuses.items() if perm not in ALLOWED[role] and status != 403
+        }
+        admitted = {
+            key for key, (perm, status) in statuses.items() if perm in ALLOWED[role] and status != 200
+        }
+        assert (set(), set()) == (refused, admitted), role
+
+
+async def test_catalogue__anonymous_is_401_everywhere(app: FastAPI, org: Org) -> None:
+    ids = await _populate(org)
+    anonymous = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test")
+
+    statuses = {(await _call(anonymous, org.id, r, ids)).status_code for r in ROUTES}
+
+    assert {401} == statuses
+
+
+def test_catalogue__table_covers_every_catalogue_route(app: FastAPI) -> None:
+    # The OpenAPI document, not app.routes: FastAPI 0.165 keeps included routers unflattened there.
+    families = (
+        "/orgs/{org_id}/resource-types",
+        "/orgs/{org_id}/module",
+        "/orgs/{org_id}/projects/{project_id}/envs/{env_id}/available-resource-types",
+    )
+    declared = {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        if path.startswith(families)
+        for method in operations
+    }
+    listed = {(method, _shape(f"/orgs/{{org_id}}/{path}")) for method, path, _, _ in ROUTES}
+
+    assert set() == {(m, p) for m, p in declared if (m, _shape(p)) not in listed}
+    assert len(ROUTES) == len(declared)
+
+
+def _shape(path: str) -> str:
+    """Every segment after a collection name (a path parameter or a concrete id) counts the same."""
+    parts = path.split("/")
+    collections = {"orgs", "resource-types", "modules", "versions", "module-rules", "projects", "envs"}
+    shaped = ["*" if i > 0 and parts[i - 1] in collections else part for i, part in enumerate(parts)]
+    # Providers are addressed by two segments: /module-providers/{provider_type}/{provider_id}.
+    if len(parts) > 4 and parts[3] == "module-providers":
+        shaped[4:6] = ["*", "*"]
+    return "/".join(shaped)
