@@ -5,6 +5,12 @@ Usage::
     with serve_in_thread(create_app(settings)) as base_url:
         httpx.get(f"{base_url}/healthz")
 
+When the app must know its own URL (``public_url``, which runners call back), pass a factory instead; it
+is called with the base URL once the port is bound::
+
+    with serve_in_thread(factory=lambda url: create_app(settings.model_copy(update={"public_url": url}))):
+        ...
+
 The server runs the app's lifespan (migrations, database) in its own event loop; leaving the block
 asks it to exit and joins the thread.
 """
@@ -14,7 +20,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,12 +35,22 @@ class LiveServerError(RuntimeError):
 
 
 @contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """Serve ``app`` until the block ends; yields its base URL ``http://127.0.0.1:PORT``."""
+def serve_in_thread(app: Any = None, *, factory: Callable[[str], Any] | None = None) -> Iterator[str]:
+    """Serve ``app``, or the app ``factory(base_url)`` returns, until the block ends; yields the base URL
+    ``http://127.0.0.1:PORT``."""
+    if (app is None) == (factory is None):
+        raise TypeError("serve_in_thread: give either app or factory")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    base_url = f"http://127.0.0.1:{port}"
+    if factory is not None:
+        try:
+            app = factory(base_url)
+        except BaseException:
+            sock.close()
+            raise
     config = uvicorn.Config(
         app, lifespan="on", log_level="warning", access_log=False, http="h11", ws="none", loop="asyncio"
     )
@@ -49,7 +65,6 @@ def serve_in_thread(app: Any) -> Iterator[str]:
 
     thread = threading.Thread(target=run, name=f"live-server-{port}", daemon=True)
     thread.start()
-    base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(base_url, thread, failure)
         yield base_url

@@ -1,7 +1,8 @@
-"""``ApiClient``: a synchronous httpx client of the control-plane API, as ``octl`` uses it.
+"""``ApiClient``: a synchronous httpx client of the orchestrator's user API, as ``octl`` uses it.
 
-Every method maps one API operation; list methods follow ``next_page_token`` and answer every item.
-A non-2xx answer raises :class:`ApiError`, an unreachable server :class:`ApiConnectionError`.
+Every method maps one API operation (control plane, module catalogue, deployments); list methods follow
+``next_page_token`` and answer every item. A non-2xx answer raises :class:`ApiError`, an unreachable
+server :class:`ApiConnectionError`.
 The transport is injectable (``httpx.MockTransport``, a WSGI app, the network), as in httpx.
 
 This module imports no server code: the CLI ships without the ``server`` extra.
@@ -9,7 +10,8 @@ This module imports no server code: the CLI ships without the ``server`` extra.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -22,6 +24,16 @@ JsonObject = dict[str, Any]
 #: Items asked for per page when listing; the server caps it at 1000.
 DEFAULT_PAGE_SIZE = 100
 DEFAULT_TIMEOUT_SECONDS = 30.0
+#: How long one wait-for-complete call may hold the request open on the server (it allows 2 to 60).
+DEFAULT_WAIT_SECONDS = 30
+#: Extra time the HTTP request of a long poll gets beyond the server's own wait.
+LONG_POLL_MARGIN_SECONDS = 15.0
+#: Tries of a deployment POST that carries an Idempotency-Key when the connection fails; the same key
+#: makes a repeat safe (the server answers the deployment the first try created).
+CREATE_ATTEMPTS = 3
+CREATE_RETRY_DELAY_SECONDS = 0.5
+
+Params = Mapping[str, str | Sequence[str] | None]
 
 #: Short names of the HTTP error classes, as the CLI prints them ("conflict: ...").
 STATUS_KINDS: Mapping[int, str] = {
@@ -30,6 +42,7 @@ STATUS_KINDS: Mapping[int, str] = {
     403: "forbidden",
     404: "not found",
     405: "method not allowed",
+    408: "request timeout",
     409: "conflict",
     413: "payload too large",
     422: "unprocessable request",
@@ -135,11 +148,21 @@ class ApiClient:
         method: str,
         path: str,
         *,
-        params: Mapping[str, str | list[str]] | None = None,
+        params: Params | None = None,
         body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> httpx.Response:
+        query = {k: v if isinstance(v, str) else list(v) for k, v in (params or {}).items() if v is not None}
         try:
-            response = self._http.request(method, path, params=params, json=body)
+            response = self._http.request(
+                method,
+                path,
+                params=query,
+                json=body,
+                headers=headers,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
         except httpx.TimeoutException as exc:
             raise ApiConnectionError(f"cannot reach the API at {self.base_url}: timed out") from exc
         except httpx.TransportError as exc:
@@ -166,8 +189,8 @@ class ApiClient:
     def _delete(self, path: str, *, params: Mapping[str, str] | None = None) -> None:
         self._send("DELETE", path, params=params)
 
-    def _pages(self, path: str, params: Mapping[str, str] | None = None) -> Iterator[JsonObject]:
-        query: dict[str, str] = {**(params or {}), "per_page": str(self.page_size)}
+    def _pages(self, path: str, params: Params | None = None) -> Iterator[JsonObject]:
+        query: dict[str, str | Sequence[str] | None] = {**(params or {}), "per_page": str(self.page_size)}
         while True:
             page = self._object("GET", path, params=query)
             items = page.get("items")
@@ -179,10 +202,9 @@ class ApiClient:
                 return
             query["page"] = str(token)
 
-    def _list(self, path: str, params: Mapping[str, str | None] | None = None) -> list[JsonObject]:
-        """Every item of a paged list, in the server's order."""
-        given = {k: v for k, v in (params or {}).items() if v is not None}
-        return list(self._pages(path, given))
+    def _list(self, path: str, params: Params | None = None) -> list[JsonObject]:
+        """Every item of a paged list, in the server's order; ``None`` parameters are left out."""
+        return list(self._pages(path, params))
 
     # -- organizations --------------------------------------------------------------------------------
 
@@ -324,3 +346,203 @@ class ApiClient:
 
     def delete_token(self, org: str, token_id: str) -> None:
         self._delete(f"/orgs/{_segment(org)}/tokens/{_segment(token_id)}")
+
+    # -- resource types -------------------------------------------------------------------------------
+
+    def create_resource_type(self, org: str, body: JsonObject) -> JsonObject:
+        return self._object("POST", f"/orgs/{_segment(org)}/resource-types", body=body)
+
+    def get_resource_type(self, org: str, type_id: str) -> JsonObject:
+        return self._object("GET", f"/orgs/{_segment(org)}/resource-types/{_segment(type_id)}")
+
+    def list_resource_types(self, org: str) -> list[JsonObject]:
+        return self._list(f"/orgs/{_segment(org)}/resource-types")
+
+    def update_resource_type(self, org: str, type_id: str, patch: JsonObject) -> JsonObject:
+        return self._object("PATCH", f"/orgs/{_segment(org)}/resource-types/{_segment(type_id)}", body=patch)
+
+    def delete_resource_type(self, org: str, type_id: str) -> None:
+        self._delete(f"/orgs/{_segment(org)}/resource-types/{_segment(type_id)}")
+
+    def list_available_resource_types(
+        self, org: str, project_id: str, env_id: str, *, include_non_developer_accessible: bool = False
+    ) -> list[JsonObject]:
+        """The resource types a deployment to the environment can request, with the modules serving them."""
+        return self._list(
+            f"{self._env_path(org, project_id, env_id)}/available-resource-types",
+            {"include_non_developer_accessible": "true" if include_non_developer_accessible else None},
+        )
+
+    # -- module providers -----------------------------------------------------------------------------
+
+    def _provider_path(self, org: str, provider_type: str, provider_id: str) -> str:
+        return f"/orgs/{_segment(org)}/module-providers/{_segment(provider_type)}/{_segment(provider_id)}"
+
+    def create_module_provider(self, org: str, body: JsonObject) -> JsonObject:
+        """A module provider; the body names both ``provider_type`` and ``id``."""
+        return self._object("POST", f"/orgs/{_segment(org)}/module-providers", body=body)
+
+    def get_module_provider(self, org: str, provider_type: str, provider_id: str) -> JsonObject:
+        return self._object("GET", self._provider_path(org, provider_type, provider_id))
+
+    def list_module_providers(self, org: str, *, provider_type: str | None = None) -> list[JsonObject]:
+        return self._list(f"/orgs/{_segment(org)}/module-providers", {"byProviderType": provider_type})
+
+    def update_module_provider(
+        self, org: str, provider_type: str, provider_id: str, patch: JsonObject
+    ) -> JsonObject:
+        return self._object("PATCH", self._provider_path(org, provider_type, provider_id), body=patch)
+
+    def delete_module_provider(self, org: str, provider_type: str, provider_id: str) -> None:
+        self._delete(self._provider_path(org, provider_type, provider_id))
+
+    # -- modules --------------------------------------------------------------------------------------
+
+    def create_module(self, org: str, body: JsonObject) -> JsonObject:
+        return self._object("POST", f"/orgs/{_segment(org)}/modules", body=body)
+
+    def get_module(self, org: str, module_id: str) -> JsonObject:
+        return self._object("GET", f"/orgs/{_segment(org)}/modules/{_segment(module_id)}")
+
+    def list_modules(self, org: str, *, resource_type: str | None = None) -> list[JsonObject]:
+        return self._list(f"/orgs/{_segment(org)}/modules", {"byResourceType": resource_type})
+
+    def update_module(self, org: str, module_id: str, patch: JsonObject) -> JsonObject:
+        """A new version of the module: the fields given replace the current ones."""
+        return self._object("PATCH", f"/orgs/{_segment(org)}/modules/{_segment(module_id)}", body=patch)
+
+    def delete_module(self, org: str, module_id: str) -> None:
+        self._delete(f"/orgs/{_segment(org)}/modules/{_segment(module_id)}")
+
+    def list_module_versions(self, org: str, module_id: str) -> list[JsonObject]:
+        return self._list(f"/orgs/{_segment(org)}/modules/{_segment(module_id)}/versions")
+
+    def get_module_version(self, org: str, module_id: str, version_id: str) -> JsonObject:
+        return self._object(
+            "GET", f"/orgs/{_segment(org)}/modules/{_segment(module_id)}/versions/{_segment(version_id)}"
+        )
+
+    # -- module rules ---------------------------------------------------------------------------------
+
+    def create_module_rule(self, org: str, body: JsonObject) -> JsonObject:
+        return self._object("POST", f"/orgs/{_segment(org)}/module-rules", body=body)
+
+    def get_module_rule(self, org: str, rule_id: str) -> JsonObject:
+        return self._object("GET", f"/orgs/{_segment(org)}/module-rules/{_segment(rule_id)}")
+
+    def list_module_rules(
+        self,
+        org: str,
+        *,
+        resource_type: str | None = None,
+        module_id: str | None = None,
+        project_id: str | None = None,
+        env_id: str | None = None,
+    ) -> list[JsonObject]:
+        """Module rules; ``env_id`` filters only with ``project_id`` (the server refuses it alone)."""
+        return self._list(
+            f"/orgs/{_segment(org)}/module-rules",
+            {
+                "byResourceType": resource_type,
+                "byModuleId": module_id,
+                "byProjectId": project_id,
+                "byEnvId": env_id,
+            },
+        )
+
+    def delete_module_rule(self, org: str, rule_id: str) -> None:
+        self._delete(f"/orgs/{_segment(org)}/module-rules/{_segment(rule_id)}")
+
+    # -- deployments ----------------------------------------------------------------------------------
+
+    def _deployment_path(self, org: str, deployment_id: str) -> str:
+        return f"/orgs/{_segment(org)}/deployments/{_segment(deployment_id)}"
+
+    def create_deployment(
+        self,
+        org: str,
+        body: JsonObject,
+        *,
+        idempotency_key: str | None = None,
+        on_retry: Callable[[ApiConnectionError], None] | None = None,
+    ) -> JsonObject:
+        """Create a deployment: the Deployment (201; 200 when ``idempotency_key`` named an existing one),
+        or ``{runner_id, diff, tf}`` for a dry run (``is_dry_run``).
+
+        With an ``idempotency_key`` a POST whose connection failed is sent again with the same key (up to
+        :data:`CREATE_ATTEMPTS` tries): if the first one reached the server, the repeat answers the same
+        deployment instead of creating a second. Without a key nothing is repeated.
+        """
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        attempts = CREATE_ATTEMPTS if idempotency_key else 1
+        attempt = 1
+        while True:
+            try:
+                return self._object("POST", f"/orgs/{_segment(org)}/deployments", body=body, headers=headers)
+            except ApiConnectionError as exc:
+                if attempt >= attempts:
+                    raise
+                if on_retry is not None:
+                    on_retry(exc)
+                time.sleep(CREATE_RETRY_DELAY_SECONDS * attempt)
+                attempt += 1
+
+    def get_deployment(self, org: str, deployment_id: str) -> JsonObject:
+        return self._object("GET", self._deployment_path(org, deployment_id))
+
+    def list_deployments(
+        self,
+        org: str,
+        *,
+        project_id: str | None = None,
+        env_id: str | None = None,
+        modes: Sequence[str] = (),
+        statuses: Sequence[str] = (),
+    ) -> list[JsonObject]:
+        """Deployments, newest first; several ``modes`` or ``statuses`` match any of them."""
+        return self._list(
+            f"/orgs/{_segment(org)}/deployments",
+            {
+                "project_id": project_id,
+                "env_id": env_id,
+                "by_mode[]": list(modes) or None,
+                "by_status[]": list(statuses) or None,
+            },
+        )
+
+    def wait_for_deployment(
+        self, org: str, deployment_id: str, *, timeout_seconds: int = DEFAULT_WAIT_SECONDS
+    ) -> JsonObject | None:
+        """The deployment once it is final, or None if it still executes after ``timeout_seconds``
+        (a long poll: call again)."""
+        try:
+            return self._object(
+                "GET",
+                f"{self._deployment_path(org, deployment_id)}/actions/wait-for-complete",
+                params={"timeout_in_seconds": str(timeout_seconds)},
+                timeout=timeout_seconds + LONG_POLL_MARGIN_SECONDS,
+            )
+        except ApiError as exc:
+            if exc.status == 408:
+                return None
+            raise
+
+    def get_deployment_tf(self, org: str, deployment_id: str) -> str:
+        """The compiled root module (main.tf) the deployment ran."""
+        return self._send("GET", f"{self._deployment_path(org, deployment_id)}/tf").text
+
+    def get_encrypted_outputs(self, org: str, deployment_id: str) -> str:
+        """The deployment's outputs: base64 age ciphertext of a JSON object, for its outputs recipient."""
+        raw = self._object("GET", f"{self._deployment_path(org, deployment_id)}/encrypted-outputs").get("raw")
+        if not isinstance(raw, str):
+            raise ApiError(200, "API-000", "the API answered encrypted outputs without 'raw'")
+        return raw
+
+    def get_deployment_logs(self, org: str, deployment_id: str, *, decrypt_key: str | None = None) -> str:
+        """The runner's logs: base64 age ciphertext, or plain text when the server is given ``decrypt_key``
+        (the identity travels to the server in the ``DecryptKey`` header)."""
+        return self._send(
+            "GET",
+            f"{self._deployment_path(org, deployment_id)}/actions/get-logs",
+            headers={"DecryptKey": decrypt_key} if decrypt_key else None,
+        ).text

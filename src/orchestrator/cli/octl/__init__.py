@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.octl.commands import config, envs, verbs
+from orchestrator.cli.octl.commands import config, deploy, deployments, envs, verbs
 from orchestrator.cli.octl.session import EXIT_CODES_HELP, OctlGroup, Session
 
 __all__ = ["main"]
@@ -33,7 +33,8 @@ __all__ = ["main"]
 )
 @click.pass_context
 def main(ctx: click.Context, org: str | None, api_url: str | None, token: str | None, debug: bool) -> None:
-    """Manage runners, runner rules, projects, environments and tokens of a Platform Orchestrator.
+    """Deploy to, and manage the runners, module catalogue, projects and environments of a Platform
+    Orchestrator.
 
     Settings come from flags, then PO_* environment variables, then the config file
     (see `octl config --help`).
@@ -51,3 +52,7 @@ main.add_command(verbs.get)
 main.add_command(verbs.update)
 main.add_command(verbs.delete)
 main.add_command(envs.refresh_runner)
+main.add_command(deploy.deploy)
+main.add_command(deploy.rollback)
+main.add_command(deployments.logs)
+main.add_command(deployments.tf)

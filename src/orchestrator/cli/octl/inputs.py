@@ -40,6 +40,20 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+def load_yaml(text: str) -> Any:
+    """A YAML document, safely loaded, dates kept as strings; raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+
+
+def yaml_error(exc: yaml.YAMLError) -> str:
+    """What is wrong with a YAML document, and where."""
+    where = ""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        where = f" at line {mark.line + 1} column {mark.column + 1}"
+    return f"{getattr(exc, 'problem', None) or 'not valid YAML'}{where}"
+
+
 def parse_set_value(key: str, raw: str) -> Any:
     """The value of one ``--set key=raw``."""
     if not (raw[:1] in ("[", "{") or raw in _JSON_WORDS or _DIGITS.fullmatch(raw)):
@@ -99,14 +113,9 @@ def parse_document(flag: str, text: str) -> dict[str, Any]:
             ) from exc
     else:
         try:
-            data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+            data = load_yaml(text)
         except yaml.YAMLError as exc:
-            where = ""
-            mark = getattr(exc, "problem_mark", None)
-            if mark is not None:
-                where = f" at line {mark.line + 1} column {mark.column + 1}"
-            problem = getattr(exc, "problem", None) or "not valid YAML"
-            raise InputError(f"--set-yaml: invalid YAML: {problem}{where}") from exc
+            raise InputError(f"--set-yaml: invalid YAML: {yaml_error(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

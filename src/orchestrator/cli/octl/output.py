@@ -53,12 +53,24 @@ def _cell(value: Any) -> Text:
     return Text(str(value))
 
 
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML where a multi-line string (Terraform code, a module's source) is a literal block."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # PyYAML falls back to a quoted scalar by itself when a block cannot hold the value exactly.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 def to_yaml(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> None:

@@ -26,7 +26,8 @@ from orchestrator.client import ApiClient, ApiConnectionError, ApiError
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 success, 1 the API refused the request, 2 usage or input error, 3 API unreachable."
+    "Exit codes: 0 success, 1 the API refused the request or the deployment failed, 2 usage or input "
+    "error, 3 API unreachable."
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,6 +35,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class ApiFailure(click.ClickException):
     """The API answered with an error."""
+
+    exit_code = 1
+
+
+class OperationFailure(click.ClickException):
+    """What was asked for did not work out: a deployment failed, a key does not decrypt."""
 
     exit_code = 1
 

@@ -2,6 +2,34 @@
 
 from __future__ import annotations
 
-from orchestrator.cli.octl.commands import config, envs, projects, runner_rules, runners, tokens, verbs
+from orchestrator.cli.octl.commands import (
+    config,
+    deploy,
+    deployments,
+    envs,
+    module_rules,
+    modules,
+    projects,
+    providers,
+    resource_types,
+    runner_rules,
+    runners,
+    tokens,
+    verbs,
+)
 
-__all__ = ["config", "envs", "projects", "runner_rules", "runners", "tokens", "verbs"]
+__all__ = [
+    "config",
+    "deploy",
+    "deployments",
+    "envs",
+    "module_rules",
+    "modules",
+    "projects",
+    "providers",
+    "resource_types",
+    "runner_rules",
+    "runners",
+    "tokens",
+    "verbs",
+]

@@ -1,0 +1,346 @@
+"""``octl deploy PROJECT ENV MANIFEST`` and ``octl rollback PROJECT ENV DEPLOYMENT``.
+
+Both create a deployment and, unless ``--no-wait``, wait for it and print its decrypted outputs:
+
+1. A fresh age key pair for the outputs and one for the logs; only the public halves are sent.
+2. ``POST /orgs/{org}/deployments`` with an ``Idempotency-Key`` (a uuid4), sent again with the same key
+   if the connection fails, so a lost answer never starts a second deployment.
+3. ``wait-for-complete`` long polls in a loop, with progress on stderr.
+4. The status on stderr; the outputs, decrypted here, on stdout. A failed deployment exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from orchestrator.cli.octl import keys, manifest, output
+from orchestrator.cli.octl.commands.deployments import decrypt_logs
+from orchestrator.cli.octl.inputs import InputError
+from orchestrator.cli.octl.progress import WaitProgress, format_duration
+from orchestrator.cli.octl.session import (
+    OperationFailure,
+    Session,
+    UnreachableFailure,
+    UsageFailure,
+    org_option,
+    pass_session,
+)
+from orchestrator.client import ApiConnectionError, ApiError, JsonObject
+from orchestrator.protocol import age
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RUNNER_LOG_LEVELS = ("debug", "info", "warn", "error")
+#: Seconds the server holds each wait-for-complete call open.
+WAIT_SECONDS = 30
+#: Consecutive connection failures while waiting before octl gives up (the deployment goes on).
+WAIT_RECONNECT_ATTEMPTS = 5
+#: The compiled code names the Terraform output of workload W ``workload_W``; octl prints outputs by
+#: workload, as upstream does.
+WORKLOAD_OUTPUT_PREFIX = "workload_"
+#: Logs are uploaded just before the results; a few short retries cover a slow upload.
+LOG_FETCH_ATTEMPTS = 4
+LOG_FETCH_DELAY_SECONDS = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How to create and follow one deployment (the flags ``deploy`` and ``rollback`` share)."""
+
+    dry_run: bool
+    no_wait: bool
+    show_logs: bool
+    save_keys: Path | None
+    out: str
+
+
+def run_options(func: F) -> F:
+    """The flags ``deploy`` and ``rollback`` share."""
+    options = (
+        click.option("--plan-only", is_flag=True, help="Only plan: show what would change, change nothing."),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Compile only: print the runner, the resource graph diff and the Terraform code.",
+        ),
+        click.option(
+            "--no-wait",
+            is_flag=True,
+            help="Do not wait: print the deployment id and its logs key, and return.",
+        ),
+        click.option(
+            "--runner-logs-level",
+            type=click.Choice(RUNNER_LOG_LEVELS),
+            default="info",
+            show_default=True,
+            help="How much the runner logs.",
+        ),
+        click.option("--show-logs", is_flag=True, help="Print the runner logs (stderr) when it completes."),
+        click.option(
+            "--save-keys",
+            metavar="DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Also write the outputs and logs keys to DIR/<deployment>.{outputs,logs}.key (mode 0600). "
+            "Without it the keys exist only in this process and on screen.",
+        ),
+        click.option(
+            "-o",
+            "--out",
+            type=click.Choice(("yaml", "json")),
+            default="yaml",
+            show_default=True,
+            help="Format of the outputs (or dry-run result) on stdout.",
+        ),
+        org_option,
+    )
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("deploy")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@click.argument("source", metavar="MANIFEST")
+@run_options
+@pass_session
+def deploy(
+    session: Session,
+    project_id: str,
+    env_id: str,
+    source: str,
+    plan_only: bool,
+    dry_run: bool,
+    no_wait: bool,
+    runner_logs_level: str,
+    show_logs: bool,
+    save_keys: Path | None,
+    out: str,
+) -> None:
+    """Deploy MANIFEST (a YAML or JSON file, or - for stdin) to environment ENV of PROJECT.
+
+    The manifest lists workloads (their resources and outputs) and shared resources:
+
+    \b
+      workloads:
+        my-app:
+          resources:
+            db: {type: postgres}
+          outputs:
+            db_host: ${resources.db.outputs.host}
+
+    Waits for the deployment and prints its outputs, decrypted with a key made for this deployment
+    only. Resources that are no longer in the manifest are destroyed.
+    """
+    try:
+        document = manifest.read(source, sys.stdin)
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from exc
+    body: JsonObject = {"project_id": project_id, "env_id": env_id, "mode": "deploy", "manifest": document}
+    if plan_only:
+        body["plan_only"] = True
+    body["runner_log_level"] = runner_logs_level
+    options = RunOptions(dry_run=dry_run, no_wait=no_wait, show_logs=show_logs, save_keys=save_keys, out=out)
+    run(session, body, options)
+
+
+@click.command("rollback")
+@click.argument("project_id", metavar="PROJECT")
+@click.argument("env_id", metavar="ENV")
+@click.argument("target_id", metavar="DEPLOYMENT", type=click.UUID)
+@run_options
+@pass_session
+def rollback(
+    session: Session,
+    project_id: str,
+    env_id: str,
+    target_id: uuid.UUID,
+    plan_only: bool,
+    dry_run: bool,
+    no_wait: bool,
+    runner_logs_level: str,
+    show_logs: bool,
+    save_keys: Path | None,
+    out: str,
+) -> None:
+    """Deploy the manifest of an earlier DEPLOYMENT of ENV again (mode rollback).
+
+    Like deploy, it waits and prints the outputs. It does not revert changes to runners,
+    providers or module rules.
+    """
+    body: JsonObject = {
+        "project_id": project_id,
+        "env_id": env_id,
+        "mode": "rollback",
+        "rollback_to_deployment_id": str(target_id),
+        "runner_log_level": runner_logs_level,
+    }
+    if plan_only:
+        body["plan_only"] = True
+    options = RunOptions(dry_run=dry_run, no_wait=no_wait, show_logs=show_logs, save_keys=save_keys, out=out)
+    run(session, body, options)
+
+
+def run(session: Session, body: JsonObject, options: RunOptions) -> None:
+    """Create the deployment ``body`` describes and follow it as ``options`` say."""
+    save_dir = _prepare_keys_dir(options.save_keys) if options.save_keys and not options.dry_run else None
+    outputs_key, logs_key = keys.KeyPair.generate(), keys.KeyPair.generate()
+    body = {
+        **body,
+        "encrypted_outputs_recipient": outputs_key.recipient,
+        "encrypted_logs_recipient": logs_key.recipient,
+    }
+    if options.dry_run:
+        body["is_dry_run"] = True
+    org = session.org()
+    what = f"{body['mode']} deployment{' (plan only)' if body.get('plan_only') else ''}"
+    output.note(f"Creating {what} in {body['project_id']}/{body['env_id']}...")
+    started = time.monotonic()
+    created = session.client().create_deployment(
+        org,
+        body,
+        idempotency_key=str(uuid.uuid4()),
+        on_retry=lambda exc: output.note(f"{exc.message}; sending it again with the same Idempotency-Key..."),
+    )
+    if options.dry_run:
+        output.emit(created, options.out, ())
+        output.success(
+            f"Dry run: the deployment would run on runner {created.get('runner_id')}; nothing changed."
+        )
+        return
+    deployment_id = str(created["id"])
+    output.success(f"Deployment {deployment_id} created; it runs on runner {created.get('runner_id')}.")
+    if save_dir is not None:
+        for name, pair in (
+            (f"{deployment_id}.outputs.key", outputs_key),
+            (f"{deployment_id}.logs.key", logs_key),
+        ):
+            output.note(f"Saved {keys.save(save_dir, name, pair)}")
+    if options.no_wait:
+        output.emit({"deployment_id": deployment_id, "logs_key": logs_key.identity}, options.out, ())
+        output.note(
+            f"Once it completes: `octl get deployment {deployment_id}`; "
+            f"`octl logs {deployment_id} --key <logs_key>` prints its logs."
+        )
+        if save_dir is None:
+            output.note(
+                "Its outputs are encrypted to a key that was not kept (use --save-keys DIR to keep it)."
+            )
+        return
+    output.note(f"Logs key: {logs_key.identity} (`octl logs {deployment_id} --key <key>`)")
+    deployment = _wait(session, org, deployment_id, started)
+    if options.show_logs:
+        _show_logs(session, org, deployment_id, logs_key.identity)
+    _report(session, org, deployment, outputs_key.identity, started, options.out)
+
+
+def _prepare_keys_dir(directory: Path) -> Path:
+    try:
+        return keys.prepare_directory(directory)
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from exc
+
+
+def _wait(session: Session, org: str, deployment_id: str, started: float) -> JsonObject:
+    """The deployment once final; connection failures are retried a few times (it runs on regardless)."""
+    client = session.client()
+    failures = 0
+    progress = WaitProgress(
+        f"Waiting for deployment {deployment_id} to complete", console=Console(stderr=True), started=started
+    )
+    try:
+        with progress:
+            while True:
+                progress.poll()
+                try:
+                    done = client.wait_for_deployment(org, deployment_id, timeout_seconds=WAIT_SECONDS)
+                except ApiConnectionError as exc:
+                    failures += 1
+                    if failures > WAIT_RECONNECT_ATTEMPTS:
+                        raise UnreachableFailure(
+                            f"{exc.message}; deployment {deployment_id} goes on without octl: "
+                            f"`octl get deployment {deployment_id}` shows how it ends"
+                        ) from exc
+                    time.sleep(min(2.0**failures, 30.0))
+                    continue
+                failures = 0
+                if done is not None:
+                    return done
+    except KeyboardInterrupt:
+        output.note(
+            f"\nStopped waiting; deployment {deployment_id} goes on: `octl get deployment {deployment_id}`."
+        )
+        raise click.exceptions.Exit(130) from None
+
+
+def _show_logs(session: Session, org: str, deployment_id: str, identity: str) -> None:
+    """The runner logs on stderr; a problem with them is reported, but does not fail the command."""
+    ciphertext = None
+    for attempt in range(1, LOG_FETCH_ATTEMPTS + 1):
+        try:
+            ciphertext = session.client().get_deployment_logs(org, deployment_id)
+            break
+        except ApiError as exc:
+            if exc.status != 404 or attempt == LOG_FETCH_ATTEMPTS:
+                output.note(f"Cannot show the runner logs: {exc}")
+                return
+            time.sleep(LOG_FETCH_DELAY_SECONDS * 2 ** (attempt - 1))
+    assert ciphertext is not None
+    try:
+        text = decrypt_logs(deployment_id, ciphertext, identity)
+    except OperationFailure as exc:
+        output.note(f"Cannot show the runner logs: {exc.message}")
+        return
+    output.note("Runner logs:")
+    click.echo(text, err=True, nl=not text.endswith("\n"))
+
+
+def _resources_line(deployment: JsonObject) -> str | None:
+    metrics = deployment.get("metrics") or {}
+    counts = [metrics.get(f"num_tf_resources_{k}") for k in ("added", "changed", "removed")]
+    if any(not isinstance(c, int) for c in counts):
+        return None
+    added, changed, removed = counts
+    if deployment.get("plan_only"):
+        return f"Plan: {added} to add, {changed} to change, {removed} to remove."
+    return f"Resources: {added} added, {changed} changed, {removed} removed."
+
+
+def _report(
+    session: Session, org: str, deployment: JsonObject, identity: str, started: float, out: str
+) -> None:
+    deployment_id = str(deployment.get("id"))
+    status, message = deployment.get("status"), deployment.get("status_message") or ""
+    elapsed = format_duration(time.monotonic() - started)
+    if status != "succeeded":
+        raise OperationFailure(f"deployment {deployment_id} {status} after {elapsed}: {message}")
+    output.success(f"Deployment {deployment_id} succeeded after {elapsed}: {message}")
+    resources = _resources_line(deployment)
+    if resources:
+        output.note(resources)
+    if deployment.get("has_outputs") is False:
+        output.note("The deployment reported no outputs.")
+        return
+    raw = session.client().get_encrypted_outputs(org, deployment_id)
+    try:
+        values = json.loads(age.decrypt_b64(raw, identity))
+    except (age.AgeDecryptError, ValueError) as exc:
+        raise OperationFailure(f"the outputs of deployment {deployment_id} cannot be read: {exc}") from exc
+    output.emit(by_workload(values), out, ())
+
+
+def by_workload(outputs: Any) -> Any:
+    """The decrypted outputs keyed by workload name (``workload_api`` becomes ``api``)."""
+    if not isinstance(outputs, dict):
+        return outputs
+    return {str(name).removeprefix(WORKLOAD_OUTPUT_PREFIX): value for name, value in outputs.items()}

@@ -1,0 +1,128 @@
+"""``octl get deployments`` (alias ``deps``), ``get deployment`` (``dep``), ``octl tf``, ``octl logs``."""
+
+from __future__ import annotations
+
+import uuid
+
+import click
+
+from orchestrator.cli.octl import keys, output
+from orchestrator.cli.octl.commands import verbs
+from orchestrator.cli.octl.commands.common import emit_list
+from orchestrator.cli.octl.inputs import InputError
+from orchestrator.cli.octl.output import field
+from orchestrator.cli.octl.session import OperationFailure, Session, UsageFailure, org_option, pass_session
+from orchestrator.protocol import age
+
+DEPLOYMENT_SUMMARY = (
+    field("Id", "id"),
+    field("ProjectId", "project_id"),
+    field("EnvId", "env_id"),
+    field("Mode", "mode"),
+    field("Status", "status"),
+    field("CreatedAt", "created_at"),
+)
+DEPLOYMENT = (
+    *DEPLOYMENT_SUMMARY,
+    field("CompletedAt", "completed_at"),
+    field("RunnerId", "runner_id"),
+    field("StatusMessage", "status_message"),
+)
+STATUSES = ("executing", "succeeded", "failed")
+MODES = ("deploy", "plan_only", "rollback", "destroy")
+
+
+@verbs.get.command("deployments")
+@click.option("--project", "project_id", metavar="PROJECT", help="Only the deployments of this project.")
+@click.option("--env", "env_id", metavar="ENV", help="Only the deployments to this environment.")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(STATUSES),
+    help="Only these statuses (repeatable).",
+)
+@click.option(
+    "--mode", "modes", multiple=True, type=click.Choice(MODES), help="Only these modes (repeatable)."
+)
+@output.out_option("table")
+@org_option
+@pass_session
+def get_deployments(
+    session: Session,
+    project_id: str | None,
+    env_id: str | None,
+    statuses: tuple[str, ...],
+    modes: tuple[str, ...],
+    out: str,
+) -> None:
+    """List deployments, newest first (alias: deps)."""
+    org = session.org()
+    deployments = session.client().list_deployments(
+        org, project_id=project_id, env_id=env_id, statuses=statuses, modes=modes
+    )
+    emit_list(deployments, out, DEPLOYMENT_SUMMARY, f"No deployments found in organization {org}.")
+
+
+@verbs.get.command("deployment")
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@output.out_option("table")
+@org_option
+@pass_session
+def get_deployment(session: Session, deployment_id: uuid.UUID, out: str) -> None:
+    """Show a deployment (alias: dep; -o yaml or json for its manifest, metrics and error)."""
+    output.emit(session.client().get_deployment(session.org(), str(deployment_id)), out, DEPLOYMENT)
+
+
+@click.command("tf")
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@org_option
+@pass_session
+def tf(session: Session, deployment_id: uuid.UUID) -> None:
+    """Print the Terraform code (main.tf) the orchestrator compiled for a deployment."""
+    code = session.client().get_deployment_tf(session.org(), str(deployment_id))
+    click.echo(code, nl=not code.endswith("\n"))
+
+
+@click.command("logs")
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.option(
+    "--key",
+    metavar="AGE-SECRET-KEY-...|@FILE",
+    help="The logs key `octl deploy` printed (or saved with --save-keys). Without it the logs are "
+    "printed as they are stored: base64 age ciphertext.",
+)
+@org_option
+@pass_session
+def logs(session: Session, deployment_id: uuid.UUID, key: str | None) -> None:
+    """Print the runner logs of a deployment.
+
+    The logs are encrypted by the runner to a key only the deployer holds; they are decrypted here,
+    so the key never leaves this machine.
+    """
+    try:
+        identity = keys.read_identity("--key", key) if key is not None else None
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from exc
+    ciphertext = session.client().get_deployment_logs(session.org(), str(deployment_id))
+    if identity is None:
+        click.echo(ciphertext, nl=not ciphertext.endswith("\n"))
+        return
+    text = decrypt_logs(str(deployment_id), ciphertext, identity)
+    click.echo(text, nl=not text.endswith("\n"))
+
+
+def decrypt_logs(deployment_id: str, ciphertext: str, identity: str) -> str:
+    """The plain logs; a key that does not open them is the user's error (exit 1), named as such."""
+    try:
+        plain = age.decrypt_b64(ciphertext.strip(), identity)
+    except age.AgeDecryptError as exc:
+        raise OperationFailure(
+            f"the logs of deployment {deployment_id} do not decrypt with this key: it is not the logs key "
+            "of this deployment"
+        ) from exc
+    return plain.decode("utf-8", errors="replace")
+
+
+verbs.get.add_alias("dep", "deployment")
+verbs.get.add_alias("deps", "deployments")

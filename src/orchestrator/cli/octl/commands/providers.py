@@ -1,0 +1,128 @@
+"""``octl create|get|update|delete provider TYPE ID`` (alias ``mp``), ``get providers`` (alias ``mps``).
+
+Module providers: a Terraform provider configuration that modules map their provider names to
+(``provider_mapping: {aws: aws.default}``).
+"""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl.commands import verbs
+from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.output import field
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+
+PROVIDER_SUMMARY = (
+    field("ProviderType", "provider_type"),
+    field("Id", "id"),
+    field("Source", "source"),
+    field("Description", "description"),
+    field("CreatedAt", "created_at"),
+)
+PROVIDER = (
+    field("ProviderType", "provider_type"),
+    field("Id", "id"),
+    field("Source", "source"),
+    field("VersionConstraint", "version_constraint"),
+    field("Description", "description"),
+    field("CreatedAt", "created_at"),
+)
+
+
+def _named(provider_type: str, provider_id: str) -> str:
+    return f"Module provider {provider_type}.{provider_id}"
+
+
+@verbs.create.command("provider")
+@click.argument("provider_type", metavar="TYPE")
+@click.argument("provider_id", metavar="ID")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def create_provider(
+    session: Session,
+    provider_type: str,
+    provider_id: str,
+    sets: tuple[str, ...],
+    set_json: str | None,
+    set_yaml: str | None,
+    out: str,
+) -> None:
+    """Create module provider TYPE ID (alias: mp).
+
+    Keys: source (required, e.g. hashicorp/aws), version_constraint (required, e.g. "~> 5.0"),
+    configuration (the provider block's arguments), description.
+    """
+    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", provider_id)
+    body = inputs.with_id(body, "provider_type", provider_type)
+    org = session.org()
+    output.emit(session.client().create_module_provider(org, body), out, PROVIDER)
+    output.success(f"{_named(provider_type, provider_id)} created in organization {org}.")
+
+
+@verbs.get.command("provider")
+@click.argument("provider_type", metavar="TYPE")
+@click.argument("provider_id", metavar="ID")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_provider(session: Session, provider_type: str, provider_id: str, out: str) -> None:
+    """Show module provider TYPE ID (alias: mp; -o yaml or json for its configuration)."""
+    provider = session.client().get_module_provider(session.org(), provider_type, provider_id)
+    output.emit(provider, out, PROVIDER)
+
+
+@verbs.get.command("providers")
+@click.option("--type", "provider_type", metavar="TYPE", help="Only the providers of this type, e.g. aws.")
+@output.out_option("table")
+@org_option
+@pass_session
+def get_providers(session: Session, provider_type: str | None, out: str) -> None:
+    """List the module providers of the organization (alias: mps)."""
+    org = session.org()
+    providers = session.client().list_module_providers(org, provider_type=provider_type)
+    emit_list(providers, out, PROVIDER_SUMMARY, f"No module providers found in organization {org}.")
+
+
+@verbs.update.command("provider")
+@click.argument("provider_type", metavar="TYPE")
+@click.argument("provider_id", metavar="ID")
+@input_options
+@output.out_option("yaml")
+@org_option
+@pass_session
+def update_provider(
+    session: Session,
+    provider_type: str,
+    provider_id: str,
+    sets: tuple[str, ...],
+    set_json: str | None,
+    set_yaml: str | None,
+    out: str,
+) -> None:
+    """Update module provider TYPE ID (alias: mp; keys: version_constraint, configuration, description)."""
+    body = inputs.without_id(read_body(sets, set_json, set_yaml), "id", provider_id)
+    body = require_changes(inputs.without_id(body, "provider_type", provider_type))
+    org = session.org()
+    output.emit(session.client().update_module_provider(org, provider_type, provider_id, body), out, PROVIDER)
+    output.success(f"{_named(provider_type, provider_id)} updated in organization {org}.")
+
+
+@verbs.delete.command("provider")
+@click.argument("provider_type", metavar="TYPE")
+@click.argument("provider_id", metavar="ID")
+@org_option
+@pass_session
+def delete_provider(session: Session, provider_type: str, provider_id: str) -> None:
+    """Delete module provider TYPE ID (alias: mp)."""
+    org = session.org()
+    session.client().delete_module_provider(org, provider_type, provider_id)
+    output.success(f"{_named(provider_type, provider_id)} deleted from organization {org}.")
+
+
+for _group in (verbs.create, verbs.get, verbs.update, verbs.delete):
+    _group.add_alias("mp", "provider")
+verbs.get.add_alias("mps", "providers")

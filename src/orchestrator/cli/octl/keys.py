@@ -1,0 +1,85 @@
+"""The age keys of a deployment, on the user's side.
+
+``octl deploy`` makes a fresh X25519 key pair for the outputs and one for the logs of each deployment and
+sends only the recipients (``age1...``). The identities (``AGE-SECRET-KEY-1...``) stay in memory unless
+the user asks for them to be saved (``--save-keys DIR``): then they go to files readable by the owner
+only, in the format of ``age-keygen``, which ``age -d -i FILE`` and ``octl logs --key @FILE`` read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from orchestrator.cli.octl.inputs import InputError
+from orchestrator.protocol import age
+
+IDENTITY_PREFIX = "AGE-SECRET-KEY-"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyPair:
+    #: ``AGE-SECRET-KEY-1...``: secret, decrypts.
+    identity: str
+    #: ``age1...``: public, what the runner encrypts to.
+    recipient: str
+
+    @classmethod
+    def generate(cls) -> KeyPair:
+        identity, recipient = age.generate_identity()
+        return cls(identity=identity, recipient=recipient)
+
+    def file_text(self, *, now: datetime | None = None) -> str:
+        """The key as ``age-keygen`` writes it."""
+        created = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"# created: {created}\n# public key: {self.recipient}\n{self.identity}\n"
+
+
+def prepare_directory(directory: Path) -> Path:
+    """Create ``directory`` (mode 0700) if needed; checked before anything is deployed."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise InputError(f"--save-keys: cannot create '{directory}': {exc.strerror or exc}") from exc
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"--save-keys: '{directory}' is not writable")
+    return directory
+
+
+def save(directory: Path, name: str, pair: KeyPair) -> Path:
+    """Write ``pair`` to ``directory/name``, mode 0600 from the start; an existing file is never replaced."""
+    path = directory / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise InputError(f"--save-keys: cannot write '{path}': {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(pair.file_text())
+    return path
+
+
+def read_identity(flag: str, value: str) -> str:
+    """The identity a ``--key`` value gives: the key, or ``@FILE`` holding it (``age-keygen`` format)."""
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:]).expanduser()
+        if not value[1:]:
+            raise InputError(f"{flag}: '@' must be followed by a file name")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{flag}: cannot read '{path}': {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{flag}: '{path}' is not a text file") from exc
+    lines = [line.strip() for line in text.splitlines()]
+    found = [line for line in lines if line and not line.startswith("#")]
+    if len(found) != 1 or not found[0].upper().startswith(IDENTITY_PREFIX):
+        # Never echo the value: it may be a secret key with a typo.
+        raise InputError(f"{flag}: expected one age secret key ({IDENTITY_PREFIX}1...) or @FILE holding one")
+    try:
+        age.recipient_of(found[0])
+    except age.AgeKeyError as exc:
+        raise InputError(f"{flag}: not a valid age secret key ({IDENTITY_PREFIX}1...)") from exc
+    return found[0]
