@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from functools import partial
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import catalogue, errors, orgs, projects, runner_rules, runners
+from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
+from orchestrator.blobs import FileBlobStore
+from orchestrator.dispatch import creation
+from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
+from orchestrator.gateway import deployments as gateway_deployments
+from orchestrator.gateway import state as gateway_state
+from orchestrator.gateway import tokens
+from orchestrator.launchers.base import Launcher
+from orchestrator.launchers.local import LocalLauncher
+from orchestrator.notify import Notifier
 from orchestrator.secretbox import SecretBox, decode_key, load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
@@ -21,7 +34,15 @@ from orchestrator.store import orgs as org_store
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
 
 
-def create_app(settings: ServerSettings, *, run_migrations: bool = True) -> FastAPI:
+def launcher_for(settings: ServerSettings, local: LocalLauncher, runner_type: str, config: dict[str, object]) -> Launcher | None:
+    """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported."""
+    connection = config.get("connection")
+    if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
+        return local if settings.allow_local_runners else None
+    return None
+
+
+def create_app(settings: ServerSettings, *, run_migrations: bool = True, run_dispatcher: bool = True) -> FastAPI:
     """The whole server as one ASGI app; its lifespan opens and closes the database."""
 
     @asynccontextmanager
@@ -33,6 +54,8 @@ def create_app(settings: ServerSettings, *, run_migrations: bool = True) -> Fast
             else load_or_create_key(settings.data_dir)
         )
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
+        stop = asyncio.Event()
+        worker: asyncio.Task[None] | None = None
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
@@ -43,9 +66,43 @@ def create_app(settings: ServerSettings, *, run_migrations: bool = True) -> Fast
                         token_id=BOOTSTRAP_TOKEN_ID,
                         token_hash=hash_token(settings.bootstrap_token.get_secret_value()),
                     )
-            app.state.services = Services(settings=settings, engine=engine, box=SecretBox(key))
+            box = SecretBox(key)
+            token_key = tokens.token_key(key)
+            notifier = Notifier()
+            local = LocalLauncher(settings.data_dir / "runs", environ=os.environ)
+            blobs = FileBlobStore(settings.data_dir / "objects")
+            dispatcher = Dispatcher(
+                engine=engine,
+                box=box,
+                token_key=token_key,
+                gateway_url=settings.resolved_public_url,
+                launcher_for=partial(launcher_for, settings, local),
+                on_final=notifier.notify,
+                settings=DispatchSettings(check_interval_seconds=settings.status_check_interval_seconds),
+            )
+            app.state.services = Services(
+                settings=settings,
+                engine=engine,
+                box=box,
+                blobs=blobs,
+                token_key=token_key,
+                notifier=notifier,
+                creation=creation.Context(
+                    blobs=blobs,
+                    public_url=settings.resolved_public_url,
+                    timeout=timedelta(seconds=settings.deployment_timeout_seconds),
+                ),
+                wake_dispatcher=dispatcher.wake,
+            )
+            app.state.dispatcher = dispatcher
+            if run_dispatcher:
+                worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             yield
         finally:
+            stop.set()
+            if worker is not None:
+                dispatcher.wake()
+                await worker
             await engine.dispose()
 
     app = FastAPI(
@@ -58,7 +115,16 @@ def create_app(settings: ServerSettings, *, run_migrations: bool = True) -> Fast
     )
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
-    for router in (orgs.router, projects.router, runners.router, runner_rules.router, catalogue.router):
+    for router in (
+        orgs.router,
+        projects.router,
+        runners.router,
+        runner_rules.router,
+        catalogue.router,
+        deployments.router,
+        gateway_deployments.router,
+        gateway_state.router,
+    ):
         app.include_router(router)
 
     @app.get("/healthz", tags=["Meta"])

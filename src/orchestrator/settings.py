@@ -48,6 +48,12 @@ class ServerSettings(BaseSettings):
         default=False,
         description="Accept `vm` runners with connection type `local` (runs deployments on this host).",
     )
+    deployment_timeout_seconds: float = Field(
+        default=3600.0, gt=0, description="A deployment whose runner has not reported by then fails."
+    )
+    status_check_interval_seconds: float = Field(
+        default=5.0, gt=0, description="How often launched runners are checked on."
+    )
     db_pool_size: int = Field(default=10, ge=1, description="PostgreSQL connection pool size.")
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 

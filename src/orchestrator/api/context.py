@@ -11,8 +11,11 @@ from datetime import UTC, datetime
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from orchestrator.blobs import BlobStore
+from orchestrator.dispatch import creation
 from orchestrator.domain.roles import Permission, Role, allows
 from orchestrator.errors import ForbiddenError, NotFoundError, UnauthenticatedError
+from orchestrator.notify import Notifier
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
 from orchestrator.store import orgs as org_store
@@ -25,6 +28,13 @@ class Services:
     settings: ServerSettings
     engine: AsyncEngine
     box: SecretBox
+    blobs: BlobStore
+    #: Key of the per-deployment tokens (derived from the server key).
+    token_key: bytes
+    notifier: Notifier
+    creation: creation.Context
+    #: Tells the dispatcher that a deployment was committed.
+    wake_dispatcher: Callable[[], None]
 
 
 @dataclass(frozen=True, kw_only=True)

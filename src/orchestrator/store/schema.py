@@ -294,3 +294,91 @@ sa.Index(
     module_rules.c.id,
 )
 sa.Index("ix_module_rules_org_module", module_rules.c.org_id, module_rules.c.module_id)
+
+
+# --- deployments and state ---------------------------------------------------------------------------
+
+deployments = sa.Table(
+    "deployments",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("project_id", sa.String(64), nullable=False),
+    sa.Column("env_id", sa.String(64), nullable=False),
+    # The environment's lifecycle id: state is keyed by it, and a recreated environment starts afresh.
+    sa.Column("env_uuid", sa.Uuid(), nullable=False),
+    sa.Column("runner_id", sa.String(64), nullable=False),
+    sa.Column("mode", sa.String(20), nullable=False),
+    sa.Column("plan_only", sa.Boolean(), nullable=False),
+    sa.Column("rollback_to_deployment_id", sa.Uuid(), nullable=True),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.String(4000), nullable=False),
+    sa.Column("manifest", JSONType, nullable=False),
+    # The compiled root module (main.tf), answered by GET .../tf.
+    sa.Column("tf", sa.Text(), nullable=False),
+    # The compiled nodes (resource -> module), for diffs against later deployments.
+    sa.Column("graph", JSONType, nullable=False),
+    sa.Column("bundle_key", sa.String(300), nullable=False),
+    sa.Column("encrypted_outputs_recipient", sa.String(200), nullable=True),
+    sa.Column("encrypted_logs_recipient", sa.String(200), nullable=True),
+    sa.Column("runner_log_level", sa.String(10), nullable=False),
+    sa.Column("idempotency_key_digest", sa.String(64), nullable=True),
+    sa.Column("request_digest", sa.String(64), nullable=False),
+    sa.Column("created_by", sa.String(100), nullable=False),
+    _ts("created_at"),
+    _ts("updated_at"),
+    _ts("completed_at", nullable=True),
+    # Results: age ciphertext of the outputs (base64), counts, the error; only ever ciphertext.
+    sa.Column("outputs", sa.Text(), nullable=True),
+    sa.Column("metrics", JSONType, nullable=False),
+    sa.Column("error", JSONType, nullable=True),
+    sa.Column("logs_key", sa.String(300), nullable=True),
+    sa.Column("logs_size", sa.Integer(), nullable=True),
+    # Dispatch: pending -> launched -> done; claims are leases, so a crashed replica's work is taken over.
+    sa.Column("dispatch_state", sa.String(20), nullable=False),
+    sa.Column("dispatch_owner", sa.String(200), nullable=True),
+    _ts("dispatch_lease_until", nullable=True),
+    sa.Column("dispatch_attempts", sa.Integer(), nullable=False),
+    sa.Column("handle", sa.String(500), nullable=True),
+    _ts("next_check_at", nullable=True),
+    _ts("exited_at", nullable=True),
+    _ts("timeout_at"),
+)
+# One executing deployment per environment, enforced by the database.
+sa.Index(
+    "uq_deployments_executing",
+    deployments.c.env_uuid,
+    unique=True,
+    sqlite_where=deployments.c.status == "executing",
+    postgresql_where=deployments.c.status == "executing",
+)
+sa.Index("uq_deployments_idempotency", deployments.c.org_id, deployments.c.idempotency_key_digest, unique=True)
+sa.Index("ix_deployments_org_created", deployments.c.org_id, deployments.c.created_at)
+sa.Index("ix_deployments_env_created", deployments.c.env_uuid, deployments.c.created_at)
+sa.Index("ix_deployments_dispatch", deployments.c.dispatch_state, deployments.c.next_check_at)
+
+# Terraform state kept by the orchestrator itself (state storage type `orchestrator`): every version kept.
+tf_states = sa.Table(
+    "tf_states",
+    metadata,
+    sa.Column("env_uuid", sa.Uuid(), primary_key=True),
+    sa.Column("version", sa.Integer(), primary_key=True),
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    # Sealed with the server key.
+    sa.Column("data", sa.Text(), nullable=False),
+    sa.Column("md5", sa.String(32), nullable=False),
+    sa.Column("size", sa.Integer(), nullable=False),
+    sa.Column("deployment_id", sa.Uuid(), nullable=True),
+    _ts("created_at"),
+)
+
+tf_state_locks = sa.Table(
+    "tf_state_locks",
+    metadata,
+    sa.Column("env_uuid", sa.Uuid(), primary_key=True),
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("lock_id", sa.String(200), nullable=False),
+    sa.Column("info", JSONType, nullable=False),
+    sa.Column("deployment_id", sa.Uuid(), nullable=True),
+    _ts("created_at"),
+)

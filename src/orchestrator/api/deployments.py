@@ -1,0 +1,288 @@
+"""Deployments (upstream data plane): create, list, get, wait, compiled code, encrypted outputs and logs."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import pyrage
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import AfterValidator, BaseModel, StringConstraints
+
+from orchestrator.api import schemas
+from orchestrator.api.context import DEPLOY, READ, Principal, Services, services, transaction
+from orchestrator.api.errors import error_body
+from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.dispatch import creation
+from orchestrator.domain.deployments import Deployment, Mode, is_final
+from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.store import deployments as store
+
+router = APIRouter(tags=["Deployment"])
+
+MAX_WAIT_SECONDS = 60
+#: Waiters re-read the database this often, so a result applied by another replica is seen.
+WAIT_POLL_SECONDS = 1.0
+
+
+def _age_recipient(value: str) -> str:
+    try:
+        pyrage.x25519.Recipient.from_str(value)
+    except Exception as exc:  # pyrage raises its own error types for a malformed key
+        raise ValueError("does not look like an 'age' public key") from exc
+    return value
+
+
+AgeRecipient = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_age_recipient)]
+
+
+class DeploymentCreateBody(schemas.Body):
+    project_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    env_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    mode: Literal["deploy", "plan_only", "rollback"] = "deploy"
+    plan_only: bool | None = None
+    manifest: dict[str, Any] | None = None
+    rollback_to_deployment_id: uuid.UUID | None = None
+    encrypted_outputs_recipient: AgeRecipient | None = None
+    encrypted_logs_recipient: AgeRecipient | None = None
+    is_dry_run: bool = False
+    runner_log_level: Literal["debug", "info", "warn", "error"] = "info"
+
+
+class DeploymentMetrics(BaseModel):
+    num_workloads: int = 0
+    num_resource_nodes: int = 0
+    num_tf_resources: int | None = None
+    num_tf_resources_added: int | None = None
+    num_tf_resources_removed: int | None = None
+    num_tf_resources_changed: int | None = None
+
+
+class DeploymentSummaryOut(BaseModel):
+    org_id: str
+    project_id: str
+    env_id: str
+    id: uuid.UUID
+    created_at: datetime
+    created_by: str
+    completed_at: datetime | None = None
+    mode: str
+    plan_only: bool
+    rollback_to_deployment_id: uuid.UUID | None = None
+    status: str
+    status_message: str
+    metrics: DeploymentMetrics
+    runner_id: str
+
+    @classmethod
+    def fields_of(cls, d: Deployment) -> dict[str, Any]:
+        return {
+            "org_id": d.org_id,
+            "project_id": d.project_id,
+            "env_id": d.env_id,
+            "id": d.id,
+            "created_at": d.created_at,
+            "created_by": d.created_by,
+            "completed_at": d.completed_at,
+            "mode": d.mode,
+            "plan_only": d.plan_only,
+            "rollback_to_deployment_id": d.rollback_to_deployment_id,
+            "status": d.status,
+            "status_message": d.status_message,
+            "metrics": DeploymentMetrics(**d.metrics),
+            "runner_id": d.runner_id,
+        }
+
+    @classmethod
+    def of(cls, d: Deployment) -> DeploymentSummaryOut:
+        return cls(**cls.fields_of(d))
+
+
+class DeploymentOut(DeploymentSummaryOut):
+    manifest: dict[str, Any]
+    #: The runner's error when the deployment failed.
+    error: dict[str, Any] | None = None
+    has_logs: bool = False
+    has_outputs: bool = False
+
+    @classmethod
+    def of(cls, d: Deployment) -> DeploymentOut:
+        return cls(
+            **cls.fields_of(d),
+            manifest=d.manifest,
+            error=d.error,
+            has_logs=d.logs_key is not None,
+            has_outputs=d.outputs is not None,
+        )
+
+
+class DryRunOut(BaseModel):
+    runner_id: str
+    diff: dict[str, Any]
+    #: The compiled root module that would run.
+    tf: str
+
+
+class EncryptedOutputsOut(BaseModel):
+    raw: str
+
+
+def _mode(body: DeploymentCreateBody) -> tuple[Mode, bool]:
+    if body.mode == "plan_only":
+        return Mode.DEPLOY, True
+    return Mode(body.mode), bool(body.plan_only)
+
+
+@router.post("/orgs/{org_id}/deployments", status_code=201, response_model=DeploymentOut | DryRunOut)
+async def create_deployment(
+    org_id: str,
+    body: DeploymentCreateBody,
+    request: Request,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+    caller: Principal = DEPLOY,
+    svc: Services = Depends(services),
+) -> Response:
+    mode, plan_only = _mode(body)
+    create_request = creation.Request(
+        project_id=body.project_id,
+        env_id=body.env_id,
+        mode=mode,
+        plan_only=plan_only,
+        manifest=body.manifest,
+        rollback_to_deployment_id=body.rollback_to_deployment_id,
+        encrypted_outputs_recipient=body.encrypted_outputs_recipient,
+        encrypted_logs_recipient=body.encrypted_logs_recipient,
+        runner_log_level=body.runner_log_level,
+        is_dry_run=body.is_dry_run,
+        idempotency_key=idempotency_key or None,
+        created_by=caller.token_id,
+    )
+    async with transaction(svc) as conn:
+        outcome = await creation.create(conn, svc.creation, org_id, create_request, now=datetime.now(UTC))
+    if isinstance(outcome, creation.DryRun):
+        out = DryRunOut(runner_id=outcome.runner_id, diff=outcome.diff, tf=outcome.tf)
+        return JSONResponse(out.model_dump(mode="json"), status_code=200)
+    if outcome.new:
+        svc.wake_dispatcher()
+    return JSONResponse(
+        DeploymentOut.of(outcome.deployment).model_dump(mode="json"), status_code=201 if outcome.new else 200
+    )
+
+
+@router.get("/orgs/{org_id}/deployments", response_model=schemas.PageOf[DeploymentSummaryOut])
+async def list_deployments(
+    org_id: str,
+    project_id: str | None = None,
+    env_id: str | None = None,
+    by_mode: Annotated[list[str] | None, Query(alias="by_mode[]")] = None,
+    by_status: Annotated[list[str] | None, Query(alias="by_status[]")] = None,
+    _: Principal = READ,
+    page: PageRequest = Depends(page_request),
+    svc: Services = Depends(services),
+) -> schemas.PageOf[DeploymentSummaryOut]:
+    async with svc.engine.connect() as conn:
+        result = await store.list_page(
+            conn,
+            org_id,
+            project_id=project_id,
+            env_id=env_id,
+            modes=by_mode or [],
+            statuses=by_status or [],
+            after=page.after,
+            limit=page.limit,
+        )
+    return schemas.PageOf(
+        items=[DeploymentSummaryOut.of(d) for d in result.items], next_page_token=encode_page_token(result.next_key)
+    )
+
+
+async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployment:
+    async with svc.engine.connect() as conn:
+        deployment = await store.get(conn, org_id, deployment_id)
+    if deployment is None:
+        raise NotFoundError(f"deployment '{deployment_id}' not found")
+    return deployment
+
+
+@router.get("/orgs/{org_id}/deployments/{deployment_id}", response_model=DeploymentOut)
+async def get_deployment(
+    org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
+) -> DeploymentOut:
+    return DeploymentOut.of(await _get(svc, org_id, deployment_id))
+
+
+@router.get(
+    "/orgs/{org_id}/deployments/{deployment_id}/actions/wait-for-complete",
+    response_model=DeploymentOut,
+    responses={408: {"description": "Still executing: call again."}},
+)
+async def wait_for_complete(
+    org_id: str,
+    deployment_id: uuid.UUID,
+    timeout_in_seconds: Annotated[int, Query(ge=2, le=MAX_WAIT_SECONDS)] = 30,
+    _: Principal = READ,
+    svc: Services = Depends(services),
+) -> Response:
+    deadline = asyncio.get_running_loop().time() + timeout_in_seconds
+    while True:
+        deployment = await _get(svc, org_id, deployment_id)
+        if is_final(deployment.status):
+            return JSONResponse(DeploymentOut.of(deployment).model_dump(mode="json"))
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return JSONResponse(
+                error_body("API-408", f"deployment '{deployment_id}' is still executing"), status_code=408
+            )
+        await svc.notifier.wait(str(deployment_id), min(remaining, WAIT_POLL_SECONDS))
+
+
+@router.get("/orgs/{org_id}/deployments/{deployment_id}/tf", response_class=PlainTextResponse)
+async def get_tf(
+    org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
+) -> PlainTextResponse:
+    """The compiled root module (main.tf) the runner executes."""
+    return PlainTextResponse((await _get(svc, org_id, deployment_id)).tf)
+
+
+@router.get("/orgs/{org_id}/deployments/{deployment_id}/encrypted-outputs", response_model=EncryptedOutputsOut)
+async def get_encrypted_outputs(
+    org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
+) -> EncryptedOutputsOut:
+    deployment = await _get(svc, org_id, deployment_id)
+    if deployment.outputs is None:
+        raise NotFoundError(f"deployment '{deployment_id}' has no outputs")
+    return EncryptedOutputsOut(raw=deployment.outputs)
+
+
+@router.get("/orgs/{org_id}/deployments/{deployment_id}/actions/get-logs", response_class=PlainTextResponse)
+async def get_logs(
+    org_id: str,
+    deployment_id: uuid.UUID,
+    decrypt_key: Annotated[str | None, Header(alias="DecryptKey")] = None,
+    _: Principal = READ,
+    svc: Services = Depends(services),
+) -> PlainTextResponse:
+    """The runner's logs: age ciphertext (base64), or plain text when the ``DecryptKey`` header is given."""
+    deployment = await _get(svc, org_id, deployment_id)
+    data = await svc.blobs.get(deployment.logs_key) if deployment.logs_key else None
+    if data is None:
+        raise NotFoundError(f"deployment '{deployment_id}' has no logs")
+    headers = {"Content-Disposition": f'attachment; filename="{deployment_id}.log"', "Cache-Control": "no-store"}
+    if not decrypt_key:
+        return PlainTextResponse(data.decode(), headers=headers)
+    try:
+        identity = pyrage.x25519.Identity.from_str(decrypt_key.strip())
+    except Exception as exc:  # pyrage's own error types
+        raise InvalidInputError("DecryptKey: not an age secret key (AGE-SECRET-KEY-...)") from exc
+    try:
+        plain = pyrage.decrypt(base64.b64decode(data), [identity])
+    except (binascii.Error, pyrage.DecryptError) as exc:
+        raise InvalidInputError("DecryptKey: the logs do not decrypt with this key") from exc
+    return PlainTextResponse(plain.decode(errors="replace"), headers=headers)
+
+

@@ -1,0 +1,206 @@
+"""The dispatcher: launches runners for new deployments and watches them until they report.
+
+Runs inside ``orchestrator serve``. Work is claimed with leases in the database, so several replicas on one
+PostgreSQL share it safely, and a restarted server picks up whatever was pending or launched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from pydantic import SecretStr
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from orchestrator.dispatch import results as results_policy
+from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, DispatchState, runner_mode
+from orchestrator.domain.runner_secrets import restore_secrets
+from orchestrator.gateway import tokens
+from orchestrator.launchers.base import Launcher, LaunchError, RunState
+from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.results import RunnerMode
+from orchestrator.secretbox import SecretBox
+from orchestrator.store import deployments as store
+from orchestrator.store import runners as runner_store
+
+log = structlog.get_logger(__name__)
+
+#: Picks the launcher for a runner (type, full configuration); None when this server cannot launch it.
+LauncherFor = Callable[[str, dict[str, object]], Launcher | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatchSettings:
+    poll_interval_seconds: float = 1.0
+    check_interval_seconds: float = 5.0
+    #: How long a run may be gone without results before its deployment fails (results may be in flight).
+    exit_grace_seconds: float = 5.0
+    lease_seconds: float = 60.0
+    launch_attempts: int = 5
+    batch_size: int = 20
+    cancel_grace_seconds: float = 10.0
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        box: SecretBox,
+        token_key: bytes,
+        gateway_url: str,
+        launcher_for: LauncherFor,
+        on_final: Callable[[str], None],
+        settings: DispatchSettings | None = None,
+    ) -> None:
+        self.engine = engine
+        self.box = box
+        self.token_key = token_key
+        self.gateway_url = gateway_url
+        self.launcher_for = launcher_for
+        self.on_final = on_final
+        self.settings = settings or DispatchSettings()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look for work now (a deployment was just committed)."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Loop until ``stop`` is set; errors are logged and the loop goes on."""
+        while not stop.is_set():
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("dispatch round failed", owner=self.owner)
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval_seconds)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def run_once(self) -> None:
+        now = datetime.now(UTC)
+        lease = timedelta(seconds=self.settings.lease_seconds)
+        async with self.engine.begin() as conn:
+            pending = await store.claim_pending(
+                conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
+            )
+        if pending:
+            await asyncio.gather(*(self._launch(d) for d in pending))
+        async with self.engine.begin() as conn:
+            due = await store.claim_checks(conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size)
+        if due:
+            await asyncio.gather(*(self._check(d) for d in due))
+
+    async def _release(self, deployment: Deployment, **values: object) -> None:
+        async with self.engine.begin() as conn:
+            await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC), **values)
+
+    async def _fail(self, deployment: Deployment, message: str, *, code: str) -> None:
+        async with self.engine.begin() as conn:
+            await results_policy.fail(conn, deployment, message, now=datetime.now(UTC), code=code)
+            await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC))
+        log.info("deployment failed", deployment_id=str(deployment.id), reason=message)
+        self.on_final(str(deployment.id))
+
+    async def _spec(self, deployment: Deployment) -> tuple[RunSpec, Launcher] | str:
+        """The run spec and launcher, or why there is none."""
+        async with self.engine.connect() as conn:
+            runner = await runner_store.get_runner(conn, deployment.org_id, deployment.runner_id)
+            sealed = await runner_store.get_runner_secret(conn, deployment.org_id, deployment.runner_id)
+        if runner is None:
+            return f"runner '{deployment.runner_id}' no longer exists"
+        secrets = (
+            json.loads(self.box.open(sealed, context=f"runner:{deployment.org_id}/{runner.id}")) if sealed else {}
+        )
+        configuration = restore_secrets(runner.configuration, secrets)
+        launcher = self.launcher_for(runner.type, configuration)
+        if launcher is None:
+            return f"runner '{runner.id}' of type '{runner.type}' cannot be launched by this orchestrator"
+        spec = RunSpec(
+            org_id=deployment.org_id,
+            runner_id=deployment.runner_id,
+            deployment_id=str(deployment.id),
+            env_uuid=str(deployment.env_uuid),
+            mode=RunnerMode(runner_mode(deployment.mode, deployment.plan_only)),
+            token=SecretStr(tokens.deployment_token(self.token_key, deployment.org_id, str(deployment.id))),
+            gateway_url=self.gateway_url,
+            encrypting_key=deployment.encrypted_outputs_recipient,
+            encrypting_logs_key=deployment.encrypted_logs_recipient,
+            log_level=deployment.runner_log_level,
+            runner_configuration=configuration,
+        )
+        return spec, launcher
+
+    async def _launch(self, deployment: Deployment) -> None:
+        found = await self._spec(deployment)
+        if isinstance(found, str):
+            await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
+            return
+        spec, launcher = found
+        attempts = deployment.dispatch_attempts + 1
+        try:
+            handle = await launcher.launch(spec)
+        except LaunchError as exc:
+            if not exc.retryable or attempts >= self.settings.launch_attempts:
+                await self._fail(deployment, f"the runner could not be launched: {exc.message}", code="LAUNCH_FAILED")
+                return
+            log.warning("launch failed, will retry", deployment_id=str(deployment.id), error=exc.message)
+            backoff = timedelta(seconds=min(60.0, 2.0**attempts))
+            async with self.engine.begin() as conn:
+                await store.release(
+                    conn,
+                    deployment.id,
+                    owner=self.owner,
+                    now=datetime.now(UTC),
+                    dispatch_attempts=attempts,
+                )
+                # Keep it leased to nobody until the backoff has passed.
+                await store.lease_until(conn, deployment.id, datetime.now(UTC) + backoff)
+            return
+        now = datetime.now(UTC)
+        await self._release(
+            deployment,
+            dispatch_state=DispatchState.LAUNCHED,
+            handle=handle,
+            dispatch_attempts=attempts,
+            next_check_at=now + timedelta(seconds=self.settings.check_interval_seconds),
+        )
+        log.info("runner launched", deployment_id=str(deployment.id), handle=handle)
+
+    async def _check(self, deployment: Deployment) -> None:
+        found = await self._spec(deployment)
+        launcher = None if isinstance(found, str) else found[1]
+        now = datetime.now(UTC)
+        if deployment.timeout_at <= now:
+            if launcher is not None and deployment.handle:
+                await launcher.cancel(deployment.handle, grace_seconds=self.settings.cancel_grace_seconds)
+            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
+            return
+        if launcher is None or deployment.handle is None:
+            await self._fail(deployment, str(found) if isinstance(found, str) else "lost runner", code="RUNNER_LOST")
+            return
+        status = await launcher.status(deployment.handle)
+        interval = timedelta(seconds=self.settings.check_interval_seconds)
+        if status.state is not RunState.EXITED:
+            await self._release(deployment, next_check_at=now + interval)
+            return
+        grace = timedelta(seconds=self.settings.exit_grace_seconds)
+        if deployment.exited_at is None:
+            await self._release(deployment, exited_at=now, next_check_at=now + grace)
+            return
+        if now - deployment.exited_at < grace:
+            await self._release(deployment, next_check_at=deployment.exited_at + grace)
+            return
+        code = "" if status.exit_code is None else f" with code {status.exit_code}"
+        detail = f": {status.detail}" if status.detail else ""
+        await self._fail(deployment, f"the runner exited{code} without reporting results{detail}", code="RUNNER_EXITED")

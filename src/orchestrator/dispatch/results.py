@@ -1,0 +1,85 @@
+"""Applying what a runner reports: results, and failures the dispatcher observes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.dispatch import environments
+from orchestrator.domain.deployments import Deployment, Mode, Status
+from orchestrator.protocol.results import DeploymentResults, ResultStatus
+from orchestrator.store import deployments as store
+from orchestrator.store import projects as project_store
+
+
+def failure_message(results: DeploymentResults) -> str:
+    if results.error is None:
+        return "runner failed without error details"
+    return f"runner failed with code {results.error.error}: {results.error.message}"
+
+
+async def apply_results(
+    conn: AsyncConnection, deployment: Deployment, results: DeploymentResults, *, now: datetime
+) -> bool:
+    """Finish the deployment from the runner's results, exactly once; False if it was already final."""
+    metrics = dict(deployment.metrics)
+    if results.tf_resource_counts is not None:
+        counts = results.tf_resource_counts
+        metrics.update(
+            num_tf_resources=counts.num_resources,
+            num_tf_resources_added=counts.num_resources_added,
+            num_tf_resources_removed=counts.num_resources_removed,
+            num_tf_resources_changed=counts.num_resources_changed,
+        )
+    succeeded = results.status is ResultStatus.SUCCESS
+    applied = await store.complete(
+        conn,
+        deployment.id,
+        status=Status.SUCCEEDED if succeeded else Status.FAILED,
+        message="deployment succeeded" if succeeded else failure_message(results),
+        now=now,
+        outputs=results.outputs,
+        metrics=metrics,
+        error=None if results.error is None else results.error.model_dump(mode="json", exclude_none=True),
+    )
+    if applied:
+        await after_final(conn, deployment, succeeded=succeeded, message=failure_message(results), now=now)
+    return applied
+
+
+async def fail(conn: AsyncConnection, deployment: Deployment, message: str, *, now: datetime, code: str) -> bool:
+    """Fail an executing deployment for a reason the orchestrator observed (timeout, lost runner, ...)."""
+    applied = await store.complete(
+        conn,
+        deployment.id,
+        status=Status.FAILED,
+        message=message,
+        now=now,
+        error={"error": code, "message": message},
+    )
+    if applied:
+        await after_final(conn, deployment, succeeded=False, message=message, now=now)
+    return applied
+
+
+async def after_final(
+    conn: AsyncConnection, deployment: Deployment, *, succeeded: bool, message: str, now: datetime
+) -> None:
+    """A finished destroy completes the deletion of its environment, or marks the deletion failed."""
+    if deployment.mode != Mode.DESTROY:
+        return
+    env = await project_store.get_env(conn, deployment.org_id, deployment.project_id, deployment.env_id)
+    if env is None or env.uuid != deployment.env_uuid or env.status != "deleting":
+        return
+    if succeeded:
+        await environments.purge(conn, env)
+    else:
+        await project_store.update_env(
+            conn,
+            env.org_id,
+            env.project_id,
+            env.id,
+            status="delete_failed",
+            status_message=f"delete failed due to a failure in deployment '{deployment.id}': {message}",
+        )

@@ -1,0 +1,95 @@
+"""Deployments: the state machine and the value object.
+
+```mermaid
+stateDiagram-v2
+    [*] --> executing: created (dispatch pending)
+    executing --> executing: dispatched (runner launched)
+    executing --> succeeded: runner result "success"
+    executing --> failed: runner result "failure", runner error, exited without results, timeout
+```
+
+Only ``executing`` changes; ``succeeded`` and ``failed`` are final, so a repeated result changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Mode(StrEnum):
+    DEPLOY = "deploy"
+    PLAN_ONLY = "plan_only"
+    ROLLBACK = "rollback"
+    DESTROY = "destroy"
+
+
+class DispatchState(StrEnum):
+    PENDING = "pending"
+    LAUNCHED = "launched"
+    DONE = "done"
+
+
+EXECUTING_MESSAGE = "Deploying..."
+TIMEOUT_MESSAGE = "deployment timeout - runner did not complete within expected time"
+
+
+def is_final(status: str) -> bool:
+    return status != Status.EXECUTING
+
+
+def runner_mode(mode: str, plan_only: bool) -> str:
+    """What the runner is told (MODE): rollback deploys, destroy destroys, plan_only plans."""
+    if mode == Mode.DESTROY:
+        return "destroy"
+    return "plan_only" if plan_only else "deploy"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    org_id: str
+    id: uuid.UUID
+    project_id: str
+    env_id: str
+    env_uuid: uuid.UUID
+    runner_id: str
+    mode: str
+    plan_only: bool
+    rollback_to_deployment_id: uuid.UUID | None
+    status: str
+    status_message: str
+    manifest: dict[str, Any]
+    tf: str
+    graph: list[dict[str, Any]]
+    bundle_key: str
+    encrypted_outputs_recipient: str | None
+    encrypted_logs_recipient: str | None
+    runner_log_level: str
+    idempotency_key_digest: str | None
+    request_digest: str
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    outputs: str | None
+    metrics: dict[str, Any]
+    error: dict[str, Any] | None
+    logs_key: str | None
+    logs_size: int | None
+    dispatch_state: str
+    dispatch_owner: str | None
+    dispatch_lease_until: datetime | None
+    dispatch_attempts: int
+    handle: str | None
+    next_check_at: datetime | None
+    exited_at: datetime | None
+    timeout_at: datetime

@@ -1,0 +1,144 @@
+"""Terraform's ``http`` state backend, served per environment (state storage type ``orchestrator``).
+
+Authorized with HTTP basic auth: user = deployment id, password = that deployment's token; the deployment
+must be executing in this environment. State is sealed with the server key and every version is kept.
+A lock held by one client refuses every other (423 with the holder's lock info, as Terraform expects).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from orchestrator.api.context import Services, services, transaction
+from orchestrator.domain.deployments import Status
+from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
+from orchestrator.gateway import tokens
+from orchestrator.gateway.deployments import read_limited
+from orchestrator.store import deployments as deployment_store
+from orchestrator.store import states as store
+
+router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}", tags=["State backend"])
+
+MAX_STATE_BYTES = 64 * 1024 * 1024
+MAX_LOCK_BYTES = 64 * 1024
+
+
+def _context(env_uuid: uuid.UUID) -> str:
+    return f"tfstate:{env_uuid}"
+
+
+async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uuid.UUID) -> uuid.UUID:
+    """The deployment the caller acts for."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    try:
+        user, _, password = base64.b64decode(credentials, validate=True).decode().partition(":")
+        deployment_id = uuid.UUID(user)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise UnauthenticatedError("state backend requires basic auth: deployment id and token") from exc
+    if scheme.lower() != "basic" or not tokens.verify(svc.token_key, org_id, str(deployment_id), password):
+        raise UnauthenticatedError("invalid deployment token")
+    async with svc.engine.connect() as conn:
+        deployment = await deployment_store.get(conn, org_id, deployment_id)
+    if deployment is None or deployment.env_uuid != env_uuid or deployment.status != Status.EXECUTING:
+        raise UnauthenticatedError("the deployment may not use this environment's state")
+    return deployment_id
+
+
+@router.get("/state")
+async def get_state(
+    org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
+) -> Response:
+    await _authorize(svc, request, org_id, env_uuid)
+    async with svc.engine.connect() as conn:
+        found = await store.latest(conn, env_uuid)
+    if found is None:
+        return Response(status_code=204)
+    data = svc.box.open(found[1], context=_context(env_uuid))
+    return Response(data, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+@router.post("/state")
+async def put_state(
+    org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
+) -> Response:
+    deployment_id = await _authorize(svc, request, org_id, env_uuid)
+    body = await read_limited(request, MAX_STATE_BYTES, "the state")
+    try:
+        json.loads(body)
+    except ValueError as exc:
+        raise InvalidInputError("the state is not JSON") from exc
+    lock_id = request.query_params.get("ID")
+    async with transaction(svc) as conn:
+        held = await store.get_lock(conn, env_uuid)
+        if held is not None and held["lock_id"] != lock_id:
+            raise ConflictError(f"the state is locked by lock '{held['lock_id']}'")
+        await store.add_version(
+            conn,
+            org_id=org_id,
+            env_uuid=env_uuid,
+            data=svc.box.seal(body, context=_context(env_uuid)),
+            md5=hashlib.md5(body, usedforsecurity=False).hexdigest(),
+            size=len(body),
+            deployment_id=deployment_id,
+            now=datetime.now(UTC),
+        )
+    return Response(status_code=200)
+
+
+async def _lock_body(request: Request) -> dict[str, Any]:
+    body = await read_limited(request, MAX_LOCK_BYTES, "the lock info")
+    try:
+        info = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise InvalidInputError("the lock info is not JSON") from exc
+    if not isinstance(info, dict):
+        raise InvalidInputError("the lock info must be a JSON object")
+    return info
+
+
+@router.api_route("/state/lock", methods=["LOCK"])
+async def lock_state(
+    org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
+) -> Response:
+    deployment_id = await _authorize(svc, request, org_id, env_uuid)
+    info = await _lock_body(request)
+    lock_id = str(info.get("ID") or "")
+    if not lock_id:
+        raise InvalidInputError("ID: the lock info names no lock id")
+    async with transaction(svc) as conn:
+        holder = await store.try_lock(
+            conn,
+            org_id=org_id,
+            env_uuid=env_uuid,
+            lock_id=lock_id,
+            info=info,
+            deployment_id=deployment_id,
+            now=datetime.now(UTC),
+        )
+    if holder is not None:
+        return JSONResponse(holder, status_code=423)
+    return Response(status_code=200)
+
+
+@router.api_route("/state/lock", methods=["UNLOCK"])
+async def unlock_state(
+    org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
+) -> Response:
+    await _authorize(svc, request, org_id, env_uuid)
+    info = await _lock_body(request)
+    async with transaction(svc) as conn:
+        held = await store.get_lock(conn, env_uuid)
+        if held is not None:
+            if info.get("ID") and info["ID"] != held["lock_id"]:
+                return JSONResponse(held["info"], status_code=409)
+            await store.unlock(conn, env_uuid)
+    return Response(status_code=200)

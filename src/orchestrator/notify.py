@@ -1,0 +1,30 @@
+"""In-process wake-ups: a result that completes a deployment wakes its waiters at once.
+
+Waiters also re-read the database on a short interval, so a result applied by another replica is seen too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+
+class Notifier:
+    """Keyed one-shot broadcasts: ``wait(key, timeout)`` returns when ``notify(key)`` is called."""
+
+    def __init__(self) -> None:
+        self._events: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    def notify(self, key: str) -> None:
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+    async def wait(self, key: str, timeout: float) -> bool:
+        """True if notified within ``timeout`` seconds."""
+        event = self._events[key]
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

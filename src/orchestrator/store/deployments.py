@@ -1,0 +1,279 @@
+"""Deployments: rows, the executing-per-environment guard, idempotency, and the dispatcher's claims."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+import sqlalchemy.exc
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.domain.deployments import Deployment, DispatchState, Status
+from orchestrator.errors import ConflictError, InvalidInputError
+from orchestrator.store.pages import Page
+from orchestrator.store.schema import deployments
+
+
+def _deployment(row: sa.Row[tuple[object, ...]]) -> Deployment:
+    return Deployment(**row._mapping)
+
+
+async def insert(conn: AsyncConnection, values: dict[str, Any]) -> Deployment:
+    """Insert an executing deployment; ConflictError if one already executes in the environment."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(deployments.insert().values(values))
+    except sqlalchemy.exc.IntegrityError as exc:
+        if "idempotency" in str(exc.orig).lower():
+            raise ConflictError("a deployment with this Idempotency-Key is being created") from exc
+        raise ConflictError(
+            f"a deployment is already executing in environment '{values['project_id']}/{values['env_id']}'"
+        ) from exc
+    found = await get(conn, values["org_id"], values["id"])
+    assert found is not None
+    return found
+
+
+async def get(
+    conn: AsyncConnection, org_id: str, deployment_id: uuid.UUID, *, for_update: bool = False
+) -> Deployment | None:
+    stmt = deployments.select().where(deployments.c.org_id == org_id, deployments.c.id == deployment_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = (await conn.execute(stmt)).first()
+    return _deployment(row) if row else None
+
+
+async def get_by_id(conn: AsyncConnection, deployment_id: uuid.UUID) -> Deployment | None:
+    row = (await conn.execute(deployments.select().where(deployments.c.id == deployment_id))).first()
+    return _deployment(row) if row else None
+
+
+async def find_idempotent(conn: AsyncConnection, org_id: str, key_digest: str) -> Deployment | None:
+    row = (
+        await conn.execute(
+            deployments.select().where(
+                deployments.c.org_id == org_id, deployments.c.idempotency_key_digest == key_digest
+            )
+        )
+    ).first()
+    return _deployment(row) if row else None
+
+
+async def forget_idempotency_key(conn: AsyncConnection, deployment_id: uuid.UUID) -> None:
+    """An expired key may be used again: the old deployment lets go of it."""
+    await conn.execute(
+        deployments.update().where(deployments.c.id == deployment_id).values(idempotency_key_digest=None)
+    )
+
+
+async def executing_in_env(conn: AsyncConnection, env_uuid: uuid.UUID) -> Deployment | None:
+    row = (
+        await conn.execute(
+            deployments.select().where(
+                deployments.c.env_uuid == env_uuid, deployments.c.status == Status.EXECUTING
+            )
+        )
+    ).first()
+    return _deployment(row) if row else None
+
+
+async def last_in_env(
+    conn: AsyncConnection, env_uuid: uuid.UUID, *, succeeded_state_change: bool = False
+) -> Deployment | None:
+    """The newest deployment of an environment; with ``succeeded_state_change``, the newest that
+    changed the infrastructure successfully (a deploy or rollback that was not plan-only)."""
+    stmt = deployments.select().where(deployments.c.env_uuid == env_uuid)
+    if succeeded_state_change:
+        stmt = stmt.where(
+            deployments.c.status == Status.SUCCEEDED,
+            deployments.c.plan_only.is_(False),
+            deployments.c.mode.in_(["deploy", "rollback"]),
+        )
+    row = (await conn.execute(stmt.order_by(deployments.c.created_at.desc()).limit(1))).first()
+    return _deployment(row) if row else None
+
+
+async def list_page(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    project_id: str | None,
+    env_id: str | None,
+    modes: Sequence[str],
+    statuses: Sequence[str],
+    after: tuple[str, ...] | None,
+    limit: int,
+) -> Page[Deployment]:
+    """Newest first."""
+    stmt = deployments.select().where(deployments.c.org_id == org_id)
+    if project_id:
+        stmt = stmt.where(deployments.c.project_id == project_id)
+    if env_id:
+        stmt = stmt.where(deployments.c.env_id == env_id)
+    if modes:
+        stmt = stmt.where(deployments.c.mode.in_(list(modes)))
+    if statuses:
+        stmt = stmt.where(deployments.c.status.in_(list(statuses)))
+    if after is not None:
+        try:
+            created = datetime.fromisoformat(after[0])
+            last_id = uuid.UUID(after[1])
+        except (ValueError, IndexError) as exc:
+            raise InvalidInputError("page: invalid page token") from exc
+        stmt = stmt.where(
+            sa.or_(
+                deployments.c.created_at < created,
+                sa.and_(deployments.c.created_at == created, deployments.c.id < last_id),
+            )
+        )
+    stmt = stmt.order_by(deployments.c.created_at.desc(), deployments.c.id.desc()).limit(limit + 1)
+    items = [_deployment(r) for r in (await conn.execute(stmt)).all()]
+    if len(items) > limit:
+        items = items[:limit]
+        return Page(items=items, next_key=(items[-1].created_at.isoformat(), str(items[-1].id)))
+    return Page(items=items, next_key=None)
+
+
+async def delete_for_env(conn: AsyncConnection, env_uuid: uuid.UUID) -> list[Deployment]:
+    rows = (await conn.execute(deployments.select().where(deployments.c.env_uuid == env_uuid))).all()
+    await conn.execute(deployments.delete().where(deployments.c.env_uuid == env_uuid))
+    return [_deployment(r) for r in rows]
+
+
+# --- results ------------------------------------------------------------------------------------------
+
+
+async def complete(
+    conn: AsyncConnection,
+    deployment_id: uuid.UUID,
+    *,
+    status: Status,
+    message: str,
+    now: datetime,
+    outputs: str | None = None,
+    metrics: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> bool:
+    """Finish an executing deployment; False (and nothing changed) if it was already final."""
+    values: dict[str, Any] = {
+        "status": status,
+        "status_message": message,
+        "completed_at": now,
+        "updated_at": now,
+        "dispatch_state": DispatchState.DONE,
+        "next_check_at": None,
+        "error": error,
+    }
+    if outputs is not None:
+        values["outputs"] = outputs
+    if metrics is not None:
+        values["metrics"] = metrics
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.id == deployment_id, deployments.c.status == Status.EXECUTING)
+        .values(values)
+    )
+    return result.rowcount > 0
+
+
+async def record_logs(conn: AsyncConnection, deployment_id: uuid.UUID, *, key: str, size: int, now: datetime) -> None:
+    await conn.execute(
+        deployments.update()
+        .where(deployments.c.id == deployment_id)
+        .values(logs_key=key, logs_size=size, updated_at=now)
+    )
+
+
+# --- dispatch claims ------------------------------------------------------------------------------------
+
+
+async def _claim(
+    conn: AsyncConnection, condition: sa.ColumnElement[bool], *, owner: str, now: datetime, lease: timedelta, limit: int
+) -> list[Deployment]:
+    """Lease up to ``limit`` rows matching ``condition`` to ``owner``; each row goes to exactly one owner.
+
+    PostgreSQL: FOR UPDATE SKIP LOCKED lets replicas claim side by side. SQLite: the transaction holds the
+    write lock from BEGIN IMMEDIATE, so claims are serialized.
+    """
+    free = sa.or_(deployments.c.dispatch_lease_until.is_(None), deployments.c.dispatch_lease_until < now)
+    ids = (
+        (
+            await conn.execute(
+                sa.select(deployments.c.id)
+                .where(condition, free)
+                .order_by(deployments.c.created_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not ids:
+        return []
+    await conn.execute(
+        deployments.update()
+        .where(deployments.c.id.in_(ids))
+        .values(dispatch_owner=owner, dispatch_lease_until=now + lease)
+    )
+    rows = (await conn.execute(deployments.select().where(deployments.c.id.in_(ids)))).all()
+    return sorted((_deployment(r) for r in rows), key=lambda d: d.created_at)
+
+
+async def claim_pending(
+    conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta, limit: int
+) -> list[Deployment]:
+    return await _claim(
+        conn,
+        sa.and_(deployments.c.dispatch_state == DispatchState.PENDING, deployments.c.status == Status.EXECUTING),
+        owner=owner,
+        now=now,
+        lease=lease,
+        limit=limit,
+    )
+
+
+async def claim_checks(
+    conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta, limit: int
+) -> list[Deployment]:
+    """Launched, still executing deployments whose next status check is due (or whose time is up)."""
+    return await _claim(
+        conn,
+        sa.and_(
+            deployments.c.status == Status.EXECUTING,
+            deployments.c.dispatch_state == DispatchState.LAUNCHED,
+            sa.or_(deployments.c.next_check_at <= now, deployments.c.timeout_at <= now),
+        ),
+        owner=owner,
+        now=now,
+        lease=lease,
+        limit=limit,
+    )
+
+
+async def release(
+    conn: AsyncConnection,
+    deployment_id: uuid.UUID,
+    *,
+    owner: str,
+    now: datetime,
+    **values: Any,
+) -> bool:
+    """End ``owner``'s lease, writing ``values``; False if the lease was lost meanwhile."""
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.id == deployment_id, deployments.c.dispatch_owner == owner)
+        .values(dispatch_owner=None, dispatch_lease_until=None, updated_at=now, **values)
+    )
+    return result.rowcount > 0
+
+
+async def lease_until(conn: AsyncConnection, deployment_id: uuid.UUID, until: datetime) -> None:
+    """Hold a deployment back from claims until ``until`` (a launch backoff)."""
+    await conn.execute(
+        deployments.update().where(deployments.c.id == deployment_id).values(dispatch_lease_until=until)
+    )
