@@ -87,6 +87,8 @@ class Stack:
             "encrypted_logs_recipient": recipient,
             **body,
         }
+        if payload["mode"] == "rollback":
+            del payload["manifest"]
         created = self.client.post(f"/orgs/{self.org}/deployments", json=payload)
         assert created.status_code in (200, 201), created.text
         deployment = created.json()

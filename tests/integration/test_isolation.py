@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
+from orchestrator.store import deployments as deployment_store
 from tests.conftest import Org
 
 RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
@@ -46,6 +50,23 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/orgs/{org}/runner-rules", {"runner_id": "vm1", "project_id": "shop"}, "manage"),
     ("GET", "/orgs/{org}/runner-rules/{rule}", None, "read"),
     ("DELETE", "/orgs/{org}/runner-rules/{rule}", None, "manage"),
+    ("GET", "/orgs/{org}/deployments", None, "read"),
+    (
+        "POST",
+        "/orgs/{org}/deployments",
+        {"project_id": "shop", "env_id": "dev", "manifest": {"workloads": {}}, "is_dry_run": True},
+        "deploy",
+    ),
+    ("GET", "/orgs/{org}/deployments/{deployment}", None, "read"),
+    (
+        "GET",
+        "/orgs/{org}/deployments/{deployment}/actions/wait-for-complete?timeout_in_seconds=2",
+        None,
+        "read",
+    ),
+    ("GET", "/orgs/{org}/deployments/{deployment}/tf", None, "read"),
+    ("GET", "/orgs/{org}/deployments/{deployment}/encrypted-outputs", None, "read"),
+    ("GET", "/orgs/{org}/deployments/{deployment}/actions/get-logs", None, "read"),
 ]
 ALLOWED = {
     "admin": {"read", "deploy", "manage"},
@@ -60,7 +81,7 @@ COVERED_ELSEWHERE = (
 )
 
 
-async def populate(org: Org) -> dict[str, str]:
+async def populate(org: Org, app: FastAPI) -> dict[str, str]:
     client, base = org.admin, f"/orgs/{org.id}"
     for path, body in [
         ("/env-types", {"id": "development"}),
@@ -76,7 +97,55 @@ async def populate(org: Org) -> dict[str, str]:
         assert 201 == response.status_code, response.text
     rule = (await client.post(f"{base}/runner-rules", json={"runner_id": "vm1"})).json()["id"]
     token = (await client.post(f"{base}/tokens", json={"role": "viewer"})).json()["id"]
-    return {"org": org.id, "rule": rule, "token": token}
+    env = (await client.get(f"{base}/projects/shop/envs/dev")).json()
+    return {
+        "org": org.id,
+        "rule": rule,
+        "token": token,
+        "deployment": await finished_deployment(app, org.id, env),
+    }
+
+
+async def finished_deployment(app: FastAPI, org_id: str, env: dict[str, Any]) -> str:
+    """A succeeded deployment with outputs and logs, written straight to the store (no runner needed)."""
+    services = app.state.services
+    deployment_id = uuid.uuid4()
+    now = datetime.now(UTC)
+    await services.blobs.put(f"logs/{org_id}/{deployment_id}", base64.b64encode(b"ciphertext"))
+    async with services.engine.begin() as conn:
+        await deployment_store.insert(
+            conn,
+            {
+                "id": deployment_id,
+                "org_id": org_id,
+                "project_id": env["project_id"],
+                "env_id": env["id"],
+                "env_uuid": uuid.UUID(env["uuid"]),
+                "runner_id": "vm1",
+                "mode": "deploy",
+                "plan_only": False,
+                "status": "succeeded",
+                "status_message": "deployment succeeded",
+                "manifest": {"workloads": {}},
+                "tf": "terraform {}",
+                "graph": [],
+                "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
+                "runner_log_level": "info",
+                "request_digest": "0" * 64,
+                "created_by": "test",
+                "created_at": now,
+                "updated_at": now,
+                "completed_at": now,
+                "outputs": base64.b64encode(b"ciphertext").decode(),
+                "metrics": {"num_workloads": 0, "num_resource_nodes": 0},
+                "logs_key": f"logs/{org_id}/{deployment_id}",
+                "logs_size": 10,
+                "dispatch_state": "done",
+                "dispatch_attempts": 1,
+                "timeout_at": now,
+            },
+        )
+    return str(deployment_id)
 
 
 async def call(
@@ -86,15 +155,17 @@ async def call(
     return await client.request(method, path.format(**ids), json=body)
 
 
-async def test_isolation__other_org_gets_404_everywhere_and_nothing_changes(org: Org, other_org: Org) -> None:
-    ids = await populate(org)
+async def test_isolation__other_org_gets_404_everywhere_and_nothing_changes(
+    app: FastAPI, org: Org, other_org: Org
+) -> None:
+    ids = await populate(org, app)
     before = {
-        r[1]: (await call(org.admin, ("GET", r[1], None, ""), ids)).json() for r in ROUTES if r[0] == "GET"
+        r[1]: (await call(org.admin, ("GET", r[1], None, ""), ids)).text for r in ROUTES if r[0] == "GET"
     }
 
     answers = {route[:2]: await call(other_org.admin, route, ids) for route in ROUTES}
     after = {
-        r[1]: (await call(org.admin, ("GET", r[1], None, ""), ids)).json() for r in ROUTES if r[0] == "GET"
+        r[1]: (await call(org.admin, ("GET", r[1], None, ""), ids)).text for r in ROUTES if r[0] == "GET"
     }
 
     wrong = {key: (r.status_code, r.text) for key, r in answers.items() if r.status_code != 404}
@@ -114,8 +185,8 @@ async def test_isolation__unknown_org_answers_like_a_foreign_one(org: Org, other
 
 
 @pytest.mark.parametrize("role", ["deployer", "viewer"])
-async def test_roles__writes_beyond_the_role_are_403(org: Org, role: str) -> None:
-    ids = await populate(org)
+async def test_roles__writes_beyond_the_role_are_403(app: FastAPI, org: Org, role: str) -> None:
+    ids = await populate(org, app)
     results = {}
     for route in ROUTES:
         response = await call(org.clients[role], route, ids)
@@ -128,7 +199,7 @@ async def test_roles__writes_beyond_the_role_are_403(org: Org, role: str) -> Non
 
 
 async def test_roles__anonymous_is_401_everywhere(app: FastAPI, org: Org) -> None:
-    ids = await populate(org)
+    ids = await populate(org, app)
     anonymous = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test")
 
     statuses = {route[:2]: (await call(anonymous, route, ids)).status_code for route in ROUTES}
@@ -137,7 +208,10 @@ async def test_roles__anonymous_is_401_everywhere(app: FastAPI, org: Org) -> Non
 
 
 def test_isolation__table_covers_every_org_route(app: FastAPI) -> None:
-    listed = {(method, _normalize(path.replace("{org}", "{org_id}"))) for method, path, _, _ in ROUTES}
+    listed = {
+        (method, _normalize(path.replace("{org}", "{org_id}").partition("?")[0]))
+        for method, path, _, _ in ROUTES
+    }
     declared = {
         (method.upper(), path)
         for path, operations in app.openapi()["paths"].items()
@@ -152,5 +226,14 @@ def test_isolation__table_covers_every_org_route(app: FastAPI) -> None:
 def _normalize(path: str) -> str:
     """Compare shapes: every path parameter or concrete id segment after a collection name counts the same."""
     parts = path.split("/")
-    collections = {"orgs", "tokens", "env-types", "projects", "envs", "runners", "runner-rules"}
+    collections = {
+        "orgs",
+        "tokens",
+        "env-types",
+        "projects",
+        "envs",
+        "runners",
+        "runner-rules",
+        "deployments",
+    }
     return "/".join("*" if i > 0 and parts[i - 1] in collections else part for i, part in enumerate(parts))

@@ -474,7 +474,7 @@ async def list_resource_types(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[ResourceTypeOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await type_store.list_resource_types(conn, org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
         items=[ResourceTypeOut.of(t) for t in result.items],
@@ -504,7 +504,7 @@ async def create_resource_type(
 async def get_resource_type(
     org_id: str, type_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> ResourceTypeOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         found = await type_store.get_resource_type(conn, org_id, type_id)
     if found is None:
         raise NotFoundError(f"resource type '{type_id}' not found")
@@ -554,7 +554,7 @@ async def list_providers(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[ModuleProviderSummaryOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await provider_store.list_providers(
             conn, org_id, provider_type=by_provider_type or None, after=page.after, limit=page.limit
         )
@@ -591,7 +591,7 @@ _PROVIDER = "/orgs/{org_id}/module-providers/{provider_type}/{provider_id}"
 async def get_provider(
     org_id: str, provider_type: str, provider_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleProviderOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         found = await provider_store.get_provider(conn, org_id, provider_type, provider_id)
     if found is None:
         raise NotFoundError(f"module provider '{provider_type}.{provider_id}' not found")
@@ -642,7 +642,7 @@ async def list_modules(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[ModuleSummaryOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await module_store.list_modules(
             conn, org_id, resource_type=by_resource_type or None, after=page.after, limit=page.limit
         )
@@ -669,7 +669,7 @@ async def create_module(
 async def get_module(
     org_id: str, module_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         found = await module_store.get_module(conn, org_id, module_id)
     if found is None:
         raise NotFoundError(f"module '{module_id}' not found")
@@ -717,7 +717,7 @@ async def list_module_versions(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[ModuleVersionSummaryOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         if await module_store.get_module(conn, org_id, module_id) is None:
             raise NotFoundError(f"module '{module_id}' not found")
         result = await module_store.list_versions(conn, org_id, module_id, after=page.after, limit=page.limit)
@@ -735,7 +735,7 @@ async def list_module_versions(
 async def get_module_version(
     org_id: str, module_id: str, version_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleVersionOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         found = await module_store.get_version(conn, org_id, module_id, version_id)
     if found is None:
         raise NotFoundError(f"version '{version_id}' of module '{module_id}' not found")
@@ -776,7 +776,7 @@ async def list_module_rules(
 ) -> schemas.PageOf[ModuleRuleOut]:
     if by_env_id and not by_project_id:
         raise InvalidInputError("byEnvId: must be used together with byProjectId")
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await rule_store.list_rules(
             conn,
             org_id,
@@ -796,7 +796,7 @@ async def list_module_rules(
 async def get_module_rule(
     org_id: str, rule_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleRuleOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         rule = await rule_store.get_rule(conn, org_id, rule_id)
     if rule is None:
         raise NotFoundError(f"module rule '{rule_id}' not found")
@@ -831,7 +831,7 @@ async def list_available_resource_types(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[AvailableResourceTypeOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         env = await project_store.get_env(conn, org_id, project_id, env_id)
         if env is None:
             raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")

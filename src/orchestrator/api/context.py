@@ -27,6 +27,8 @@ class Services:
 
     settings: ServerSettings
     engine: AsyncEngine
+    #: The same engine for read-only work (``store.db.readonly``).
+    reader: AsyncEngine
     box: SecretBox
     blobs: BlobStore
     #: Key of the per-deployment tokens (derived from the server key).
@@ -69,7 +71,7 @@ async def principal(request: Request, svc: Services = Depends(services)) -> Prin
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthenticatedError("missing bearer token in the Authorization header")
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         found = await org_store.find_token(conn, hash_token(token.strip()))
     if found is None or (found.expires_at is not None and found.expires_at <= datetime.now(UTC)):
         raise UnauthenticatedError("invalid or expired token")
@@ -85,7 +87,7 @@ def org_access(permission: Permission) -> Callable[..., Awaitable[Principal]]:
     async def check(org_id: str, request: Request, caller: Principal = Depends(principal)) -> Principal:
         if caller.org_id is None:
             svc = services(request)
-            async with svc.engine.connect() as conn:
+            async with svc.reader.connect() as conn:
                 if await org_store.get_org(conn, org_id) is None:
                     raise NotFoundError(f"organization '{org_id}' not found")
         elif caller.org_id != org_id:

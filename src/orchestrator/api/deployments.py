@@ -185,7 +185,7 @@ async def list_deployments(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[DeploymentSummaryOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await store.list_page(
             conn,
             org_id,
@@ -197,12 +197,13 @@ async def list_deployments(
             limit=page.limit,
         )
     return schemas.PageOf(
-        items=[DeploymentSummaryOut.of(d) for d in result.items], next_page_token=encode_page_token(result.next_key)
+        items=[DeploymentSummaryOut.of(d) for d in result.items],
+        next_page_token=encode_page_token(result.next_key),
     )
 
 
 async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployment:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         deployment = await store.get(conn, org_id, deployment_id)
     if deployment is None:
         raise NotFoundError(f"deployment '{deployment_id}' not found")
@@ -249,7 +250,9 @@ async def get_tf(
     return PlainTextResponse((await _get(svc, org_id, deployment_id)).tf)
 
 
-@router.get("/orgs/{org_id}/deployments/{deployment_id}/encrypted-outputs", response_model=EncryptedOutputsOut)
+@router.get(
+    "/orgs/{org_id}/deployments/{deployment_id}/encrypted-outputs", response_model=EncryptedOutputsOut
+)
 async def get_encrypted_outputs(
     org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> EncryptedOutputsOut:
@@ -272,7 +275,10 @@ async def get_logs(
     data = await svc.blobs.get(deployment.logs_key) if deployment.logs_key else None
     if data is None:
         raise NotFoundError(f"deployment '{deployment_id}' has no logs")
-    headers = {"Content-Disposition": f'attachment; filename="{deployment_id}.log"', "Cache-Control": "no-store"}
+    headers = {
+        "Content-Disposition": f'attachment; filename="{deployment_id}.log"',
+        "Cache-Control": "no-store",
+    }
     if not decrypt_key:
         return PlainTextResponse(data.decode(), headers=headers)
     try:
@@ -284,5 +290,3 @@ async def get_logs(
     except (binascii.Error, pyrage.DecryptError) as exc:
         raise InvalidInputError("DecryptKey: the logs do not decrypt with this key") from exc
     return PlainTextResponse(plain.decode(errors="replace"), headers=headers)
-
-

@@ -52,7 +52,7 @@ async def list_orgs(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.OrganizationOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await org_store.list_orgs(conn, only=caller.org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
         items=[schemas.OrganizationOut.of(o) for o in result.items],
@@ -64,7 +64,7 @@ async def list_orgs(
 async def get_org(
     org_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> schemas.OrganizationOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         org = await org_store.get_org(conn, org_id)
     if org is None:
         raise NotFoundError(f"organization '{org_id}' not found")
@@ -100,7 +100,7 @@ async def list_tokens(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.TokenOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await org_store.list_tokens(conn, org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
         items=[schemas.TokenOut.of(t) for t in result.items],

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from datetime import UTC, datetime
+
 from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi.responses import JSONResponse
 
 from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, services, transaction
 from orchestrator.api.paging import PageRequest, encode_page_token, page_request
-from orchestrator.dispatch import links
+from orchestrator.dispatch import creation, environments, links
 from orchestrator.domain.entities import Environment
-from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
+from orchestrator.store import deployments as deployment_store
 from orchestrator.store import projects as store
 from orchestrator.store.pages import Page
 
@@ -29,7 +33,7 @@ async def list_env_types(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.EnvironmentTypeOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await store.list_env_types(conn, org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
         items=[schemas.EnvironmentTypeOut.of(t) for t in result.items],
@@ -62,7 +66,7 @@ async def create_env_type(
 async def get_env_type(
     org_id: str, env_type_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> schemas.EnvironmentTypeOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         env_type = await store.get_env_type(conn, org_id, env_type_id)
     if env_type is None:
         raise NotFoundError(f"environment type '{env_type_id}' not found")
@@ -105,7 +109,7 @@ async def list_projects(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.ProjectOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await store.list_projects(conn, org_id, after=page.after, limit=page.limit)
     return schemas.PageOf(
         items=[schemas.ProjectOut.of(p) for p in result.items],
@@ -126,7 +130,7 @@ async def create_project(
 async def get_project(
     org_id: str, project_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> schemas.ProjectOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         project = await store.get_project(conn, org_id, project_id)
     if project is None:
         raise NotFoundError(f"project '{project_id}' not found")
@@ -179,7 +183,7 @@ async def list_org_envs(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.EnvironmentOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await store.list_envs(
             conn, org_id, project_id=None, env_type_ids=by_env_type_id, after=page.after, limit=page.limit
         )
@@ -199,7 +203,7 @@ async def list_envs(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.EnvironmentOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         if await store.get_project(conn, org_id, project_id) is None:
             raise NotFoundError(f"project '{project_id}' not found")
         result = await store.list_envs(
@@ -245,7 +249,7 @@ async def create_env(
 async def get_env(
     org_id: str, project_id: str, env_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> schemas.EnvironmentOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         env = await store.get_env(conn, org_id, project_id, env_id)
     if env is None:
         raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")
@@ -273,20 +277,54 @@ async def update_env(
     return schemas.EnvironmentOut.of(env)
 
 
-@router.delete("/orgs/{org_id}/projects/{project_id}/envs/{env_id}", status_code=204, tags=["Environment"])
+@router.delete(
+    "/orgs/{org_id}/projects/{project_id}/envs/{env_id}",
+    status_code=204,
+    tags=["Environment"],
+    responses={202: {"model": schemas.EnvironmentOut, "description": "A destroy deployment runs first."}},
+)
 async def delete_env(
     org_id: str,
     project_id: str,
     env_id: str,
     force: bool = False,
-    _: Principal = DEPLOY,
+    caller: Principal = DEPLOY,
     svc: Services = Depends(services),
 ) -> Response:
-    # No deployment has run yet in a control-plane-only install, so nothing needs destroying.
+    """Delete an environment: a destroy deployment runs first (202), unless nothing was ever deployed or
+    ``force`` is set (204; with force the infrastructure and its state are left behind)."""
+    now = datetime.now(UTC)
     async with transaction(svc) as conn:
-        if not await store.delete_env(conn, org_id, project_id, env_id):
+        env = await store.get_env(conn, org_id, project_id, env_id, for_update=True)
+        if env is None:
             raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")
-    return Response(status_code=204)
+        executing = await deployment_store.executing_in_env(conn, env.uuid)
+        if executing is not None and not (force and executing.mode == "destroy"):
+            raise ConflictError(
+                f"deployment '{executing.id}' is executing in environment '{project_id}/{env_id}'; "
+                "wait for it to finish"
+            )
+        destroy = (
+            None
+            if force
+            else await creation.create_destroy(conn, svc.creation, env, created_by=caller.token_id, now=now)
+        )
+        if destroy is None:
+            await environments.purge(conn, env)
+        else:
+            updated = await store.update_env(
+                conn,
+                org_id,
+                project_id,
+                env_id,
+                status="deleting",
+                status_message=f"destroy deployment '{destroy.id}'",
+            )
+    if destroy is None:
+        return Response(status_code=204)
+    svc.wake_dispatcher()
+    assert updated is not None
+    return JSONResponse(schemas.EnvironmentOut.of(updated).model_dump(mode="json"), status_code=202)
 
 
 @router.post(

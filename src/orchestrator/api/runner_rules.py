@@ -41,7 +41,7 @@ async def list_rules(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[schemas.RunnerRuleOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await store.list_rules(
             conn,
             org_id,
@@ -61,7 +61,7 @@ async def list_rules(
 async def get_rule(
     org_id: str, rule_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> schemas.RunnerRuleOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         rule = await store.get_rule(conn, org_id, rule_id)
     if rule is None:
         raise NotFoundError(f"runner rule '{rule_id}' not found")

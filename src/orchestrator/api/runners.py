@@ -157,7 +157,7 @@ async def list_runners(
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[RunnerSummaryOut]:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         result = await store.list_runners(
             conn, org_id, runner_type=by_runner_type, after=page.after, limit=page.limit
         )
@@ -171,7 +171,7 @@ async def list_runners(
 async def get_runner(
     org_id: str, runner_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> RunnerOut:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
     if runner is None:
         raise NotFoundError(f"runner '{runner_id}' not found")

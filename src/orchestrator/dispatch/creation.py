@@ -149,8 +149,8 @@ async def create(
     env = await project_store.get_env(conn, org_id, request.project_id, request.env_id, for_update=True)
     if env is None:
         raise NotFoundError(f"environment '{request.env_id}' not found in project '{request.project_id}'")
-    if env.status != "active":
-        raise ConflictError(f"environment '{env.project_id}/{env.id}' is {env.status}")
+    if env.status == "deleting":
+        raise ConflictError(f"environment '{env.project_id}/{env.id}' is being deleted")
     request_digest = _request_digest(org_id, request)
     key_digest = _digest(org_id, request.idempotency_key) if request.idempotency_key else None
     if key_digest and not request.is_dry_run:

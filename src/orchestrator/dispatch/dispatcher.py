@@ -27,6 +27,7 @@ from orchestrator.launchers.base import Launcher, LaunchError, RunState
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
+from orchestrator.store import db
 from orchestrator.store import deployments as store
 from orchestrator.store import runners as runner_store
 
@@ -97,7 +98,9 @@ class Dispatcher:
         if pending:
             await asyncio.gather(*(self._launch(d) for d in pending))
         async with self.engine.begin() as conn:
-            due = await store.claim_checks(conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size)
+            due = await store.claim_checks(
+                conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
+            )
         if due:
             await asyncio.gather(*(self._check(d) for d in due))
 
@@ -114,13 +117,15 @@ class Dispatcher:
 
     async def _spec(self, deployment: Deployment) -> tuple[RunSpec, Launcher] | str:
         """The run spec and launcher, or why there is none."""
-        async with self.engine.connect() as conn:
+        async with db.readonly(self.engine).connect() as conn:
             runner = await runner_store.get_runner(conn, deployment.org_id, deployment.runner_id)
             sealed = await runner_store.get_runner_secret(conn, deployment.org_id, deployment.runner_id)
         if runner is None:
             return f"runner '{deployment.runner_id}' no longer exists"
         secrets = (
-            json.loads(self.box.open(sealed, context=f"runner:{deployment.org_id}/{runner.id}")) if sealed else {}
+            json.loads(self.box.open(sealed, context=f"runner:{deployment.org_id}/{runner.id}"))
+            if sealed
+            else {}
         )
         configuration = restore_secrets(runner.configuration, secrets)
         launcher = self.launcher_for(runner.type, configuration)
@@ -152,7 +157,9 @@ class Dispatcher:
             handle = await launcher.launch(spec)
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
-                await self._fail(deployment, f"the runner could not be launched: {exc.message}", code="LAUNCH_FAILED")
+                await self._fail(
+                    deployment, f"the runner could not be launched: {exc.message}", code="LAUNCH_FAILED"
+                )
                 return
             log.warning("launch failed, will retry", deployment_id=str(deployment.id), error=exc.message)
             backoff = timedelta(seconds=min(60.0, 2.0**attempts))
@@ -187,7 +194,9 @@ class Dispatcher:
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
         if launcher is None or deployment.handle is None:
-            await self._fail(deployment, str(found) if isinstance(found, str) else "lost runner", code="RUNNER_LOST")
+            await self._fail(
+                deployment, str(found) if isinstance(found, str) else "lost runner", code="RUNNER_LOST"
+            )
             return
         status = await launcher.status(deployment.handle)
         interval = timedelta(seconds=self.settings.check_interval_seconds)
@@ -203,4 +212,6 @@ class Dispatcher:
             return
         code = "" if status.exit_code is None else f" with code {status.exit_code}"
         detail = f": {status.detail}" if status.detail else ""
-        await self._fail(deployment, f"the runner exited{code} without reporting results{detail}", code="RUNNER_EXITED")
+        await self._fail(
+            deployment, f"the runner exited{code} without reporting results{detail}", code="RUNNER_EXITED"
+        )

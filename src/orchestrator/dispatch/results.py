@@ -48,7 +48,9 @@ async def apply_results(
     return applied
 
 
-async def fail(conn: AsyncConnection, deployment: Deployment, message: str, *, now: datetime, code: str) -> bool:
+async def fail(
+    conn: AsyncConnection, deployment: Deployment, message: str, *, now: datetime, code: str
+) -> bool:
     """Fail an executing deployment for a reason the orchestrator observed (timeout, lost runner, ...)."""
     applied = await store.complete(
         conn,

@@ -44,7 +44,7 @@ def _authorize(svc: Services, request: Request, org_id: str, deployment_id: uuid
 
 
 async def _load(svc: Services, org_id: str, runner_id: str, deployment_id: uuid.UUID) -> Deployment:
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         deployment = await store.get(conn, org_id, deployment_id)
     if deployment is None or deployment.runner_id != runner_id:
         raise NotFoundError(f"deployment '{deployment_id}' not found")
@@ -58,7 +58,9 @@ async def get_bundle(
     _authorize(svc, request, org_id, deployment_id)
     deployment = await _load(svc, org_id, runner_id, deployment_id)
     if deployment.status != Status.EXECUTING:
-        raise NotFoundError(f"deployment '{deployment_id}' is {deployment.status}: its bundle is not available")
+        raise NotFoundError(
+            f"deployment '{deployment_id}' is {deployment.status}: its bundle is not available"
+        )
     data = await svc.blobs.get(deployment.bundle_key)
     if data is None:
         raise NotFoundError(f"the bundle of deployment '{deployment_id}' is not available")

@@ -46,7 +46,7 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
         raise UnauthenticatedError("state backend requires basic auth: deployment id and token") from exc
     if scheme.lower() != "basic" or not tokens.verify(svc.token_key, org_id, str(deployment_id), password):
         raise UnauthenticatedError("invalid deployment token")
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         deployment = await deployment_store.get(conn, org_id, deployment_id)
     if deployment is None or deployment.env_uuid != env_uuid or deployment.status != Status.EXECUTING:
         raise UnauthenticatedError("the deployment may not use this environment's state")
@@ -58,7 +58,7 @@ async def get_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
     await _authorize(svc, request, org_id, env_uuid)
-    async with svc.engine.connect() as conn:
+    async with svc.reader.connect() as conn:
         found = await store.latest(conn, env_uuid)
     if found is None:
         return Response(status_code=204)

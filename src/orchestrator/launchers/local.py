@@ -14,7 +14,9 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,8 +48,8 @@ class LocalLauncher:
         self.hostname = socket.gethostname()
         self._inherited = {k: environ[k] for k in INHERITED if k in environ}
         self._python = python
-        self._children: dict[str, asyncio.subprocess.Process] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
+        self._running: set[str] = set()
+        self._exit_codes: dict[str, int] = {}
 
     def _run_dir(self, spec: RunSpec, job: Mapping[str, Any]) -> Path:
         base = Path(job["work_dir"]) if job.get("work_dir") else self.runs_dir
@@ -82,11 +84,11 @@ class LocalLauncher:
         argv = self._argv(job, sorted(run_env))
         try:
             with open(run_dir / "stderr.log", "wb") as stderr:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
+                process = subprocess.Popen(
+                    argv,
                     env={**self._inherited, **run_env},
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
                     stderr=stderr,
                     cwd=run_dir,
                     start_new_session=True,
@@ -97,15 +99,18 @@ class LocalLauncher:
             raise error from exc
         handle = f"local:{self.hostname}:{process.pid}:{_start_time(process.pid) or '0'}:{run_dir}"
         pid_file.write_text(handle)
-        self._children[handle] = process
-        self._watchers.add(asyncio.create_task(self._reap(process, run_dir)))
+        self._running.add(handle)
+        # A thread, not the event loop, waits for the process: a run outlives the loop that started it.
+        threading.Thread(target=self._reap, args=(handle, process, run_dir), daemon=True).start()
         return handle
 
-    async def _reap(self, process: asyncio.subprocess.Process, run_dir: Path) -> None:
-        """Remove the run's code when it ends (plan files hold outputs in clear text); keep stderr of
-        a failed run for the dispatcher's message."""
-        code = await process.wait()
-        await asyncio.to_thread(shutil.rmtree, run_dir if code == 0 else run_dir / "code", True)
+    def _reap(self, handle: str, process: subprocess.Popen[bytes], run_dir: Path) -> None:
+        """Record the exit code, and remove the run's code (plan files hold outputs in clear text); the
+        stderr of a failed run stays for the dispatcher's message."""
+        code = process.wait()
+        shutil.rmtree(run_dir if code == 0 else run_dir / "code", ignore_errors=True)
+        self._exit_codes[handle] = code
+        self._running.discard(handle)
 
     def _adopt(self, pid_file: Path) -> str | None:
         """A run launched before a crash, still alive: launching again would run the deployment twice."""
@@ -129,12 +134,12 @@ class LocalLauncher:
         host, _pid, _, run_dir = self._parse(handle)
         if host != self.hostname:
             return RunStatus(state=RunState.UNKNOWN, detail=f"the run is on host {host}")
-        process = self._children.get(handle)
-        if process is not None:
-            if process.returncode is None:
-                return RunStatus(state=RunState.RUNNING)
-            self._children.pop(handle, None)
-            return RunStatus(state=RunState.EXITED, exit_code=process.returncode, detail=_last_line(run_dir))
+        if handle in self._running:
+            return RunStatus(state=RunState.RUNNING)
+        if handle in self._exit_codes:
+            return RunStatus(
+                state=RunState.EXITED, exit_code=self._exit_codes[handle], detail=_last_line(run_dir)
+            )
         if self._alive(handle):
             return RunStatus(state=RunState.RUNNING)
         return RunStatus(state=RunState.EXITED, detail=_last_line(run_dir) or "the runner process is gone")

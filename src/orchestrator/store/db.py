@@ -8,6 +8,18 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 
+READONLY = "po_readonly"
+
+
+def readonly(engine: AsyncEngine) -> AsyncEngine:
+    """The same engine (and pool) for transactions that only read.
+
+    On SQLite their transactions begin DEFERRED, so readers never queue behind writers; every other
+    transaction begins IMMEDIATE, taking the write lock at once (no lock-upgrade deadlocks).
+    """
+    return engine.execution_options(**{READONLY: True})
+
+
 def is_sqlite(url: str) -> bool:
     return sa.make_url(url).get_backend_name() == "sqlite"
 
@@ -31,7 +43,9 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
         @sa.event.listens_for(engine.sync_engine, "begin")
         def _sqlite_begin(conn: sa.Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Readers take no lock (WAL); writers take the write lock up front (see readonly()).
+            readonly = conn.get_execution_options().get(READONLY, False)
+            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
         return engine
     return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)

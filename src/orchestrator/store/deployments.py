@@ -138,12 +138,6 @@ async def list_page(
     return Page(items=items, next_key=None)
 
 
-async def delete_for_env(conn: AsyncConnection, env_uuid: uuid.UUID) -> list[Deployment]:
-    rows = (await conn.execute(deployments.select().where(deployments.c.env_uuid == env_uuid))).all()
-    await conn.execute(deployments.delete().where(deployments.c.env_uuid == env_uuid))
-    return [_deployment(r) for r in rows]
-
-
 # --- results ------------------------------------------------------------------------------------------
 
 
@@ -180,7 +174,9 @@ async def complete(
     return result.rowcount > 0
 
 
-async def record_logs(conn: AsyncConnection, deployment_id: uuid.UUID, *, key: str, size: int, now: datetime) -> None:
+async def record_logs(
+    conn: AsyncConnection, deployment_id: uuid.UUID, *, key: str, size: int, now: datetime
+) -> None:
     await conn.execute(
         deployments.update()
         .where(deployments.c.id == deployment_id)
@@ -192,7 +188,13 @@ async def record_logs(conn: AsyncConnection, deployment_id: uuid.UUID, *, key: s
 
 
 async def _claim(
-    conn: AsyncConnection, condition: sa.ColumnElement[bool], *, owner: str, now: datetime, lease: timedelta, limit: int
+    conn: AsyncConnection,
+    condition: sa.ColumnElement[bool],
+    *,
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    limit: int,
 ) -> list[Deployment]:
     """Lease up to ``limit`` rows matching ``condition`` to ``owner``; each row goes to exactly one owner.
 
@@ -229,7 +231,9 @@ async def claim_pending(
 ) -> list[Deployment]:
     return await _claim(
         conn,
-        sa.and_(deployments.c.dispatch_state == DispatchState.PENDING, deployments.c.status == Status.EXECUTING),
+        sa.and_(
+            deployments.c.dispatch_state == DispatchState.PENDING, deployments.c.status == Status.EXECUTING
+        ),
         owner=owner,
         now=now,
         lease=lease,

@@ -352,7 +352,9 @@ sa.Index(
     sqlite_where=deployments.c.status == "executing",
     postgresql_where=deployments.c.status == "executing",
 )
-sa.Index("uq_deployments_idempotency", deployments.c.org_id, deployments.c.idempotency_key_digest, unique=True)
+sa.Index(
+    "uq_deployments_idempotency", deployments.c.org_id, deployments.c.idempotency_key_digest, unique=True
+)
 sa.Index("ix_deployments_org_created", deployments.c.org_id, deployments.c.created_at)
 sa.Index("ix_deployments_env_created", deployments.c.env_uuid, deployments.c.created_at)
 sa.Index("ix_deployments_dispatch", deployments.c.dispatch_state, deployments.c.next_check_at)

@@ -30,7 +30,9 @@ async def versions(conn: AsyncConnection, env_uuid: uuid.UUID) -> list[int]:
     return list(
         (
             await conn.execute(
-                sa.select(tf_states.c.version).where(tf_states.c.env_uuid == env_uuid).order_by(tf_states.c.version)
+                sa.select(tf_states.c.version)
+                .where(tf_states.c.env_uuid == env_uuid)
+                .order_by(tf_states.c.version)
             )
         ).scalars()
     )
@@ -48,7 +50,9 @@ async def add_version(
     now: datetime,
 ) -> int:
     current = (
-        await conn.execute(sa.select(sa.func.max(tf_states.c.version)).where(tf_states.c.env_uuid == env_uuid))
+        await conn.execute(
+            sa.select(sa.func.max(tf_states.c.version)).where(tf_states.c.env_uuid == env_uuid)
+        )
     ).scalar_one_or_none()
     version = (current or 0) + 1
     await conn.execute(
