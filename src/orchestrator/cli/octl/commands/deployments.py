@@ -29,7 +29,8 @@ DEPLOYMENT = (
     field("StatusMessage", "status_message"),
 )
 STATUSES = ("executing", "succeeded", "failed")
-MODES = ("deploy", "plan_only", "rollback", "destroy")
+#: Stored modes; a plan-only deployment is mode deploy with plan_only set, so plan_only is no filter.
+MODES = ("deploy", "rollback", "destroy")
 
 
 @verbs.get.command("deployments")
