@@ -142,6 +142,7 @@ async def finished_deployment(app: FastAPI, org_id: str, env: dict[str, Any]) ->
                 "logs_size": 10,
                 "dispatch_state": "done",
                 "dispatch_attempts": 1,
+                "launched_at": now,
                 "timeout_at": now,
             },
         )

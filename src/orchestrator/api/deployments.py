@@ -78,6 +78,8 @@ class DeploymentSummaryOut(BaseModel):
     status_message: str
     metrics: DeploymentMetrics
     runner_id: str
+    #: When the runner was launched (absent until then).
+    launched_at: datetime | None = None
 
     @classmethod
     def fields_of(cls, d: Deployment) -> dict[str, Any]:
@@ -96,6 +98,7 @@ class DeploymentSummaryOut(BaseModel):
             "status_message": d.status_message,
             "metrics": DeploymentMetrics(**d.metrics),
             "runner_id": d.runner_id,
+            "launched_at": d.launched_at,
         }
 
     @classmethod

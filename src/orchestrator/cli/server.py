@@ -80,3 +80,7 @@ def migrate(**options: Any) -> None:
 
     asyncio.run(run())
     click.echo("database schema is up to date", err=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -179,6 +179,7 @@ class Dispatcher:
             deployment,
             dispatch_state=DispatchState.LAUNCHED,
             handle=handle,
+            launched_at=now,
             dispatch_attempts=attempts,
             next_check_at=now + timedelta(seconds=self.settings.check_interval_seconds),
         )

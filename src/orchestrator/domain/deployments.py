@@ -90,6 +90,7 @@ class Deployment:
     dispatch_lease_until: datetime | None
     dispatch_attempts: int
     handle: str | None
+    launched_at: datetime | None
     next_check_at: datetime | None
     exited_at: datetime | None
     timeout_at: datetime

@@ -69,7 +69,13 @@ class RunnerSettings(BaseSettings):
     runner_http_timeout_seconds: float = Field(
         default=40.0, gt=0, description="Timeout of one gateway request."
     )
-    runner_http_attempts: int = Field(default=5, ge=1, le=20, description="Attempts per gateway request.")
+    runner_http_attempts: int = Field(
+        default=12,
+        ge=1,
+        le=100,
+        # 1+2+4+8+16+30*6 s: results survive an orchestrator restart of about three minutes.
+        description="Attempts per gateway request (about 3.5 minutes of retries by default).",
+    )
     runner_http_backoff_seconds: float = Field(
         default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 30 s."
     )

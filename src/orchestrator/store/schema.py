@@ -340,6 +340,7 @@ deployments = sa.Table(
     _ts("dispatch_lease_until", nullable=True),
     sa.Column("dispatch_attempts", sa.Integer(), nullable=False),
     sa.Column("handle", sa.String(500), nullable=True),
+    _ts("launched_at", nullable=True),
     _ts("next_check_at", nullable=True),
     _ts("exited_at", nullable=True),
     _ts("timeout_at"),

@@ -73,6 +73,7 @@ def upgrade() -> None:
         ),
         sa.Column("dispatch_attempts", sa.Integer(), nullable=False),
         sa.Column("handle", sa.String(length=500), nullable=True),
+        sa.Column("launched_at", orchestrator.store.schema.UTCDateTime(timezone=True), nullable=True),
         sa.Column("next_check_at", orchestrator.store.schema.UTCDateTime(timezone=True), nullable=True),
         sa.Column("exited_at", orchestrator.store.schema.UTCDateTime(timezone=True), nullable=True),
         sa.Column("timeout_at", orchestrator.store.schema.UTCDateTime(timezone=True), nullable=False),

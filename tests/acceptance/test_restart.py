@@ -1,0 +1,130 @@
+"""A crash of the orchestrator loses no deployment: after a restart it completes, or fails with a message."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.acceptance.conftest import EXAMPLES, Stack, build_stack, demo_manifest
+from tests.conftest import BOOTSTRAP_TOKEN
+from tests.support.postgres import free_port
+
+pytestmark = pytest.mark.slow
+
+SLOW_MODULE = yaml.safe_load((EXAMPLES / "module.yaml").read_text())
+SLOW_MODULE["module_source_code"] = SLOW_MODULE["module_source_code"].replace(
+    'input = "bucket-${var.name}"',
+    'input = "bucket-${var.name}"\n  provisioner "local-exec" {\n    command = "sleep 4"\n  }',
+)
+
+
+class ServerProcess:
+    """`orchestrator serve` as a real process, killed with SIGKILL (no graceful shutdown)."""
+
+    def __init__(self, database_url: str, data_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "PO_DATABASE_URL": database_url,
+            "PO_DATA_DIR": str(data_dir),
+            "PO_LISTEN": f"127.0.0.1:{self.port}",
+            "PO_PUBLIC_URL": self.url,
+            "PO_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
+            "PO_ALLOW_LOCAL_RUNNERS": "true",
+            "PO_STATUS_CHECK_INTERVAL_SECONDS": "0.5",
+            "PO_LOG_LEVEL": "warning",
+        }
+        self.log = data_dir.parent / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli.server", "serve"], env=self.env, stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"server did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+
+@pytest.fixture
+def server(database_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
+    made = ServerProcess(database_url, tmp_path / "data")
+    made.start()
+    yield made
+    made.stop()
+
+
+def _start_slow_deploy(stack: Stack) -> str:
+    stack.client.patch(f"/orgs/{stack.org}/modules/demo-app", json=SLOW_MODULE)
+    created = stack.client.post(
+        f"/orgs/{stack.org}/deployments",
+        json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},
+    )
+    assert 201 == created.status_code, created.text
+    deployment_id: str = created.json()["id"]
+    deadline = time.monotonic() + 30
+    while stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json()["launched_at"] is None:
+        assert time.monotonic() < deadline, "the runner was never launched"
+        time.sleep(0.1)
+    return deployment_id
+
+
+def _runner_pid(server: ServerProcess, deployment_id: str) -> int:
+    # The local launcher's handle: local:<host>:<pid>:<start ticks>:<run dir>
+    pid_file = Path(server.env["PO_DATA_DIR"]) / "runs" / deployment_id / "runner.pid"
+    return int(pid_file.read_text().split(":")[2])
+
+
+def test_restart__deployment_executing_during_a_crash_completes(server: ServerProcess, tmp_path: Path) -> None:
+    stack = build_stack(server.url, tmp_path)
+    deployment_id = _start_slow_deploy(stack)
+
+    server.kill()
+    time.sleep(1)
+    server.start()
+    finished = stack.wait(deployment_id)
+    stack.client.close()
+
+    assert "succeeded" == finished["status"], finished["status_message"]
+
+
+def test_restart__runner_lost_with_the_server_fails_with_a_message(server: ServerProcess, tmp_path: Path) -> None:
+    stack = build_stack(server.url, tmp_path)
+    deployment_id = _start_slow_deploy(stack)
+    runner_pid = _runner_pid(server, deployment_id)
+
+    server.kill()
+    os.killpg(runner_pid, signal.SIGKILL)
+    server.start()
+    finished = stack.wait(deployment_id)
+    stack.client.close()
+
+    assert "failed" == finished["status"]
+    assert "the runner exited without reporting results" in finished["status_message"]
