@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +10,8 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
-from orchestrator.store import deployments as deployment_store
 from tests.conftest import Org
+from tests.support.deployments import insert_deployment
 
 RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
 
@@ -102,51 +99,8 @@ async def populate(org: Org, app: FastAPI) -> dict[str, str]:
         "org": org.id,
         "rule": rule,
         "token": token,
-        "deployment": await finished_deployment(app, org.id, env),
+        "deployment": await insert_deployment(app, org.id, env),
     }
-
-
-async def finished_deployment(app: FastAPI, org_id: str, env: dict[str, Any]) -> str:
-    """A succeeded deployment with outputs and logs, written straight to the store (no runner needed)."""
-    services = app.state.services
-    deployment_id = uuid.uuid4()
-    now = datetime.now(UTC)
-    await services.blobs.put(f"logs/{org_id}/{deployment_id}", base64.b64encode(b"ciphertext"))
-    async with services.engine.begin() as conn:
-        await deployment_store.insert(
-            conn,
-            {
-                "id": deployment_id,
-                "org_id": org_id,
-                "project_id": env["project_id"],
-                "env_id": env["id"],
-                "env_uuid": uuid.UUID(env["uuid"]),
-                "runner_id": "vm1",
-                "mode": "deploy",
-                "plan_only": False,
-                "status": "succeeded",
-                "status_message": "deployment succeeded",
-                "manifest": {"workloads": {}},
-                "tf": "terraform {}",
-                "graph": [],
-                "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
-                "runner_log_level": "info",
-                "request_digest": "0" * 64,
-                "created_by": "test",
-                "created_at": now,
-                "updated_at": now,
-                "completed_at": now,
-                "outputs": base64.b64encode(b"ciphertext").decode(),
-                "metrics": {"num_workloads": 0, "num_resource_nodes": 0},
-                "logs_key": f"logs/{org_id}/{deployment_id}",
-                "logs_size": 10,
-                "dispatch_state": "done",
-                "dispatch_attempts": 1,
-                "launched_at": now,
-                "timeout_at": now,
-            },
-        )
-    return str(deployment_id)
 
 
 async def call(

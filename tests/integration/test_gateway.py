@@ -1,0 +1,220 @@
+"""The runner gateway: per-deployment tokens, size limits, idempotent results, the Terraform state backend."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import yaml
+from fastapi import FastAPI
+
+from orchestrator.gateway import tokens
+from orchestrator.protocol import results as protocol
+from orchestrator.store.schema import tf_states
+from tests.conftest import Org
+from tests.support.deployments import insert_deployment
+
+RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
+
+
+class Gateway:
+    def __init__(self, app: FastAPI, org: Org, env: dict[str, Any], deployment_id: str) -> None:
+        self.app = app
+        self.org = org.id
+        self.env = env
+        self.deployment_id = deployment_id
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test")
+
+    def token(self, deployment_id: str | None = None) -> str:
+        key = self.app.state.services.token_key
+        return tokens.deployment_token(key, self.org, deployment_id or self.deployment_id)
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {protocol.DEPLOYMENT_TOKEN_HEADER: token if token is not None else self.token()}
+
+    def path(self, what: str, *, runner: str = "vm1") -> str:
+        if what == "bundle":
+            return protocol.bundle_path(self.org, runner, self.deployment_id)
+        if what == "results":
+            return protocol.results_path(self.org, runner, self.deployment_id)
+        return protocol.logs_path(self.org, runner, self.env["uuid"], self.deployment_id)
+
+    def state_url(self, suffix: str = "") -> str:
+        return f"/runner-gateway/v1/orgs/{self.org}/environments/{self.env['uuid']}/state{suffix}"
+
+    def basic(self, deployment_id: str | None = None, token: str | None = None) -> httpx.BasicAuth:
+        dep = deployment_id or self.deployment_id
+        return httpx.BasicAuth(dep, token if token is not None else self.token(dep))
+
+
+@pytest.fixture
+async def gateway(app: FastAPI, org: Org) -> Gateway:
+    base = f"/orgs/{org.id}"
+    await org.admin.post(f"{base}/env-types", json={"id": "development"})
+    await org.admin.post(f"{base}/projects", json={"id": "shop"})
+    env = (
+        await org.admin.post(f"{base}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"})
+    ).json()
+    await org.admin.post(f"{base}/runners", json={"id": "vm1", **RUNNER})
+    deployment_id = await insert_deployment(app, org.id, env, status="executing")
+    return Gateway(app, org, env, deployment_id)
+
+
+async def test_bundle__token_opens_only_its_own_deployment(gateway: Gateway, app: FastAPI, org: Org) -> None:
+    other = await insert_deployment(app, org.id, {**gateway.env}, status="succeeded")
+
+    ok = await gateway.client.get(gateway.path("bundle"), headers=gateway.headers())
+    none = await gateway.client.get(gateway.path("bundle"))
+    wrong = await gateway.client.get(gateway.path("bundle"), headers=gateway.headers("x" * 43))
+    others_token = await gateway.client.get(
+        gateway.path("bundle"), headers=gateway.headers(gateway.token(other))
+    )
+    other_runner = await gateway.client.get(gateway.path("bundle", runner="vm2"), headers=gateway.headers())
+
+    assert (200, b"bundle bytes", "no-store") == (ok.status_code, ok.content, ok.headers["cache-control"])
+    assert (401, 401, 401) == (none.status_code, wrong.status_code, others_token.status_code)
+    assert "invalid deployment token" == wrong.json()["message"]
+    assert 404 == other_runner.status_code
+
+
+async def test_results__applied_once_repeats_change_nothing(gateway: Gateway, org: Org) -> None:
+    body = {
+        "status": "success",
+        "tf_resource_counts": {
+            "num_resources": 2,
+            "num_resources_added": 2,
+            "num_resources_removed": 0,
+            "num_resources_changed": 0,
+        },
+    }
+    first = await gateway.client.post(gateway.path("results"), json=body, headers=gateway.headers())
+    after_first = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+    repeat = await gateway.client.post(
+        gateway.path("results"), json={"status": "failure"}, headers=gateway.headers()
+    )
+    after_repeat = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+
+    assert (202, 202) == (first.status_code, repeat.status_code)
+    assert "succeeded" == after_first["status"]
+    assert 2 == after_first["metrics"]["num_tf_resources_added"]
+    assert after_first == after_repeat
+
+
+async def test_results__failure_message_from_runner_error(gateway: Gateway, org: Org) -> None:
+    body = {"status": "failure", "error": {"error": "IAC_COMMAND_ERROR", "message": "plan failed"}}
+    await gateway.client.post(gateway.path("results"), json=body, headers=gateway.headers())
+    deployment = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+
+    assert ("failed", "runner failed with code IAC_COMMAND_ERROR: plan failed") == (
+        deployment["status"],
+        deployment["status_message"],
+    )
+
+
+async def test_results__bad_body_400_oversized_413_wrong_token_401(gateway: Gateway) -> None:
+    bad = await gateway.client.post(
+        gateway.path("results"), json={"status": "maybe"}, headers=gateway.headers()
+    )
+    unknown = await gateway.client.post(
+        gateway.path("results"), json={"status": "success", "colour": 1}, headers=gateway.headers()
+    )
+    huge = await gateway.client.post(
+        gateway.path("results"),
+        content=b'{"status":"success","outputs":"' + b"A" * protocol.MAX_RESULTS_BYTES + b'"}',
+        headers={**gateway.headers(), "content-type": "application/json"},
+    )
+    wrong = await gateway.client.post(
+        gateway.path("results"), json={"status": "success"}, headers=gateway.headers("x")
+    )
+
+    assert 400 == bad.status_code
+    assert "status" in json.dumps(bad.json()["details"])
+    assert 400 == unknown.status_code
+    assert "colour" in json.dumps(unknown.json()["details"])
+    assert 413 == huge.status_code
+    assert 401 == wrong.status_code
+
+
+async def test_logs__stored_and_limited(gateway: Gateway, org: Org) -> None:
+    stored = await gateway.client.put(gateway.path("logs"), content=b"Y2lwaGVy", headers=gateway.headers())
+    deployment = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+    served = await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}/actions/get-logs")
+    huge = await gateway.client.put(
+        gateway.path("logs"), content=b"A" * (protocol.MAX_LOG_BYTES + 1), headers=gateway.headers()
+    )
+
+    assert 202 == stored.status_code
+    assert deployment["has_logs"] is True
+    assert "Y2lwaGVy" == served.text
+    assert 413 == huge.status_code
+
+
+async def test_state__versions_kept_lock_refuses_a_second_holder(gateway: Gateway, app: FastAPI) -> None:
+    client, auth = gateway.client, gateway.basic()
+    state = {"version": 4, "serial": 1, "lineage": "x", "resources": []}
+
+    empty = await client.get(gateway.state_url(), auth=auth)
+    locked = await client.request(
+        "LOCK", gateway.state_url("/lock"), json={"ID": "lock-1", "Who": "a"}, auth=auth
+    )
+    second = await client.request(
+        "LOCK", gateway.state_url("/lock"), json={"ID": "lock-2", "Who": "b"}, auth=auth
+    )
+    write_without_lock = await client.post(
+        gateway.state_url(), params={"ID": "lock-2"}, json=state, auth=auth
+    )
+    written = await client.post(gateway.state_url(), params={"ID": "lock-1"}, json=state, auth=auth)
+    rewritten = await client.post(
+        gateway.state_url(), params={"ID": "lock-1"}, json={**state, "serial": 2}, auth=auth
+    )
+    read = await client.get(gateway.state_url(), auth=auth)
+    unlocked = await client.request("UNLOCK", gateway.state_url("/lock"), json={"ID": "lock-1"}, auth=auth)
+    relocked = await client.request("LOCK", gateway.state_url("/lock"), json={"ID": "lock-2"}, auth=auth)
+    async with app.state.services.engine.connect() as conn:
+        versions = (await conn.execute(sa.select(sa.func.count()).select_from(tf_states))).scalar_one()
+        sealed = (await conn.execute(sa.select(tf_states.c.data))).scalars().all()
+
+    assert 204 == empty.status_code
+    assert 200 == locked.status_code
+    assert (423, "lock-1", "a") == (second.status_code, second.json()["ID"], second.json()["Who"])
+    assert 409 == write_without_lock.status_code
+    assert (200, 200) == (written.status_code, rewritten.status_code)
+    assert 2 == read.json()["serial"]
+    assert (200, 200) == (unlocked.status_code, relocked.status_code)
+    assert 2 == versions
+    assert all("lineage" not in data for data in sealed)
+
+
+async def test_state__credentials_must_match_an_executing_deployment_of_the_env(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
+    finished = await insert_deployment(app, org.id, gateway.env, status="succeeded")
+    url = gateway.state_url()
+
+    none = await gateway.client.get(url)
+    wrong = await gateway.client.get(url, auth=gateway.basic(token="nope"))
+    done = await gateway.client.get(url, auth=gateway.basic(finished))
+    garbage = await gateway.client.get(url, headers={"Authorization": "Basic !!!"})
+
+    assert (401, 401, 401, 401) == (
+        none.status_code,
+        wrong.status_code,
+        done.status_code,
+        garbage.status_code,
+    )
+
+
+def test_tokens__derived_per_deployment_and_compared_safely() -> None:
+    key = tokens.token_key(b"k" * 32)
+
+    assert tokens.verify(key, "o", "d1", tokens.deployment_token(key, "o", "d1"))
+    assert not tokens.verify(key, "o", "d2", tokens.deployment_token(key, "o", "d1"))
+    assert not tokens.verify(key, "p", "d1", tokens.deployment_token(key, "o", "d1"))
+    assert not tokens.verify(tokens.token_key(b"j" * 32), "o", "d1", tokens.deployment_token(key, "o", "d1"))
+    assert not tokens.verify(key, "o", "d1", None)
+    assert base64.urlsafe_b64decode(tokens.deployment_token(key, "o", "d1") + "=")

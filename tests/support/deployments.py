@@ -1,0 +1,63 @@
+"""Deployments written straight to the store, for tests of routes that need one but no runner."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import FastAPI
+
+from orchestrator.store import deployments as deployment_store
+
+
+async def insert_deployment(
+    app: FastAPI, org_id: str, env: dict[str, Any], *, status: str = "succeeded", runner_id: str = "vm1"
+) -> str:
+    """A deployment of ``env`` (as the API answers it) with outputs and logs; ``status`` executing makes it
+    one the gateway still serves."""
+    services = app.state.services
+    deployment_id = uuid.uuid4()
+    now = datetime.now(UTC)
+    final = status != "executing"
+    await services.blobs.put(f"logs/{org_id}/{deployment_id}", base64.b64encode(b"ciphertext"))
+    await services.blobs.put(f"bundles/{org_id}/{deployment_id}.tar.gz", b"bundle bytes")
+    async with services.engine.begin() as conn:
+        await deployment_store.insert(
+            conn,
+            {
+                "id": deployment_id,
+                "org_id": org_id,
+                "project_id": env["project_id"],
+                "env_id": env["id"],
+                "env_uuid": uuid.UUID(env["uuid"]),
+                "runner_id": runner_id,
+                "mode": "deploy",
+                "plan_only": False,
+                "status": status,
+                "status_message": "deployment succeeded" if final else "Deploying...",
+                "manifest": {"workloads": {}},
+                "tf": "terraform {}",
+                "graph": [],
+                "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
+                "runner_log_level": "info",
+                "request_digest": "0" * 64,
+                "created_by": "test",
+                "created_at": now,
+                "updated_at": now,
+                "completed_at": now if final else None,
+                "outputs": base64.b64encode(b"ciphertext").decode() if final else None,
+                "metrics": {"num_workloads": 0, "num_resource_nodes": 0},
+                "logs_key": f"logs/{org_id}/{deployment_id}" if final else None,
+                "logs_size": 10 if final else None,
+                # Launched (by nobody): the dispatcher leaves it alone until its next check.
+                "dispatch_state": "done" if final else "launched",
+                "dispatch_attempts": 1,
+                "handle": None,
+                "next_check_at": None if final else datetime(2999, 1, 1, tzinfo=UTC),
+                "launched_at": now,
+                "timeout_at": datetime(2999, 1, 1, tzinfo=UTC),
+            },
+        )
+    return str(deployment_id)
