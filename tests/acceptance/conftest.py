@@ -112,7 +112,9 @@ class Stack:
         raise AssertionError(f"deployment {deployment_id} did not complete in {timeout} s")
 
     def outputs(self, deployment: dict[str, Any], identity: str | None = None) -> dict[str, Any]:
-        raw = self.client.get(f"/orgs/{self.org}/deployments/{deployment['id']}/encrypted-outputs").json()["raw"]
+        raw = self.client.get(f"/orgs/{self.org}/deployments/{deployment['id']}/encrypted-outputs").json()[
+            "raw"
+        ]
         decrypted: dict[str, Any] = yaml.safe_load(age.decrypt_b64(raw, identity or deployment["_identity"]))
         return decrypted
 
@@ -133,7 +135,9 @@ def runner_body(tf_config: Path, state: dict[str, Any] | None = None, **environm
     return body
 
 
-def build_stack(base_url: str, tmp_path: Path, *, org: str = "acme", runner: dict[str, Any] | None = None) -> Stack:
+def build_stack(
+    base_url: str, tmp_path: Path, *, org: str = "acme", runner: dict[str, Any] | None = None
+) -> Stack:
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}) as admin:
         assert admin.post("/orgs", json={"id": org}).status_code == 201
         token = admin.post(f"/orgs/{org}/tokens", json={"role": "admin"}).json()["token"]
@@ -147,7 +151,10 @@ def build_stack(base_url: str, tmp_path: Path, *, org: str = "acme", runner: dic
         ("/projects/shop/envs", {"id": "dev", "env_type_id": "development"}),
         ("/runners", {"id": "local", **(runner or runner_body(tf_config))}),
         ("/runner-rules", {"runner_id": "local"}),
-        ("/resource-types", {"id": "demo-app", **yaml.safe_load((EXAMPLES / "resource-type.yaml").read_text())}),
+        (
+            "/resource-types",
+            {"id": "demo-app", **yaml.safe_load((EXAMPLES / "resource-type.yaml").read_text())},
+        ),
         ("/modules", {"id": "demo-app", **yaml.safe_load((EXAMPLES / "module.yaml").read_text())}),
         ("/module-rules", {"module_id": "demo-app"}),
     ]:

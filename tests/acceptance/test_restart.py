@@ -50,7 +50,10 @@ class ServerProcess:
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli.server", "serve"], env=self.env, stdout=log, stderr=log
+                [sys.executable, "-m", "orchestrator.cli.server", "serve"],
+                env=self.env,
+                stdout=log,
+                stderr=log,
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -102,7 +105,9 @@ def _runner_pid(server: ServerProcess, deployment_id: str) -> int:
     return int(pid_file.read_text().split(":")[2])
 
 
-def test_restart__deployment_executing_during_a_crash_completes(server: ServerProcess, tmp_path: Path) -> None:
+def test_restart__deployment_executing_during_a_crash_completes(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     stack = build_stack(server.url, tmp_path)
     deployment_id = _start_slow_deploy(stack)
 
@@ -115,7 +120,9 @@ def test_restart__deployment_executing_during_a_crash_completes(server: ServerPr
     assert "succeeded" == finished["status"], finished["status_message"]
 
 
-def test_restart__runner_lost_with_the_server_fails_with_a_message(server: ServerProcess, tmp_path: Path) -> None:
+def test_restart__runner_lost_with_the_server_fails_with_a_message(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     stack = build_stack(server.url, tmp_path)
     deployment_id = _start_slow_deploy(stack)
     runner_pid = _runner_pid(server, deployment_id)

@@ -25,7 +25,9 @@ def example(name: str) -> dict[str, Any]:
     return loaded
 
 
-async def create(client: httpx.AsyncClient, org_id: str, runner_id: str, body: dict[str, Any]) -> httpx.Response:
+async def create(
+    client: httpx.AsyncClient, org_id: str, runner_id: str, body: dict[str, Any]
+) -> httpx.Response:
     return await client.post(f"/orgs/{org_id}/runners", json={"id": runner_id, **body})
 
 
@@ -67,7 +69,9 @@ async def test_runners__patch_with_secret_placeholder_keeps_stored_value(org: Or
 
     patched = await org.admin.patch(f"/orgs/{org.id}/runners/k8s", json={"runner_configuration": returned})
     async with app.state.services.engine.connect() as conn:
-        sealed = (await conn.execute(sa.select(runners.c.config_secret).where(runners.c.id == "k8s"))).scalar_one()
+        sealed = (
+            await conn.execute(sa.select(runners.c.config_secret).where(runners.c.id == "k8s"))
+        ).scalar_one()
     opened = app.state.services.box.open(sealed, context=f"runner:{org.id}/k8s").decode()
 
     assert 200 == patched.status_code, patched.text
@@ -81,7 +85,12 @@ async def test_runners__patch_replaces_top_level_keys_only(org: Org) -> None:
 
     patched = await org.admin.patch(
         f"/orgs/{org.id}/runners/gke",
-        json={"runner_configuration": {"type": "kubernetes-gke", "job": {"namespace": "n2", "service_account": "s2"}}},
+        json={
+            "runner_configuration": {
+                "type": "kubernetes-gke",
+                "job": {"namespace": "n2", "service_account": "s2"},
+            }
+        },
     )
 
     assert 200 == patched.status_code, patched.text
@@ -93,9 +102,15 @@ async def test_runners__patch_replaces_top_level_keys_only(org: Org) -> None:
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
-        ({"runner_configuration": {"job": {"namespace": "n", "service_account": "s"}}}, "runner_configuration.type"),
+        (
+            {"runner_configuration": {"job": {"namespace": "n", "service_account": "s"}}},
+            "runner_configuration.type",
+        ),
         ({"runner_configuration": {"type": "kubernetes"}}, "runner_configuration.type"),
-        ({"state_storage_configuration": {"type": "s3", "bucket": "Bad_Bucket"}}, "state_storage_configuration"),
+        (
+            {"state_storage_configuration": {"type": "s3", "bucket": "Bad_Bucket"}},
+            "state_storage_configuration",
+        ),
         ({"colour": "red"}, "colour"),
     ],
 )
@@ -112,7 +127,8 @@ async def test_runners__patch_state_storage_rechecks_compatibility(org: Org) -> 
     await create(org.admin, org.id, "ecs", example("serverless-ecs.yaml"))
 
     response = await org.admin.patch(
-        f"/orgs/{org.id}/runners/ecs", json={"state_storage_configuration": {"type": "kubernetes", "namespace": "x"}}
+        f"/orgs/{org.id}/runners/ecs",
+        json={"state_storage_configuration": {"type": "kubernetes", "namespace": "x"}},
     )
 
     assert 400 == response.status_code
@@ -125,7 +141,10 @@ async def test_runners__patch_state_storage_rechecks_compatibility(org: Org) -> 
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda b: b["runner_configuration"]["cluster"].update(colour="red"), "runner_configuration.cluster.colour"),
+        (
+            lambda b: b["runner_configuration"]["cluster"].update(colour="red"),
+            "runner_configuration.cluster.colour",
+        ),
         (lambda b: b["runner_configuration"]["cluster"].pop("name"), "runner_configuration.cluster.name"),
         (lambda b: b["runner_configuration"].update(type="kubernetes-nope"), "runner_configuration.type"),
         (lambda b: b.update(extra=1), "extra"),
@@ -170,7 +189,9 @@ async def test_runners__list_is_a_summary_with_paging(org: Org) -> None:
         await create(org.admin, org.id, f"r{i}", example("seed000-agent.yaml"))
 
     first = (await org.admin.get(f"/orgs/{org.id}/runners", params={"per_page": 3})).json()
-    second = (await org.admin.get(f"/orgs/{org.id}/runners", params={"page": first["next_page_token"]})).json()
+    second = (
+        await org.admin.get(f"/orgs/{org.id}/runners", params={"page": first["next_page_token"]})
+    ).json()
     by_type = (await org.admin.get(f"/orgs/{org.id}/runners", params={"byRunnerType": "vm"})).json()
 
     assert ["r0", "r1", "r2"] == [r["id"] for r in first["items"]]
@@ -184,7 +205,9 @@ async def test_runners__delete_refused_while_an_environment_is_linked(org: Org) 
     await create(org.admin, org.id, "vm1", example("vm-local.yaml"))
     await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": "development"})
     await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
-    await org.admin.post(f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"})
+    await org.admin.post(
+        f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"}
+    )
     await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "vm1"})
     await org.admin.post(f"/orgs/{org.id}/projects/shop/envs/dev/actions/refresh_runner")
 
