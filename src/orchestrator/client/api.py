@@ -324,8 +324,16 @@ class ApiClient:
     def update_env(self, org: str, project_id: str, env_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", self._env_path(org, project_id, env_id), body=patch)
 
-    def delete_env(self, org: str, project_id: str, env_id: str, *, force: bool = False) -> None:
-        self._delete(self._env_path(org, project_id, env_id), params={"force": "true"} if force else None)
+    def delete_env(self, org: str, project_id: str, env_id: str, *, force: bool = False) -> JsonObject | None:
+        """Delete an environment: None when it is gone (204), else the environment, ``deleting`` while
+        its destroy deployment runs (202)."""
+        response = self._send(
+            "DELETE", self._env_path(org, project_id, env_id), params={"force": "true"} if force else None
+        )
+        if response.status_code == 202:
+            data: JsonObject = response.json()
+            return data
+        return None
 
     def refresh_runner(self, org: str, project_id: str, env_id: str, *, dry_run: bool) -> JsonObject:
         """Re-link the environment to the runner its rules select: ``{runner_id, updated}``."""

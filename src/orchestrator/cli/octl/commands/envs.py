@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, require_changes
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import (
+    OperationFailure,
+    Session,
+    input_options,
+    org_option,
+    pass_session,
+    read_body,
+)
+from orchestrator.client.api import ApiError
+
+#: How often `delete env --wait` looks whether the environment is gone.
+WAIT_POLL_SECONDS = 1.0
 
 ENV = (
     field("ProjectId", "project_id"),
@@ -107,13 +120,35 @@ def update_env(
 @click.argument("project_id", metavar="PROJECT")
 @click.argument("env_id", metavar="ENV")
 @click.option("--force", is_flag=True, help="Delete without destroying the environment's resources.")
+@click.option(
+    "--wait", is_flag=True, help="Wait until the destroy deployment has run and the environment is gone."
+)
 @org_option
 @pass_session
-def delete_env(session: Session, project_id: str, env_id: str, force: bool) -> None:
-    """Delete environment ENV of PROJECT."""
+def delete_env(session: Session, project_id: str, env_id: str, force: bool, wait: bool) -> None:
+    """Delete environment ENV of PROJECT; a destroy deployment runs first unless --force is given."""
     org = session.org()
-    session.client().delete_env(org, project_id, env_id, force=force)
-    output.success(f"Environment {project_id}/{env_id} deleted from organization {org}.")
+    client = session.client()
+    deleting = client.delete_env(org, project_id, env_id, force=force)
+    if deleting is None:
+        output.success(f"Environment {project_id}/{env_id} deleted from organization {org}.")
+        return
+    output.note(f"Environment {project_id}/{env_id} is being deleted: {deleting.get('status_message', '')}.")
+    if not wait:
+        return
+    while True:
+        time.sleep(WAIT_POLL_SECONDS)
+        try:
+            env = client.get_env(org, project_id, env_id)
+        except ApiError as exc:
+            if exc.status == 404:
+                output.success(
+                    f"Environment {project_id}/{env_id} destroyed and deleted from organization {org}."
+                )
+                return
+            raise
+        if env.get("status") == "delete_failed":
+            raise OperationFailure(str(env.get("status_message") or "the destroy deployment failed"))
 
 
 @click.command("refresh-runner")
