@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
-from orchestrator.blobs import FileBlobStore
+from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.gateway import deployments as gateway_deployments
@@ -70,7 +70,11 @@ def create_app(settings: ServerSettings, *, run_migrations: bool = True, run_dis
             token_key = tokens.token_key(key)
             notifier = Notifier()
             local = LocalLauncher(settings.data_dir / "runs", environ=os.environ)
-            blobs = FileBlobStore(settings.data_dir / "objects")
+            blobs = await open_blob_store(
+                settings.object_store_url,
+                data_dir=settings.data_dir,
+                endpoint_url=settings.object_store_endpoint,
+            )
             dispatcher = Dispatcher(
                 engine=engine,
                 box=box,

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.blobs.location import parse_object_store_url
 
 
 def default_data_dir() -> Path:
@@ -54,6 +57,17 @@ class ServerSettings(BaseSettings):
     status_check_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often launched runners are checked on."
     )
+    object_store_url: str | None = Field(
+        default=None,
+        description=(
+            "Where deployment bundles and logs are stored: file:///abs/dir or s3://bucket[/prefix] "
+            "(credentials and region from the standard AWS variables). Default: <data dir>/objects."
+        ),
+    )
+    object_store_endpoint: str | None = Field(
+        default=None,
+        description="Endpoint of an S3-compatible object store, e.g. http://minio:9000 (path-style).",
+    )
     db_pool_size: int = Field(default=10, ge=1, description="PostgreSQL connection pool size.")
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
@@ -64,6 +78,22 @@ class ServerSettings(BaseSettings):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError("PO_LISTEN must be host:port")
         return value
+
+    @field_validator("object_store_url")
+    @classmethod
+    def _check_object_store_url(cls, value: str | None) -> str | None:
+        if value:
+            parse_object_store_url(value)
+        return value or None
+
+    @field_validator("object_store_endpoint")
+    @classmethod
+    def _check_object_store_endpoint(cls, value: str | None) -> str | None:
+        if value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("PO_OBJECT_STORE_ENDPOINT must be an http(s) URL")
+        return value or None
 
     @property
     def resolved_database_url(self) -> str:

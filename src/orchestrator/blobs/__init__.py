@@ -1,4 +1,11 @@
-"""Object storage for bundles and logs: the filesystem by default (S3-compatible storage plugs in here)."""
+"""Object storage for bundles and logs: the filesystem by default, or an S3-compatible bucket.
+
+    orchestrator.blobs           the ``BlobStore`` protocol, key checks, ``FileBlobStore``
+    orchestrator.blobs.s3        ``S3BlobStore`` (boto3, calls run in worker threads)
+    orchestrator.blobs.location  ``PO_OBJECT_STORE_URL`` parsing and ``open_blob_store``
+
+Imports go one way: ``location`` → ``s3`` → this module; this module imports neither.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,15 @@ from typing import Protocol
 
 from orchestrator.errors import OrchestratorError
 
+__all__ = ["BlobStore", "BlobStoreError", "FileBlobStore", "check_key"]
+
+#: Path segments of letters, digits, ``.``, ``_``, ``-``; none empty, none starting with ``.`` (no ``..``).
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+MAX_KEY_LENGTH = 512
+
+
+class BlobStoreError(OrchestratorError):
+    """The object store failed."""
 
 
 class BlobStore(Protocol):
@@ -22,6 +37,13 @@ class BlobStore(Protocol):
     async def delete(self, key: str) -> None: ...
 
 
+def check_key(key: str) -> str:
+    """``key`` if it is a safe relative object key (``a/b.tar.gz``); raises OrchestratorError otherwise."""
+    if len(key) > MAX_KEY_LENGTH or not _KEY.match(key):
+        raise OrchestratorError(f"invalid blob key {key!r}")
+    return key
+
+
 class FileBlobStore:
     """Blobs as files under ``root``; writes are atomic (temporary file, then rename)."""
 
@@ -29,9 +51,7 @@ class FileBlobStore:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        if not _KEY.match(key):
-            raise OrchestratorError(f"invalid blob key {key!r}")
-        return self.root / key
+        return self.root / check_key(key)
 
     def _put(self, key: str, data: bytes) -> None:
         path = self._path(key)
