@@ -34,7 +34,9 @@ from orchestrator.store import orgs as org_store
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
 
 
-def launcher_for(settings: ServerSettings, local: LocalLauncher, runner_type: str, config: dict[str, object]) -> Launcher | None:
+def launcher_for(
+    settings: ServerSettings, local: LocalLauncher, runner_type: str, config: dict[str, object]
+) -> Launcher | None:
     """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported."""
     connection = config.get("connection")
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
@@ -42,7 +44,9 @@ def launcher_for(settings: ServerSettings, local: LocalLauncher, runner_type: st
     return None
 
 
-def create_app(settings: ServerSettings, *, run_migrations: bool = True, run_dispatcher: bool = True) -> FastAPI:
+def create_app(
+    settings: ServerSettings, *, run_migrations: bool = True, run_dispatcher: bool = True
+) -> FastAPI:
     """The whole server as one ASGI app; its lifespan opens and closes the database."""
 
     @asynccontextmanager
@@ -87,6 +91,7 @@ def create_app(settings: ServerSettings, *, run_migrations: bool = True, run_dis
             app.state.services = Services(
                 settings=settings,
                 engine=engine,
+                reader=db.readonly(engine),
                 box=box,
                 blobs=blobs,
                 token_key=token_key,

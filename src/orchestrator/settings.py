@@ -68,7 +68,7 @@ class ServerSettings(BaseSettings):
         default=None,
         description="Endpoint of an S3-compatible object store, e.g. http://minio:9000 (path-style).",
     )
-    db_pool_size: int = Field(default=10, ge=1, description="PostgreSQL connection pool size.")
+    db_pool_size: int = Field(default=20, ge=1, description="PostgreSQL connection pool size.")
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
     @field_validator("listen")
