@@ -11,6 +11,7 @@ from orchestrator.domain.deployments import Deployment, Mode, Status
 from orchestrator.protocol.results import DeploymentResults, ResultStatus
 from orchestrator.store import deployments as store
 from orchestrator.store import projects as project_store
+from orchestrator.store import states as state_store
 
 
 def failure_message(results: DeploymentResults) -> str:
@@ -68,7 +69,10 @@ async def fail(
 async def after_final(
     conn: AsyncConnection, deployment: Deployment, *, succeeded: bool, message: str, now: datetime
 ) -> None:
-    """A finished destroy completes the deletion of its environment, or marks the deletion failed."""
+    """A finished deployment lets go of the state lock it may still hold (its runner can no longer
+    unlock: its token opens only executing deployments); a finished destroy completes the deletion of its
+    environment, or marks the deletion failed."""
+    await state_store.release_held_by(conn, deployment.env_uuid, deployment.id)
     if deployment.mode != Mode.DESTROY:
         return
     env = await project_store.get_env(conn, deployment.org_id, deployment.project_id, deployment.env_id)

@@ -104,6 +104,16 @@ async def try_lock(
     return None
 
 
+async def release_held_by(conn: AsyncConnection, env_uuid: uuid.UUID, deployment_id: uuid.UUID) -> bool:
+    """Drop a lock the deployment still holds (it ended without unlocking: killed, timed out)."""
+    result = await conn.execute(
+        tf_state_locks.delete().where(
+            tf_state_locks.c.env_uuid == env_uuid, tf_state_locks.c.deployment_id == deployment_id
+        )
+    )
+    return result.rowcount > 0
+
+
 async def unlock(conn: AsyncConnection, env_uuid: uuid.UUID) -> None:
     await conn.execute(tf_state_locks.delete().where(tf_state_locks.c.env_uuid == env_uuid))
 
