@@ -85,7 +85,8 @@ def test_failing_module__clear_message_and_results_stored(stack: Stack) -> None:
     broken = module["module_source_code"].replace(
         'input = "bucket-${var.name}"',
         'input = "bucket-${var.name}"\n  lifecycle {\n    precondition {\n'
-        '      condition     = var.name != "shop"\n      error_message = "the name shop is reserved"\n    }\n  }',
+        '      condition     = var.name != "shop"\n'
+        '      error_message = "the name shop is reserved"\n    }\n  }',
     )
     patched = stack.client.patch(f"/orgs/{stack.org}/modules/demo-app", json={"module_source_code": broken})
     assert 200 == patched.status_code, patched.text

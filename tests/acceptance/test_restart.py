@@ -84,8 +84,15 @@ def server(database_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
     made.stop()
 
 
+def make_slow(stack: Stack, seconds: int = 4) -> None:
+    """The demo module with a provisioner that sleeps: the deployment stays executing for a while."""
+    code = SLOW_MODULE["module_source_code"].replace("sleep 4", f"sleep {seconds}")
+    patched = stack.client.patch(f"/orgs/{stack.org}/modules/demo-app", json={"module_source_code": code})
+    assert 200 == patched.status_code, patched.text
+
+
 def _start_slow_deploy(stack: Stack) -> str:
-    stack.client.patch(f"/orgs/{stack.org}/modules/demo-app", json=SLOW_MODULE)
+    make_slow(stack)
     created = stack.client.post(
         f"/orgs/{stack.org}/deployments",
         json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},

@@ -2,6 +2,11 @@
 
 Runs inside ``orchestrator serve``. Work is claimed with leases in the database, so several replicas on one
 PostgreSQL share it safely, and a restarted server picks up whatever was pending or launched.
+
+Agent runners (``kubernetes-agent``, ``vm`` with ``connection: {type: agent}``) are launched by their agent:
+here "launch" is enqueueing a ``create-job`` command in the transaction that marks the deployment launched
+(handle ``agent:<command id>``), and checks only enforce the deployment timeout; commands past their TTL
+fail their deployment with ``COMMAND_EXPIRED``.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ import structlog
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from orchestrator.dispatch import agent_commands as agent_policy
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, DispatchState, runner_mode
 from orchestrator.domain.runner_secrets import restore_secrets
+from orchestrator.domain.runner_types import launched_by
 from orchestrator.gateway import tokens
 from orchestrator.launchers.base import Launcher, LaunchError, RunState
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
+from orchestrator.store import agent_commands as command_store
 from orchestrator.store import db
 from orchestrator.store import deployments as store
 from orchestrator.store import runners as runner_store
@@ -35,6 +43,20 @@ log = structlog.get_logger(__name__)
 
 #: Picks the launcher for a runner (type, full configuration); None when this server cannot launch it.
 LauncherFor = Callable[[str, dict[str, object]], Launcher | None]
+#: Told (org, runner) after a command for an agent runner was committed: wakes the agent's long poll.
+CommandCommitted = Callable[[str, str], None]
+
+
+class _LeaseLostError(Exception):
+    """Another dispatcher took the deployment over meanwhile."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Target:
+    spec: RunSpec
+    runner_type: str
+    #: None for agent runners: their agent launches the run.
+    launcher: Launcher | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +69,8 @@ class DispatchSettings:
     launch_attempts: int = 5
     batch_size: int = 20
     cancel_grace_seconds: float = 10.0
+    #: How long an agent runner's command waits to be picked up (upstream RUNNER_COMMAND_TTL, 24 h).
+    command_ttl_seconds: float = 24 * 3600.0
 
 
 class Dispatcher:
@@ -60,6 +84,7 @@ class Dispatcher:
         launcher_for: LauncherFor,
         on_final: Callable[[str], None],
         settings: DispatchSettings | None = None,
+        on_command: CommandCommitted | None = None,
     ) -> None:
         self.engine = engine
         self.box = box
@@ -68,6 +93,7 @@ class Dispatcher:
         self.launcher_for = launcher_for
         self.on_final = on_final
         self.settings = settings or DispatchSettings()
+        self.on_command = on_command
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
 
@@ -103,6 +129,11 @@ class Dispatcher:
             )
         if due:
             await asyncio.gather(*(self._check(d) for d in due))
+        async with self.engine.begin() as conn:
+            expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
+        for deployment in expired:
+            log.info("agent command expired", deployment_id=str(deployment.id))
+            self.on_final(str(deployment.id))
 
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:
@@ -112,10 +143,13 @@ class Dispatcher:
         async with self.engine.begin() as conn:
             await results_policy.fail(conn, deployment, message, now=datetime.now(UTC), code=code)
             await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC))
+            await command_store.cancel_for_deployment(
+                conn, deployment.id, now=datetime.now(UTC), reason=f"the deployment failed ({code})"
+            )
         log.info("deployment failed", deployment_id=str(deployment.id), reason=message)
         self.on_final(str(deployment.id))
 
-    async def _spec(self, deployment: Deployment) -> tuple[RunSpec, Launcher] | str:
+    async def _spec(self, deployment: Deployment) -> _Target | str:
         """The run spec and launcher, or why there is none."""
         async with db.readonly(self.engine).connect() as conn:
             runner = await runner_store.get_runner(conn, deployment.org_id, deployment.runner_id)
@@ -128,8 +162,9 @@ class Dispatcher:
             else {}
         )
         configuration = restore_secrets(runner.configuration, secrets)
-        launcher = self.launcher_for(runner.type, configuration)
-        if launcher is None:
+        agent = launched_by(runner.type, configuration) == "agent"
+        launcher = None if agent else self.launcher_for(runner.type, configuration)
+        if launcher is None and not agent:
             return f"runner '{runner.id}' of type '{runner.type}' cannot be launched by this orchestrator"
         spec = RunSpec(
             org_id=deployment.org_id,
@@ -144,14 +179,52 @@ class Dispatcher:
             log_level=deployment.runner_log_level,
             runner_configuration=configuration,
         )
-        return spec, launcher
+        return _Target(spec=spec, runner_type=runner.type, launcher=launcher)
+
+    async def _enqueue(self, deployment: Deployment, target: _Target) -> None:
+        """Launch on an agent runner: the command and the launched deployment commit together."""
+        now = datetime.now(UTC)
+        envelope = agent_policy.envelope_for(
+            deployment,
+            target.spec,
+            runner_type=target.runner_type,
+            now=now,
+            ttl=timedelta(seconds=self.settings.command_ttl_seconds),
+        )
+        handle = agent_policy.handle_for(envelope.command_id)
+        try:
+            async with self.engine.begin() as conn:
+                await agent_policy.enqueue(conn, envelope, now=now)
+                released = await store.release(
+                    conn,
+                    deployment.id,
+                    owner=self.owner,
+                    now=now,
+                    dispatch_state=DispatchState.LAUNCHED,
+                    handle=handle,
+                    launched_at=now,
+                    dispatch_attempts=deployment.dispatch_attempts + 1,
+                    # Event-driven from here: the only check due is the deployment timeout.
+                    next_check_at=deployment.timeout_at,
+                )
+                if not released:
+                    raise _LeaseLostError()
+        except _LeaseLostError:
+            log.warning("lost the dispatch lease before enqueueing", deployment_id=str(deployment.id))
+            return
+        log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
+        if self.on_command is not None:
+            self.on_command(deployment.org_id, deployment.runner_id)
 
     async def _launch(self, deployment: Deployment) -> None:
         found = await self._spec(deployment)
         if isinstance(found, str):
             await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
             return
-        spec, launcher = found
+        if found.launcher is None:
+            await self._enqueue(deployment, found)
+            return
+        spec, launcher = found.spec, found.launcher
         attempts = deployment.dispatch_attempts + 1
         try:
             handle = await launcher.launch(spec)
@@ -185,14 +258,25 @@ class Dispatcher:
         )
         log.info("runner launched", deployment_id=str(deployment.id), handle=handle)
 
+    async def _check_agent_run(self, deployment: Deployment) -> None:
+        """Agent runs are never polled: only the deployment timeout is enforced here."""
+        if deployment.timeout_at <= datetime.now(UTC):
+            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
+            return
+        await self._release(deployment, next_check_at=deployment.timeout_at)
+
     async def _check(self, deployment: Deployment) -> None:
+        if agent_policy.is_agent_handle(deployment.handle):
+            await self._check_agent_run(deployment)
+            return
         found = await self._spec(deployment)
-        launcher = None if isinstance(found, str) else found[1]
+        launcher = None if isinstance(found, str) else found.launcher
         now = datetime.now(UTC)
         if deployment.timeout_at <= now:
+            # Fail first, then stop the run: what the stopped runner still reports changes nothing.
+            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             if launcher is not None and deployment.handle:
                 await launcher.cancel(deployment.handle, grace_seconds=self.settings.cancel_grace_seconds)
-            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
         if launcher is None or deployment.handle is None:
             await self._fail(
