@@ -1,0 +1,449 @@
+"""Runs ``po-runner standard`` as a Kubernetes Job: the direct ``kubernetes`` runner type.
+
+The orchestrator talks to the cluster's API itself (upstream's DP does the same for ``kubernetes``), with
+the kubeconfig-style values of the runner configuration (``ClusterAccess``). Client: lightkube (async,
+typed models, httpx2 transport; we hand it our own TLS context so key material never lands in a file that
+outlives the call).
+
+- ``launch`` creates the Job (``render_job_manifest``), then the Secret holding the runner's ``TOKEN``,
+  owned by the Job. AlreadyExists counts as success, so launching twice creates one Job.
+- ``status`` reads the Job, its pods (label ``batch.kubernetes.io/controller-uid``) and their Warning
+  events: a finished Job or a terminated ``main`` container is EXITED with the container's exit code; a
+  run that has not started after ``scheduling_delay_seconds`` (upstream ``K8S_RUNNER_POD_SCHEDULING_DELAY``,
+  5 min) and has Warning events is EXITED with the warnings joined as detail. API errors give UNKNOWN.
+- ``cancel`` deletes the Job with ``propagationPolicy: Background`` (its pods and Secret are
+  garbage-collected; the pods get their own ``terminationGracePeriodSeconds``).
+
+RBAC the orchestrator needs in ``job.namespace``: ``batch/jobs`` create, get, delete; ``secrets`` create,
+get, update; ``pods`` and ``events`` list (without them, stuck runs are only noticed by the deployment
+timeout).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, NoReturn, cast
+
+import httpx2
+import pydantic
+from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.config.models import Cluster, User
+from lightkube.models.core_v1 import ContainerStateTerminated
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Event, Pod, Secret
+from lightkube.types import CascadeType
+
+from orchestrator.domain.runner_types import K8sRunnerJobConfig, K8sRunnerK8sCluster
+from orchestrator.launchers import kubernetes_job
+from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.protocol.launch import RunSpec
+
+__all__ = ["DEFAULT_SCHEDULING_DELAY_SECONDS", "ClusterAccess", "KubernetesLauncher", "parse_handle"]
+
+#: Upstream ``K8S_RUNNER_POD_SCHEDULING_DELAY``.
+DEFAULT_SCHEDULING_DELAY_SECONDS: Final = 300.0
+#: Answers that retrying the same request cannot change.
+NOT_RETRYABLE: Final = frozenset({400, 401, 403, 404, 422})
+FIELD_MANAGER: Final = "platform-orchestrator"
+CONTROLLER_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
+MAX_WARNINGS: Final = 5
+#: Waiting reasons that mean the container will not start by itself.
+FAILED_WAITING: Final = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterAccess:
+    """How to reach a cluster's API: the values of a kubeconfig (``*_data`` are base64 PEM, as there)."""
+
+    server: str
+    certificate_authority_data: str | None = None
+    client_certificate_data: str | None = field(default=None, repr=False)
+    client_key_data: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    proxy_url: str | None = None
+    timeout_seconds: float = 30.0
+
+    @classmethod
+    def from_cluster(cls, cluster: K8sRunnerK8sCluster) -> ClusterAccess:
+        """From the ``cluster`` of a ``kubernetes`` runner configuration."""
+        return cls(
+            server=cluster.cluster_data.server,
+            certificate_authority_data=cluster.cluster_data.certificate_authority_data,
+            client_certificate_data=cluster.auth.client_certificate_data,
+            client_key_data=cluster.auth.client_key_data,
+            token=cluster.auth.service_account_token,
+            proxy_url=cluster.cluster_data.proxy_url,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Trusts only the cluster CA (when given) and presents the client certificate (when given)."""
+        try:
+            if self.certificate_authority_data:
+                context = ssl.create_default_context(cadata=_pem(self.certificate_authority_data))
+            else:
+                context = ssl.create_default_context()
+            if self.client_certificate_data and self.client_key_data:
+                _load_client_certificate(
+                    context, _pem(self.client_certificate_data), _pem(self.client_key_data)
+                )
+        except (ssl.SSLError, ValueError) as exc:
+            _fail(f"the cluster's TLS configuration is unusable: {exc}", retryable=False, cause=exc)
+        return context
+
+
+def _pem(data: str) -> str:
+    try:
+        return base64.b64decode(data, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError("a *_data value is not base64-encoded PEM") from exc
+
+
+def _load_client_certificate(context: ssl.SSLContext, certificate: str, key: str) -> None:
+    """``load_cert_chain`` only reads files: write both to a private directory and remove it at once."""
+    with tempfile.TemporaryDirectory(prefix="po-kube-") as directory:
+        cert_path = os.path.join(directory, "client.crt")
+        key_path = os.path.join(directory, "client.key")
+        for path, text in ((cert_path, certificate), (key_path, key)):
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(text)
+        context.load_cert_chain(cert_path, key_path)
+
+
+def parse_handle(handle: str) -> tuple[str, str]:
+    """``k8s:<namespace>:<job name>`` to (namespace, name)."""
+    kind, namespace, name = handle.split(":", 2)
+    if kind != "k8s" or not namespace or not name:
+        raise ValueError(f"not a Kubernetes run handle: {handle}")
+    return namespace, name
+
+
+def _fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
+    error = LaunchError(message)
+    error.retryable = retryable
+    raise error from cause
+
+
+def _is_certificate_problem(exc: BaseException) -> bool:
+    """A TLS failure about certificates (ours refused, theirs untrusted): retrying cannot help."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        if isinstance(current, ssl.SSLError) and "CERTIFICATE" in str(current).upper():
+            return True
+        if isinstance(current, ssl.SSLError) and "UNKNOWN_CA" in str(current).upper():
+            return True
+        current = current.__cause__ or current.__context__
+    return "CERTIFICATE" in str(exc).upper() or "UNKNOWN_CA" in str(exc).upper()
+
+
+class KubernetesLauncher:
+    """Launcher for one cluster; any namespace (each run's comes from its ``job`` configuration)."""
+
+    def __init__(
+        self,
+        api: ClusterAccess,
+        *,
+        image: str = kubernetes_job.DEFAULT_RUNNER_IMAGE,
+        scheduling_delay_seconds: float = DEFAULT_SCHEDULING_DELAY_SECONDS,
+        token_in_secret: bool = True,
+    ) -> None:
+        self.api = api
+        self.image = image
+        self.scheduling_delay_seconds = scheduling_delay_seconds
+        #: False puts ``TOKEN`` in the Job as a plain value (for RBAC without ``secrets`` access).
+        self.token_in_secret = token_in_secret
+        self._ssl: ssl.SSLContext | None = None
+
+    # --- plumbing -----------------------------------------------------------------------------------
+
+    def _client(self) -> AsyncClient:
+        if self._ssl is None:
+            self._ssl = self.api.ssl_context()
+        config = KubeConfig.from_one(
+            cluster=Cluster(server=self.api.server), user=User(token=self.api.token), namespace="default"
+        )
+        # Our own transport: lightkube's would write the CA and key to temporary files for its lifetime.
+        transport = httpx2.AsyncHTTPTransport(verify=self._ssl, proxy=self.api.proxy_url)
+        return AsyncClient(
+            config,
+            timeout=httpx2.Timeout(self.api.timeout_seconds),
+            field_manager=FIELD_MANAGER,
+            trust_env=False,
+            transport=transport,
+        )
+
+    @contextlib.contextmanager
+    def _translated(self, action: str) -> Iterator[None]:
+        """Client errors to :class:`LaunchError`, ``retryable`` False when asking again cannot help."""
+        try:
+            yield
+        except ApiError as exc:
+            code = exc.status.code or exc.response.status_code
+            answer = " ".join(str(part) for part in (code, exc.status.reason) if part)
+            _fail(
+                f"the Kubernetes API refused to {action}: {answer}: {exc.status.message or 'no message'}",
+                retryable=code not in NOT_RETRYABLE,
+                cause=exc,
+            )
+        except httpx2.HTTPError as exc:
+            _fail(
+                f"cannot {action}: the Kubernetes API at {self.api.server} is unreachable: {exc}",
+                retryable=not _is_certificate_problem(exc),
+                cause=exc,
+            )
+        except json.JSONDecodeError as exc:
+            _fail(
+                f"cannot {action}: {self.api.server} did not answer like a Kubernetes API",
+                retryable=True,
+                cause=exc,
+            )
+
+    # --- Launcher -------------------------------------------------------------------------------------
+
+    async def launch(self, spec: RunSpec) -> str:
+        try:
+            job_config = K8sRunnerJobConfig.model_validate(spec.runner_configuration.get("job"))
+        except pydantic.ValidationError as exc:
+            # Without the input values: a pod template may hold secrets.
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            _fail(
+                f"invalid job configuration of runner '{spec.runner_id}': {problems}",
+                retryable=False,
+                cause=exc,
+            )
+        namespace, name = job_config.namespace, kubernetes_job.job_name(spec)
+        secret = kubernetes_job.token_secret_name(spec) if self.token_in_secret else None
+        manifest = kubernetes_job.render_job_manifest(spec, job_config, self.image, token_secret=secret)
+        async with self._client() as client:
+            with self._translated(f"create Job {namespace}/{name}"):
+                try:
+                    job = await client.create(cast(Job, Job.from_dict(manifest)))
+                except ApiError as exc:
+                    if exc.status.code != 409:
+                        raise
+                    # Launched before (the orchestrator restarted in between): the same run.
+                    job = await client.get(Job, name, namespace=namespace)
+            if secret is not None:
+                uid = job.metadata.uid if job.metadata and job.metadata.uid else ""
+                await self._ensure_token_secret(client, spec, namespace, uid)
+        return f"k8s:{namespace}:{name}"
+
+    async def _ensure_token_secret(
+        self, client: AsyncClient, spec: RunSpec, namespace: str, job_uid: str
+    ) -> None:
+        body = kubernetes_job.render_token_secret(spec, namespace, job_uid=job_uid)
+        name = body["metadata"]["name"]
+        try:
+            with self._translated(f"create Secret {namespace}/{name}"):
+                try:
+                    await client.create(cast(Secret, Secret.from_dict(body)))
+                except ApiError as exc:
+                    if exc.status.code != 409:
+                        raise
+                    existing = await client.get(Secret, name, namespace=namespace)
+                    if existing.data == body["data"] and _owned_by(existing, job_uid):
+                        return
+                    body["metadata"]["resourceVersion"] = (
+                        existing.metadata.resourceVersion if existing.metadata else None
+                    )
+                    await client.replace(cast(Secret, Secret.from_dict(body)))
+        except LaunchError as error:
+            if error.retryable:
+                raise
+            # The pod would wait for its token forever: take the Job away rather than leave it pending.
+            with contextlib.suppress(ApiError, httpx2.HTTPError):
+                await client.delete(
+                    Job, kubernetes_job.job_name(spec), namespace=namespace, cascade=CascadeType.BACKGROUND
+                )
+            hint = "the orchestrator needs create, get and update on secrets in this namespace"
+            _fail(f"{error.message} ({hint})", retryable=False, cause=error)
+
+    async def status(self, handle: str) -> RunStatus:
+        namespace, name = parse_handle(handle)
+        try:
+            async with self._client() as client:
+                with self._translated(f"read Job {namespace}/{name}"):
+                    return await self._status(client, namespace, name)
+        except LaunchError as exc:
+            return RunStatus(state=RunState.UNKNOWN, detail=exc.message)
+
+    async def _status(self, client: AsyncClient, namespace: str, name: str) -> RunStatus:
+        try:
+            job = await client.get(Job, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return RunStatus(
+                    state=RunState.EXITED, detail=f"the Kubernetes Job {namespace}/{name} is gone"
+                )
+            raise
+        uid = job.metadata.uid if job.metadata else None
+        pods = await self._pods(client, namespace, uid)
+        pod = max(pods, key=_created, default=None)
+        terminated = _main_terminated(pod)
+        if terminated is not None:
+            return RunStatus(
+                state=RunState.EXITED, exit_code=terminated.exitCode, detail=_exit_detail(terminated)
+            )
+        finished = _finished_condition(job)
+        if finished is not None:
+            succeeded = finished.type == "Complete"
+            detail = None if succeeded else _join(finished.reason, finished.message)
+            return RunStatus(state=RunState.EXITED, exit_code=0 if succeeded else None, detail=detail)
+        if pod is not None and pod.status is not None and pod.status.phase == "Failed":
+            return RunStatus(state=RunState.EXITED, detail=_join(pod.status.reason, pod.status.message))
+        if _started(job, pod):
+            return RunStatus(state=RunState.RUNNING)
+        waited = (datetime.now(UTC) - _created(job)).total_seconds()
+        if waited < self.scheduling_delay_seconds:
+            return RunStatus(state=RunState.RUNNING, detail="waiting for the runner pod to start")
+        problems = await self._warnings(
+            client, namespace, [uid, *(p.metadata.uid for p in pods if p.metadata)]
+        )
+        problems += [w for w in _failed_waiting(pod) if w not in problems]
+        if not problems:
+            return RunStatus(
+                state=RunState.RUNNING, detail=f"the runner pod has not started after {waited:.0f} s"
+            )
+        return RunStatus(
+            state=RunState.EXITED,
+            detail=f"the runner pod did not start within {self.scheduling_delay_seconds:g} s: "
+            + "; ".join(problems[:MAX_WARNINGS]),
+        )
+
+    async def _pods(self, client: AsyncClient, namespace: str, job_uid: str | None) -> list[Pod]:
+        if not job_uid:
+            return []
+        try:
+            return [
+                pod
+                async for pod in client.list(Pod, namespace=namespace, labels={CONTROLLER_UID_LABEL: job_uid})
+            ]
+        except ApiError as exc:
+            if exc.status.code == 403:  # degraded: no permission to list pods
+                return []
+            raise
+
+    async def _warnings(self, client: AsyncClient, namespace: str, uids: list[str | None]) -> list[str]:
+        """``reason: message`` of the Warning events of the Job and its pods, oldest first, once each."""
+        events: list[Event] = []
+        for uid in uids:
+            if not uid:
+                continue
+            try:
+                fields: dict[str, Any] = {"involvedObject.uid": uid, "type": "Warning"}
+                events += [event async for event in client.list(Event, namespace=namespace, fields=fields)]
+            except ApiError as exc:
+                if exc.status.code == 403:  # degraded: no permission to list events
+                    return []
+                raise
+        events.sort(key=_event_time)
+        problems: list[str] = []
+        for event in events:
+            text = _join(event.reason, event.message)
+            if text and text not in problems:
+                problems.append(text)
+        return problems
+
+    async def cancel(self, handle: str, *, grace_seconds: float) -> None:
+        """Delete the Job and, in the background, its pods; a Job already gone is fine."""
+        namespace, name = parse_handle(handle)
+        async with self._client() as client:
+            with self._translated(f"delete Job {namespace}/{name}"):
+                try:
+                    await client.delete(Job, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+
+
+# --- reading objects ----------------------------------------------------------------------------------
+
+_EPOCH: Final = datetime.min.replace(tzinfo=UTC)
+
+
+def _created(obj: Job | Pod) -> datetime:
+    stamp = obj.metadata.creationTimestamp if obj.metadata else None
+    return stamp if stamp is not None else _EPOCH
+
+
+def _event_time(event: Event) -> datetime:
+    return event.lastTimestamp or event.eventTime or event.firstTimestamp or _EPOCH
+
+
+def _owned_by(obj: Secret, uid: str) -> bool:
+    owners = obj.metadata.ownerReferences if obj.metadata else None
+    return any(owner.uid == uid for owner in owners or [])
+
+
+def _join(reason: str | None, message: str | None) -> str:
+    return ": ".join(part for part in (reason, message) if part)
+
+
+def _finished_condition(job: Job) -> Any:
+    conditions = job.status.conditions if job.status else None
+    for condition in conditions or []:
+        if condition.type in ("Complete", "Failed") and condition.status == "True":
+            return condition
+    return None
+
+
+def _main_container(pod: Pod | None) -> Any:
+    statuses = pod.status.containerStatuses if pod is not None and pod.status else None
+    return next((s for s in statuses or [] if s.name == kubernetes_job.CONTAINER_NAME), None)
+
+
+def _main_terminated(pod: Pod | None) -> ContainerStateTerminated | None:
+    status = _main_container(pod)
+    if status is None or status.state is None:
+        return None
+    terminated: ContainerStateTerminated | None = status.state.terminated
+    return terminated
+
+
+def _started(job: Job, pod: Pod | None) -> bool:
+    if job.status is not None and (job.status.ready or 0) > 0:
+        return True
+    if pod is None or pod.status is None:
+        return False
+    if pod.status.phase in ("Running", "Succeeded", "Failed"):
+        return True
+    status = _main_container(pod)
+    return status is not None and status.state is not None and status.state.running is not None
+
+
+def _failed_waiting(pod: Pod | None) -> list[str]:
+    status = _main_container(pod)
+    waiting = status.state.waiting if status is not None and status.state is not None else None
+    if waiting is None or waiting.reason not in FAILED_WAITING:
+        return []
+    return [_join(waiting.reason, waiting.message)]
+
+
+def _exit_detail(terminated: ContainerStateTerminated) -> str | None:
+    """The last line of the termination message (the runner's last words), with an unusual reason."""
+    lines = [line.strip() for line in (terminated.message or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else None
+    if terminated.reason in (None, "Completed", "Error"):
+        return last
+    return _join(terminated.reason, last)

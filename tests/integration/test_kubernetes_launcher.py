@@ -1,0 +1,491 @@
+"""KubernetesLauncher against the stand-in API server (tests/support/kube_api.py), over TLS with the
+cluster CA and a client certificate as in seed 001, unless a test says otherwise.
+
+The stand-in is not Kubernetes: it implements the Jobs, Pods, Events and Secrets endpoints the launcher
+uses with their real semantics, and a kubelet that runs the pod's container as a local process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import socket
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
+from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.results import RunnerMode
+from tests.support.kube_api import CertificateAuthority, KubeApiServer, LocalImage
+
+IMAGE = "registry.example.com/runner-stand-in:1.0"
+NAMESPACE = "runners"
+TOKEN = "deployment-token-0123456789"
+#: The "image": records its TOKEN, then waits for a file ``go`` holding the exit code.
+SCRIPT = """
+import os, pathlib, sys, time
+out = pathlib.Path(os.environ["OUT_DIR"])
+(out / "token").write_text(os.environ.get("TOKEN", "<unset>"))
+(out / "started").touch()
+while not (out / "go").exists():
+    time.sleep(0.02)
+print("runner: planning", flush=True)
+code = int((out / "go").read_text() or 0)
+print("runner: last words before exit", code, file=sys.stderr, flush=True)
+sys.exit(code)
+"""
+
+
+def local_image() -> LocalImage:
+    return LocalImage(argv=[sys.executable, "-c", SCRIPT], env={"PATH": os.environ.get("PATH", "")})
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "out"
+    path.mkdir()
+    return path
+
+
+@contextlib.contextmanager
+def kube_api(tmp_path: Path, **options: Any) -> Iterator[KubeApiServer]:
+    options.setdefault("namespaces", ("default", NAMESPACE))
+    options.setdefault("images", {IMAGE: local_image()})
+    with KubeApiServer(tmp_path / "kube", **options) as api:
+        yield api
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[KubeApiServer]:
+    with kube_api(tmp_path) as server:
+        yield server
+
+
+def access(api: KubeApiServer, **changes: Any) -> ClusterAccess:
+    values: dict[str, Any] = {
+        "server": api.url,
+        "certificate_authority_data": api.ca_data,
+        "client_certificate_data": api.client_certificate_data,
+        "client_key_data": api.client_key_data,
+        "timeout_seconds": 5.0,
+        **changes,
+    }
+    return ClusterAccess(**values)
+
+
+def launcher(api: KubeApiServer, **options: Any) -> KubernetesLauncher:
+    access_changes = options.pop("access", {})
+    options.setdefault("image", IMAGE)
+    return KubernetesLauncher(access(api, **access_changes), **options)
+
+
+def make_spec(
+    out_dir: Path, *, namespace: str = NAMESPACE, deployment: str = "5f0c8d3e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
+) -> RunSpec:
+    return RunSpec(
+        org_id="acme",
+        runner_id="k8s",
+        deployment_id=deployment,
+        env_uuid="0b6c1a2e-3d4f-4a5b-8c6d-7e8f9a0b1c2d",
+        mode=RunnerMode.DEPLOY,
+        token=SecretStr(TOKEN),
+        gateway_url="http://127.0.0.1:9",
+        runner_configuration={
+            "type": "kubernetes",
+            "job": {
+                "namespace": namespace,
+                "service_account": "runner",
+                "pod_template": {
+                    "spec": {
+                        "containers": [{"name": "main", "env": [{"name": "OUT_DIR", "value": str(out_dir)}]}]
+                    }
+                },
+            },
+        },
+    )
+
+
+async def eventually(
+    check: Callable[[], Awaitable[RunStatus]], accept: Callable[[RunStatus], bool], within: float = 20
+) -> RunStatus:
+    deadline = time.monotonic() + within
+    while True:
+        status = await check()
+        if accept(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"last status: {status}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_until(predicate: Callable[[], bool], within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def job_env(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    main = job["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e for e in main["env"]}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# --- launch -------------------------------------------------------------------------------------------
+
+
+async def test_launch__creates_the_job_once(api: KubeApiServer, out_dir: Path) -> None:
+    """Launching twice (the orchestrator restarted) creates one Job: the second create gets 409."""
+    spec = make_spec(out_dir)
+    k8s = launcher(api)
+
+    first = await k8s.launch(spec)
+    second = await k8s.launch(spec)
+
+    assert first == second == f"k8s:{NAMESPACE}:{spec.deployment_id}"
+    assert [j["metadata"]["name"] for j in api.objects("jobs", NAMESPACE)] == [spec.deployment_id]
+    creates = [c.status for c in api.calls if c.method == "POST" and c.path.endswith("/jobs")]
+    assert creates == [201, 409]
+    await wait_until(lambda: (out_dir / "started").exists())
+    assert len(api.objects("pods", NAMESPACE)) == 1
+
+
+async def test_launch__token_travels_in_a_secret_owned_by_the_job(api: KubeApiServer, out_dir: Path) -> None:
+    """The Job references the Secret; the kubelet resolves it; the Secret names the Job as its owner."""
+    spec = make_spec(out_dir)
+
+    await launcher(api).launch(spec)
+    await wait_until(lambda: (out_dir / "token").exists())
+
+    (job,) = api.objects("jobs", NAMESPACE)
+    (secret,) = api.objects("secrets", NAMESPACE)
+    assert job_env(job)["TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+    assert TOKEN not in str(job)
+    assert base64.b64decode(secret["data"]["TOKEN"]).decode() == TOKEN
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+    assert (out_dir / "token").read_text() == TOKEN
+
+
+async def test_launch__stale_secret_is_replaced(tmp_path: Path, out_dir: Path) -> None:
+    """A Secret left with another value is replaced (PUT with its resourceVersion) and owned by the Job.
+
+    (Without a kubelet here: a pod that started before the replacement would keep the old value. The value
+    is the same on every launch of a deployment, so only a rotated server key can make it stale.)"""
+    spec = make_spec(out_dir)
+    stale = {"metadata": {"name": f"{spec.deployment_id}-token"}, "stringData": {"TOKEN": "stale"}}
+    with kube_api(tmp_path, kubelet=False) as api:
+        async with _raw_client(api) as client:
+            created = await client.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=stale)
+            assert created.status_code == 201, created.text
+
+        await launcher(api).launch(spec)
+
+        (secret,) = api.objects("secrets", NAMESPACE)
+        (job,) = api.objects("jobs", NAMESPACE)
+        replaced = [c.status for c in api.calls if c.method == "PUT" and "/secrets/" in c.path]
+    assert base64.b64decode(secret["data"]["TOKEN"]).decode() == TOKEN
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+    assert replaced == [200]
+
+
+async def test_launch__token_as_a_value_without_secrets(api: KubeApiServer, out_dir: Path) -> None:
+    """``token_in_secret=False`` (RBAC without secrets): no Secret, TOKEN is a plain value."""
+    await launcher(api, token_in_secret=False).launch(make_spec(out_dir))
+    await wait_until(lambda: (out_dir / "token").exists())
+
+    (job,) = api.objects("jobs", NAMESPACE)
+    assert job_env(job)["TOKEN"] == {"name": "TOKEN", "value": TOKEN}
+    assert api.objects("secrets", NAMESPACE) == []
+    assert (out_dir / "token").read_text() == TOKEN
+
+
+# --- status -------------------------------------------------------------------------------------------
+
+
+async def test_status__running_then_exited_with_the_exit_code(api: KubeApiServer, out_dir: Path) -> None:
+    """RUNNING while the container runs; EXITED with its exit code and last log line once it ends."""
+    k8s = launcher(api)
+    handle = await k8s.launch(make_spec(out_dir))
+    await wait_until(lambda: (out_dir / "started").exists())
+
+    running = await eventually(lambda: k8s.status(handle), lambda s: s.detail is None)
+    (out_dir / "go").write_text("3")
+    exited = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
+
+    assert running == RunStatus(state=RunState.RUNNING)
+    assert exited == RunStatus(state=RunState.EXITED, exit_code=3, detail="runner: last words before exit 3")
+
+
+async def test_status__succeeded(api: KubeApiServer, out_dir: Path) -> None:
+    k8s = launcher(api)
+    handle = await k8s.launch(make_spec(out_dir))
+    (out_dir / "go").write_text("0")
+
+    exited = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
+
+    assert exited == RunStatus(state=RunState.EXITED, exit_code=0)
+    await wait_until(lambda: "Complete" in str(api.objects("jobs", NAMESPACE)[0]["status"].get("conditions")))
+
+
+async def test_status__stuck_pending_reports_the_warnings(tmp_path: Path, out_dir: Path) -> None:
+    """A pod that cannot be scheduled is RUNNING until the scheduling delay, then EXITED with the warnings."""
+    with kube_api(tmp_path, schedulable=False) as api:
+        # Two seconds: creationTimestamp has whole seconds, as in Kubernetes.
+        k8s = launcher(api, scheduling_delay_seconds=2.0)
+        handle = await k8s.launch(make_spec(out_dir))
+
+        early = await k8s.status(handle)
+        stuck = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
+
+    assert early == RunStatus(state=RunState.RUNNING, detail="waiting for the runner pod to start")
+    assert stuck.exit_code is None
+    assert stuck.detail == (
+        "the runner pod did not start within 2 s: FailedScheduling: 0/1 nodes are available: 1 Insufficient "
+        "memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+
+
+async def test_status__unknown_image_is_stuck_with_the_pull_errors(api: KubeApiServer, out_dir: Path) -> None:
+    k8s = launcher(api, image="registry.example.com/nowhere:1", scheduling_delay_seconds=0.5)
+    handle = await k8s.launch(make_spec(out_dir))
+
+    stuck = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
+
+    assert stuck.detail is not None
+    assert 'Failed: Failed to pull image "registry.example.com/nowhere:1"' in stuck.detail
+    assert "Failed: Error: ErrImagePull" in stuck.detail
+
+
+async def test_status__pending_without_warnings_keeps_running(tmp_path: Path, out_dir: Path) -> None:
+    """Past the delay but nothing wrong reported (no kubelet picks it up): still RUNNING, with a detail."""
+    with kube_api(tmp_path, kubelet=False) as api:
+        k8s = launcher(api, scheduling_delay_seconds=0.2)
+        handle = await k8s.launch(make_spec(out_dir))
+        await asyncio.sleep(0.4)
+
+        status = await k8s.status(handle)
+
+    assert status.state is RunState.RUNNING
+    assert status.detail is not None and status.detail.startswith("the runner pod has not started after")
+
+
+async def test_status__api_unreachable_is_unknown(api: KubeApiServer, out_dir: Path) -> None:
+    k8s = launcher(api)
+    handle = await k8s.launch(make_spec(out_dir))
+    api.stop()
+
+    status = await k8s.status(handle)
+
+    assert status.state is RunState.UNKNOWN
+    assert status.detail is not None and "unreachable" in status.detail
+
+
+# --- cancel -------------------------------------------------------------------------------------------
+
+
+async def test_cancel__deletes_the_job_in_the_background(api: KubeApiServer, out_dir: Path) -> None:
+    """Cancel deletes the Job (propagationPolicy Background): its pod is stopped and removed, its Secret
+    garbage-collected, and the run reads as EXITED."""
+    k8s = launcher(api)
+    handle = await k8s.launch(make_spec(out_dir))
+    await wait_until(lambda: (out_dir / "started").exists())
+    await wait_until(lambda: bool(api.running_pids()))
+    (pid,) = api.running_pids()
+
+    await k8s.cancel(handle, grace_seconds=5)
+
+    assert api.objects("jobs", NAMESPACE) == []
+    (delete,) = [c for c in api.calls if c.method == "DELETE"]
+    assert "propagationPolicy=Background" in delete.query
+    await wait_until(lambda: not api.objects("pods", NAMESPACE) and not api.objects("secrets", NAMESPACE))
+    assert not pid_alive(pid)
+    status = await k8s.status(handle)
+    assert status.state is RunState.EXITED and status.detail is not None and "is gone" in status.detail
+    await k8s.cancel(handle, grace_seconds=5)  # a Job already gone is fine
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+
+async def test_launch__wrong_token_is_not_retryable(tmp_path: Path, out_dir: Path) -> None:
+    """A bearer token the API refuses (401) is a configuration error: retrying cannot help."""
+    with kube_api(tmp_path, auth="token", tokens={"the-right-token"}) as api:
+        k8s = launcher(
+            api, access={"client_certificate_data": None, "client_key_data": None, "token": "wrong"}
+        )
+        with pytest.raises(LaunchError) as caught:
+            await k8s.launch(make_spec(out_dir))
+        status = await k8s.status(f"k8s:{NAMESPACE}:whatever")
+
+    assert caught.value.retryable is False
+    assert "401 Unauthorized" in caught.value.message
+    assert status.state is RunState.UNKNOWN
+
+
+async def test_launch__service_account_token(tmp_path: Path, out_dir: Path) -> None:
+    with kube_api(tmp_path, auth="token", tokens={"the-right-token"}) as api:
+        k8s = launcher(
+            api, access={"client_certificate_data": None, "client_key_data": None, "token": "the-right-token"}
+        )
+
+        handle = await k8s.launch(make_spec(out_dir))
+
+        assert handle.startswith("k8s:")
+        assert len(api.objects("jobs", NAMESPACE)) == 1
+
+
+async def test_kube_api__rejects_a_client_certificate_from_another_ca(
+    api: KubeApiServer, out_dir: Path
+) -> None:
+    """The stand-in checks client certificates at the TLS layer: the cluster's is accepted, another is not,
+    and the launcher reports the refusal as a LaunchError."""
+    rogue = CertificateAuthority("rogue").issue("platform-orchestrator", server=False)
+    good = _ssl_context(api, api.client.cert_pem, api.client.key_pem)
+    bad = _ssl_context(api, rogue.cert_pem, rogue.key_pem)
+
+    async with httpx.AsyncClient(verify=good) as client:
+        assert (await client.get(f"{api.url}/version")).status_code == 200
+    async with httpx.AsyncClient(verify=bad) as client:
+        with pytest.raises(httpx.TransportError):
+            await client.get(f"{api.url}/version")
+    k8s = launcher(
+        api, access={"client_certificate_data": rogue.cert_data, "client_key_data": rogue.key_data}
+    )
+    with pytest.raises(LaunchError) as caught:
+        await k8s.launch(make_spec(out_dir))
+    assert "unreachable" in caught.value.message
+    assert api.objects("jobs", NAMESPACE) == []
+
+
+async def test_launch__untrusted_server_certificate_is_not_retryable(
+    api: KubeApiServer, out_dir: Path
+) -> None:
+    """A server whose certificate the configured CA did not sign is refused, for good."""
+    other_ca = base64.b64encode(CertificateAuthority("other").pem).decode()
+    k8s = launcher(api, access={"certificate_authority_data": other_ca})
+
+    with pytest.raises(LaunchError) as caught:
+        await k8s.launch(make_spec(out_dir))
+
+    assert caught.value.retryable is False
+    assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+
+
+async def test_launch__unknown_namespace_is_not_retryable(api: KubeApiServer, out_dir: Path) -> None:
+    with pytest.raises(LaunchError) as caught:
+        await launcher(api).launch(make_spec(out_dir, namespace="missing"))
+
+    assert caught.value.retryable is False
+    assert 'namespaces "missing" not found' in caught.value.message
+
+
+async def test_launch__secrets_forbidden_removes_the_job(tmp_path: Path, out_dir: Path) -> None:
+    """Without RBAC for Secrets the pod could never start: the Job is deleted and the error says why."""
+    with kube_api(tmp_path, forbidden={("create", "secrets")}) as api:
+        with pytest.raises(LaunchError) as caught:
+            await launcher(api).launch(make_spec(out_dir))
+        jobs = api.objects("jobs", NAMESPACE)
+
+    assert caught.value.retryable is False
+    assert "403 Forbidden" in caught.value.message
+    assert "secrets" in caught.value.message
+    assert jobs == []
+
+
+async def test_launch__unreachable_api_is_retryable(api: KubeApiServer, out_dir: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    k8s = launcher(api, access={"server": f"https://127.0.0.1:{closed_port}"})
+
+    with pytest.raises(LaunchError) as caught:
+        await k8s.launch(make_spec(out_dir))
+
+    assert caught.value.retryable is True
+
+
+async def test_launch__through_the_proxy_url(api: KubeApiServer, out_dir: Path) -> None:
+    """``cluster_data.proxy_url``: requests go through an HTTP CONNECT proxy."""
+    async with _connect_proxy() as (proxy_url, targets):
+        handle = await launcher(api, access={"proxy_url": proxy_url}).launch(make_spec(out_dir))
+
+    assert handle.startswith("k8s:")
+    assert targets and set(targets) == {api.url.removeprefix("https://")}
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _ssl_context(api: KubeApiServer, cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=api.ca.pem.decode())
+    directory = api.work_dir / f"client-{os.urandom(4).hex()}"
+    directory.mkdir()
+    (directory / "tls.crt").write_bytes(cert_pem)
+    (directory / "tls.key").write_bytes(key_pem)
+    context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+    return context
+
+
+@contextlib.asynccontextmanager
+async def _raw_client(api: KubeApiServer) -> AsyncIterator[httpx.AsyncClient]:
+    context = _ssl_context(api, api.client.cert_pem, api.client.key_pem)
+    async with httpx.AsyncClient(base_url=api.url, verify=context) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def _connect_proxy() -> AsyncIterator[tuple[str, list[str]]]:
+    """A minimal HTTP CONNECT proxy on 127.0.0.1; yields its URL and the targets it tunnelled to."""
+    targets: list[str] = []
+    writers: list[asyncio.StreamWriter] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = (await reader.readuntil(b"\r\n\r\n")).decode()
+        method, target, _ = request.split("\r\n", 1)[0].split(" ", 2)
+        if method != "CONNECT":
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+            writer.close()
+            return
+        targets.append(target)
+        host, port = target.rsplit(":", 1)
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        writers.extend((writer, upstream_writer))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", targets
+    finally:
+        server.close()
+        for writer in writers:
+            writer.close()
+        await server.wait_closed()
