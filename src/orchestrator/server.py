@@ -10,6 +10,7 @@ from datetime import timedelta
 from functools import partial
 from contextlib import asynccontextmanager
 
+import pydantic
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
@@ -19,6 +20,7 @@ from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
+from orchestrator.domain.runner_types import K8sRunnerConfiguration
 from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway import tokens
@@ -41,7 +43,22 @@ def launcher_for(
     connection = config.get("connection")
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
         return local if settings.allow_local_runners else None
+    if runner_type == "kubernetes":
+        return _kubernetes_launcher(config)
     return None
+
+
+def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
+    """The cluster's launcher; None without the ``kubernetes`` extra (lightkube) installed."""
+    try:
+        from orchestrator.launchers import kubernetes  # the optional extra: imported only when used
+    except ImportError:
+        return None
+    try:
+        parsed = K8sRunnerConfiguration.model_validate(config)
+    except pydantic.ValidationError:
+        return None
+    return kubernetes.KubernetesLauncher(kubernetes.ClusterAccess.from_cluster(parsed.cluster))
 
 
 def create_app(
