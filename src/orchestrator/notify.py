@@ -10,7 +10,7 @@ from collections import defaultdict
 
 
 class Notifier:
-    """Keyed one-shot broadcasts: ``wait(key, timeout)`` returns when ``notify(key)`` is called."""
+    """Keyed one-shot broadcasts: ``wait(key, seconds)`` returns when ``notify(key)`` is called."""
 
     def __init__(self) -> None:
         self._events: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
@@ -20,11 +20,11 @@ class Notifier:
         if event is not None:
             event.set()
 
-    async def wait(self, key: str, timeout: float) -> bool:
-        """True if notified within ``timeout`` seconds."""
+    async def wait(self, key: str, seconds: float) -> bool:
+        """True if notified within ``seconds``."""
         event = self._events[key]
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            await asyncio.wait_for(event.wait(), seconds)
         except TimeoutError:
             return False
         return True

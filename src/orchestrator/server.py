@@ -6,9 +6,9 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from functools import partial
-from contextlib import asynccontextmanager
 
 import pydantic
 from fastapi import FastAPI

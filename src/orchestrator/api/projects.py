@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from datetime import UTC, datetime
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import JSONResponse

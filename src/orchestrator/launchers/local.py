@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -83,16 +84,7 @@ class LocalLauncher:
             run_env["IAC_CODE_DIR"] = str(code_dir)
         argv = self._argv(job, sorted(run_env))
         try:
-            with open(run_dir / "stderr.log", "wb") as stderr:
-                process = subprocess.Popen(
-                    argv,
-                    env={**self._inherited, **run_env},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                    cwd=run_dir,
-                    start_new_session=True,
-                )
+            process = await asyncio.to_thread(self._spawn, argv, {**self._inherited, **run_env}, run_dir)
         except OSError as exc:
             error = LaunchError(f"cannot start the runner process ({argv[0]}): {exc.strerror or exc}")
             error.retryable = False
@@ -103,6 +95,19 @@ class LocalLauncher:
         # A thread, not the event loop, waits for the process: a run outlives the loop that started it.
         threading.Thread(target=self._reap, args=(handle, process, run_dir), daemon=True).start()
         return handle
+
+    @staticmethod
+    def _spawn(argv: list[str], env: dict[str, str], run_dir: Path) -> subprocess.Popen[bytes]:
+        with open(run_dir / "stderr.log", "wb") as stderr:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd=run_dir,
+                start_new_session=True,
+            )
 
     def _reap(self, handle: str, process: subprocess.Popen[bytes], run_dir: Path) -> None:
         """Record the exit code, and remove the run's code (plan files hold outputs in clear text); the
@@ -146,14 +151,17 @@ class LocalLauncher:
 
     async def cancel(self, handle: str, *, grace_seconds: float) -> None:
         """SIGTERM the run's process group, then SIGKILL after the grace period."""
+        await asyncio.to_thread(self._stop, handle, grace_seconds)
+
+    def _stop(self, handle: str, grace_seconds: float) -> None:
         if not self._alive(handle):
             return
         _, pid, _, _ = self._parse(handle)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-        deadline = asyncio.get_running_loop().time() + grace_seconds
-        while self._alive(handle) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.1)
+        deadline = time.monotonic() + grace_seconds
+        while self._alive(handle) and time.monotonic() < deadline:
+            time.sleep(0.1)
         if self._alive(handle):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)

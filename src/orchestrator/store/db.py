@@ -7,7 +7,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-
 READONLY = "po_readonly"
 
 
