@@ -21,9 +21,10 @@ from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import K8sRunnerConfiguration
+from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
+from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway import state as gateway_state
-from orchestrator.gateway import tokens
 from orchestrator.launchers.base import Launcher
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.notify import Notifier
@@ -62,9 +63,17 @@ def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
 
 
 def create_app(
-    settings: ServerSettings, *, run_migrations: bool = True, run_dispatcher: bool = True
+    settings: ServerSettings,
+    *,
+    run_migrations: bool = True,
+    run_dispatcher: bool = True,
+    agent_settings: gateway_commands.AgentGatewaySettings | None = None,
 ) -> FastAPI:
-    """The whole server as one ASGI app; its lifespan opens and closes the database."""
+    """The whole server as one ASGI app; its lifespan opens and closes the database.
+
+    ``agent_settings`` (the command protocol of agent runners) default to the ``PO_AGENT_*`` variables.
+    """
+    agents = agent_settings or gateway_commands.AgentGatewaySettings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,6 +86,7 @@ def create_app(
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
+        command_poller: asyncio.Task[None] | None = None
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
@@ -96,6 +106,9 @@ def create_app(
                 data_dir=settings.data_dir,
                 endpoint_url=settings.object_store_endpoint,
             )
+            agent_gateway = gateway_commands.AgentGateway(
+                settings=agents, receipt_key=receipts.receipt_key(key), on_final=notifier.notify
+            )
             dispatcher = Dispatcher(
                 engine=engine,
                 box=box,
@@ -103,7 +116,11 @@ def create_app(
                 gateway_url=settings.resolved_public_url,
                 launcher_for=partial(launcher_for, settings, local),
                 on_final=notifier.notify,
-                settings=DispatchSettings(check_interval_seconds=settings.status_check_interval_seconds),
+                settings=DispatchSettings(
+                    check_interval_seconds=settings.status_check_interval_seconds,
+                    command_ttl_seconds=agents.command_ttl_seconds,
+                ),
+                on_command=agent_gateway.waker.notify,
             )
             app.state.services = Services(
                 settings=settings,
@@ -121,6 +138,10 @@ def create_app(
                 wake_dispatcher=dispatcher.wake,
             )
             app.state.dispatcher = dispatcher
+            app.state.agent_gateway = agent_gateway
+            command_poller = asyncio.create_task(
+                agent_gateway.run(app.state.services, stop), name="agent-command-poller"
+            )
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             yield
@@ -129,6 +150,8 @@ def create_app(
             if worker is not None:
                 dispatcher.wake()
                 await worker
+            if command_poller is not None:
+                await command_poller
             await engine.dispose()
 
     app = FastAPI(
@@ -149,6 +172,7 @@ def create_app(
         catalogue.router,
         deployments.router,
         gateway_deployments.router,
+        gateway_commands.router,
         gateway_state.router,
     ):
         app.include_router(router)

@@ -385,3 +385,71 @@ tf_state_locks = sa.Table(
     sa.Column("deployment_id", sa.Uuid(), nullable=True),
     _ts("created_at"),
 )
+
+
+# --- runner agents: commands, events, presence ----------------------------------------------------------
+
+# Commands for agent runners (``create-job``), durable from the dispatch of their deployment until acked,
+# rejected (dead letter), expired or cancelled. Delivered one at a time per runner, oldest first; a lease
+# (``leased`` until ``available_at``) hides a delivered command until it is acked or the lease runs out.
+agent_commands = sa.Table(
+    "agent_commands",
+    metadata,
+    # create-job:<deployment id>:<revision>
+    sa.Column("id", sa.String(300), primary_key=True),
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("runner_id", sa.String(64), nullable=False),
+    sa.Column(
+        "deployment_id", sa.Uuid(), sa.ForeignKey("deployments.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("type", sa.String(50), nullable=False),
+    # The envelope as delivered, minus the deployment token (added on delivery; stored nowhere).
+    sa.Column("envelope", JSONType, nullable=False),
+    # pending | leased | acked | rejected | expired | cancelled
+    sa.Column("state", sa.String(20), nullable=False),
+    # Deliveries so far.
+    sa.Column("attempt", sa.Integer(), nullable=False),
+    # pending: deliverable from then on (retry delay); leased: the end of the lease.
+    _ts("available_at"),
+    _ts("expires_at"),
+    _ts("created_at"),
+    _ts("updated_at"),
+    _ts("completed_at", nullable=True),
+    sa.Column("reason", sa.String(4096), nullable=True),
+    sa.Column("job_id", sa.String(300), nullable=True),
+    _ts("job_created_at", nullable=True),
+)
+# Head of each runner's queue: its oldest open command.
+sa.Index(
+    "ix_agent_commands_queue",
+    agent_commands.c.org_id,
+    agent_commands.c.runner_id,
+    agent_commands.c.created_at,
+    sqlite_where=agent_commands.c.state.in_(["pending", "leased"]),
+    postgresql_where=agent_commands.c.state.in_(["pending", "leased"]),
+)
+sa.Index("ix_agent_commands_state_available", agent_commands.c.state, agent_commands.c.available_at)
+sa.Index("ix_agent_commands_state_expires", agent_commands.c.state, agent_commands.c.expires_at)
+sa.Index("ix_agent_commands_deployment", agent_commands.c.deployment_id)
+
+# Events of agents, applied exactly once: the row is written in the transaction that applies the event.
+agent_event_inbox = sa.Table(
+    "agent_event_inbox",
+    metadata,
+    sa.Column("org_id", sa.String(50), sa.ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("runner_id", sa.String(64), primary_key=True),
+    sa.Column("event_id", sa.String(300), primary_key=True),
+    sa.Column("type", sa.String(50), nullable=False),
+    sa.Column("deployment_id", sa.Uuid(), nullable=False),
+    _ts("received_at"),
+)
+
+# When an agent last asked for a command (written at most every few seconds per runner and replica).
+agent_presence = sa.Table(
+    "agent_presence",
+    metadata,
+    sa.Column("org_id", sa.String(50), primary_key=True),
+    sa.Column("runner_id", sa.String(64), primary_key=True),
+    _ts("last_seen_at"),
+    sa.ForeignKeyConstraint(["org_id", "runner_id"], ["runners.org_id", "runners.id"], ondelete="CASCADE"),
+)

@@ -1,0 +1,305 @@
+"""Deployments on agent runners: their commands (enqueue, claim, ack, retry, reject, expiry) and the events
+agents report, each a state change of a command and its deployment in one transaction.
+
+An agent runner's deployment is "launched" when its ``create-job`` command is committed, in the same
+transaction that marks the deployment launched; its handle is ``agent:<command id>``. From then on the
+deployment moves only by what agents report (events, results) and by its timeout; the orchestrator never
+polls the target.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import structlog
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.dispatch import results as results_policy
+from orchestrator.domain.deployments import Deployment, Status
+from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
+from orchestrator.protocol import commands as protocol
+from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.results import DeploymentResults
+from orchestrator.store import agent_commands as store
+from orchestrator.store import deployments as deployment_store
+from orchestrator.store.agent_commands import AgentCommand, CommandState
+
+log = structlog.get_logger(__name__)
+
+HANDLE_PREFIX: Final = "agent:"
+#: How many closed-on-sight heads (expired, deployment final) one claim skips before giving up for now.
+_MAX_SKIPPED_HEADS: Final = 20
+
+
+def is_agent_handle(handle: str | None) -> bool:
+    return bool(handle) and str(handle).startswith(HANDLE_PREFIX)
+
+
+def handle_for(command_id: str) -> str:
+    return f"{HANDLE_PREFIX}{command_id}"
+
+
+def envelope_for(
+    deployment: Deployment,
+    spec: RunSpec,
+    *,
+    runner_type: str,
+    now: datetime,
+    ttl: timedelta,
+    revision: int = 1,
+) -> protocol.CommandEnvelope:
+    """The ``create-job`` command of a deployment, without the deployment token (added on delivery)."""
+    description = protocol.RunDescription.from_run_spec(spec, runner_type)
+    job = spec.runner_configuration.get("job") or {}
+    namespace = job.get("namespace") if isinstance(job, dict) else None
+    payload = protocol.CreateJobPayload(
+        job_id=str(deployment.id),
+        namespace=namespace if isinstance(namespace, str) else None,
+        spec=description,
+    )
+    return protocol.CommandEnvelope(
+        protocol_version=protocol.PROTOCOL_VERSION,
+        command_id=protocol.command_id(str(deployment.id), revision),
+        organization_id=deployment.org_id,
+        runner_id=deployment.runner_id,
+        deployment_id=str(deployment.id),
+        type=protocol.CommandType.CREATE_JOB,
+        created_at=now,
+        expires_at=now + ttl,
+        payload=payload.model_dump(mode="json", exclude_none=True),
+    )
+
+
+async def enqueue(conn: AsyncConnection, envelope: protocol.CommandEnvelope, *, now: datetime) -> bool:
+    """Store the command (in the caller's transaction); False if it exists already."""
+    return await store.insert(
+        conn,
+        {
+            "id": envelope.command_id,
+            "org_id": envelope.organization_id,
+            "runner_id": envelope.runner_id,
+            "deployment_id": uuid.UUID(envelope.deployment_id),
+            "type": envelope.type,
+            "envelope": envelope.model_dump(mode="json"),
+            "state": CommandState.PENDING,
+            "attempt": 0,
+            "available_at": now,
+            "expires_at": envelope.expires_at,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+
+
+def expired_message(command: AgentCommand) -> str:
+    return (
+        f"the runner agent did not pick up command '{command.id}' before it expired at "
+        f"{command.expires_at.isoformat()}"
+    )
+
+
+async def expire(conn: AsyncConnection, command: AgentCommand, *, now: datetime) -> Deployment | None:
+    """Close a command past its TTL and fail its deployment with ``COMMAND_EXPIRED``; the deployment if
+    this failed it."""
+    await store.close(conn, command.id, state=CommandState.EXPIRED, now=now, reason="expired")
+    deployment = await deployment_store.get(conn, command.org_id, command.deployment_id, for_update=True)
+    if deployment is None:
+        return None
+    failed = await results_policy.fail(
+        conn, deployment, expired_message(command), now=now, code=protocol.COMMAND_EXPIRED_CODE
+    )
+    return deployment if failed else None
+
+
+async def expire_due(conn: AsyncConnection, *, now: datetime, limit: int = 50) -> list[Deployment]:
+    """Expire every open command past its TTL; the deployments failed by it."""
+    failed = []
+    for command in await store.lock_expired(conn, now=now, limit=limit):
+        deployment = await expire(conn, command, now=now)
+        if deployment is not None:
+            failed.append(deployment)
+    return failed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claimed:
+    command: AgentCommand
+    attempt: int
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimOutcome:
+    claimed: Claimed | None
+    #: Deployments failed on the way (their commands had expired).
+    failed: list[Deployment]
+
+
+async def claim_next(
+    conn: AsyncConnection, org_id: str, runner_id: str, *, now: datetime, lease: timedelta
+) -> ClaimOutcome:
+    """Lease the runner's next command: the oldest open one, if it is deliverable now.
+
+    One command per runner is out at a time, so commands are delivered in order and never to two agents
+    at once. A head that expired is expired (failing its deployment), one whose deployment is final is
+    cancelled, and the next one is looked at.
+    """
+    failed: list[Deployment] = []
+    for _ in range(_MAX_SKIPPED_HEADS):
+        command = await store.lock_head(conn, org_id, runner_id)
+        if command is None:
+            break
+        if command.expires_at <= now:
+            deployment = await expire(conn, command, now=now)
+            if deployment is not None:
+                failed.append(deployment)
+            continue
+        deployment = await deployment_store.get(conn, org_id, command.deployment_id)
+        if deployment is None or deployment.status != Status.EXECUTING:
+            await store.close(
+                conn, command.id, state=CommandState.CANCELLED, now=now, reason="the deployment is final"
+            )
+            continue
+        if command.available_at > now:
+            # Leased to an agent, or waiting out a retry delay: the runner's queue waits with it.
+            break
+        until = now + lease
+        attempt = command.attempt + 1
+        await store.lease(conn, command.id, attempt=attempt, until=until, now=now)
+        return ClaimOutcome(
+            claimed=Claimed(command=command, attempt=attempt, lease_expires_at=until), failed=failed
+        )
+    return ClaimOutcome(claimed=None, failed=failed)
+
+
+async def leased_command(
+    conn: AsyncConnection, org_id: str, runner_id: str, command_id: str, *, attempt: int
+) -> AgentCommand:
+    """The command an agent answers for, locked; ConflictError unless its lease ``attempt`` still holds."""
+    command = await store.get(conn, command_id, for_update=True)
+    if command is None or command.org_id != org_id or command.runner_id != runner_id:
+        raise NotFoundError(f"command '{command_id}' not found")
+    if command.attempt != attempt:
+        raise ConflictError(f"command '{command_id}' was delivered again since (attempt {command.attempt})")
+    return command
+
+
+def _closed_as(command: AgentCommand, state: CommandState) -> bool:
+    """True if the command is already closed as ``state`` (a repeated answer); ConflictError if it is
+    closed otherwise."""
+    if command.state in store.OPEN_STATES:
+        if command.state == CommandState.PENDING:
+            raise ConflictError(f"command '{command.id}' is not leased (its lease ran out)")
+        return False
+    if command.state == state:
+        return True
+    raise ConflictError(f"command '{command.id}' is {command.state}")
+
+
+async def ack(conn: AsyncConnection, command: AgentCommand, *, now: datetime) -> None:
+    if _closed_as(command, CommandState.ACKED):
+        return
+    await store.close(conn, command.id, state=CommandState.ACKED, now=now)
+
+
+async def retry(conn: AsyncConnection, command: AgentCommand, *, delay: timedelta, now: datetime) -> None:
+    if command.state != CommandState.LEASED:
+        raise ConflictError(f"command '{command.id}' is {command.state}, not leased")
+    await store.reschedule(conn, command.id, available_at=now + delay, now=now)
+
+
+async def reject(
+    conn: AsyncConnection, command: AgentCommand, *, reason: str, now: datetime
+) -> Deployment | None:
+    """Dead-letter the command and fail its deployment with the reason; the deployment if this failed it."""
+    if _closed_as(command, CommandState.REJECTED):
+        return None
+    await store.close(conn, command.id, state=CommandState.REJECTED, now=now, reason=reason)
+    deployment = await deployment_store.get(conn, command.org_id, command.deployment_id, for_update=True)
+    if deployment is None:
+        return None
+    message = f"the runner agent rejected the command: {reason}"
+    failed = await results_policy.fail(conn, deployment, message, now=now, code="COMMAND_REJECTED")
+    return deployment if failed else None
+
+
+# --- events ---------------------------------------------------------------------------------------------
+
+
+def _payload(model: type[BaseModel], event: protocol.EventEnvelope) -> Any:
+    try:
+        return model.model_validate(event.payload)
+    except ValidationError as exc:
+        problems = [
+            {"field": "payload." + ".".join(str(p) for p in e["loc"]), "problem": e["msg"]}
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise InvalidInputError(f"invalid {event.type} event", details={"errors": problems}) from exc
+
+
+def check_event(event: protocol.EventEnvelope) -> Any:
+    """The event's payload, validated for its type (before any database work)."""
+    models: dict[protocol.EventType, type[BaseModel]] = {
+        protocol.EventType.JOB_CREATED: protocol.JobCreatedPayload,
+        protocol.EventType.RUNNER_ERROR: protocol.RunnerErrorPayload,
+        protocol.EventType.LOG_OBJECT_READY: protocol.LogObjectReadyPayload,
+    }
+    if event.type is protocol.EventType.DEPLOYMENT_RESULT:
+        try:
+            return DeploymentResults.model_validate(event.payload)
+        except ValidationError as exc:
+            raise InvalidInputError("invalid deployment-result event") from exc
+    return _payload(models[event.type], event)
+
+
+async def apply_event(
+    conn: AsyncConnection, event: protocol.EventEnvelope, payload: Any, *, now: datetime
+) -> Deployment | None:
+    """Apply an agent's event exactly once (the inbox row and its effect commit together); the deployment
+    if the event finished it."""
+    deployment_id = _deployment_uuid(event.deployment_id)
+    deployment = await deployment_store.get(conn, event.organization_id, deployment_id, for_update=True)
+    if deployment is None or deployment.runner_id != event.runner_id:
+        raise NotFoundError(f"deployment '{event.deployment_id}' not found")
+    first = await store.record_event(
+        conn,
+        org_id=event.organization_id,
+        runner_id=event.runner_id,
+        event_id=event.event_id,
+        event_type=event.type,
+        deployment_id=deployment_id,
+        now=now,
+    )
+    if not first:
+        return None
+    context = {"deployment_id": event.deployment_id, "runner_id": event.runner_id, "event_id": event.event_id}
+    if isinstance(payload, protocol.JobCreatedPayload):
+        await store.record_job_created(conn, deployment_id, job_id=payload.job_id, now=now)
+        log.info("agent created the job", job_id=payload.job_id, **context)
+        return None
+    if isinstance(payload, protocol.RunnerErrorPayload):
+        if payload.retryable:
+            log.warning(
+                "agent reported a retryable error", code=payload.code, error=payload.message, **context
+            )
+            return None
+        message = f"runner error {payload.code}: {payload.message}"
+        failed = await results_policy.fail(conn, deployment, message, now=now, code=payload.code)
+        await store.cancel_for_deployment(conn, deployment_id, now=now, reason="terminal runner error")
+        return deployment if failed else None
+    if isinstance(payload, DeploymentResults):
+        applied = await results_policy.apply_results(conn, deployment, payload, now=now)
+        return deployment if applied else None
+    log.info("agent reported a log object", key=payload.key, size=payload.size, **context)
+    return None
+
+
+def _deployment_uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError as exc:
+        raise NotFoundError(f"deployment '{value}' not found") from exc

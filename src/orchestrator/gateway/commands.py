@@ -1,0 +1,362 @@
+"""The agent side of the runner gateway: the command long poll, ack/retry/reject, and events.
+
+Routes under ``/runner-gateway/v1/orgs/{org}/runners/{runner}``, each authenticated by the agent's JWT
+(``protocol.agent_auth``) verified against the runner's registered Ed25519 key: ``runner_configuration.key``
+of a ``kubernetes-agent`` runner, ``runner_configuration.connection.key`` of a ``vm`` runner with an agent
+connection. Any authentication failure is the same 401.
+
+Wake-up of a waiting long poll: ``CommandWaker.notify(org, runner)`` after a command is committed on this
+process (the dispatcher calls it), plus a polling fallback (``AgentGateway.run``) that looks every
+``poll_fallback_seconds`` for deliverable commands of the runners waiting here: that covers commands
+committed by other replicas, retry delays and leases running out. A PostgreSQL LISTEN/NOTIFY listener would
+call ``CommandWaker.notify`` too (the seam for cross-replica wake-ups without the polling delay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import structlog
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.api.context import Services, services, transaction
+from orchestrator.dispatch import agent_commands as policy
+from orchestrator.domain.deployments import Deployment
+from orchestrator.domain.key_material import load_agent_public_key
+from orchestrator.errors import InvalidInputError, UnauthenticatedError
+from orchestrator.gateway import receipts, tokens
+from orchestrator.gateway.deployments import read_limited
+from orchestrator.protocol import agent_auth
+from orchestrator.protocol import commands as protocol
+from orchestrator.store import agent_commands as store
+from orchestrator.store import runners as runner_store
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}", tags=["Runner gateway"])
+
+#: The one answer to every authentication failure: nothing that tells an attacker what was wrong.
+UNAUTHENTICATED = "invalid agent credentials"
+#: Largest ack/retry/reject body.
+MAX_ANSWER_BYTES = 16 * 1024
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class AgentGatewaySettings(BaseSettings):
+    """Settings of the command protocol (environment variables ``PO_AGENT_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="PO_AGENT_", extra="ignore", frozen=True)
+
+    fetch_wait_seconds: float = Field(
+        default=25.0, gt=0, le=60, description="Longest wait of a commands/next long poll."
+    )
+    lease_seconds: float = Field(
+        default=90.0, gt=0, description="How long a delivered command stays with its agent unanswered."
+    )
+    command_ttl_seconds: float = Field(
+        default=24 * 3600.0, gt=0, description="A command not picked up by then fails its deployment."
+    )
+    poll_fallback_seconds: float = Field(
+        default=1.0, gt=0, description="How often waiting long polls look for commands they were not told of."
+    )
+    public_key_cache_seconds: float = Field(
+        default=60.0, ge=0, description="How long a runner's public key is cached."
+    )
+    presence_interval_seconds: float = Field(
+        default=15.0, ge=0, description="How often an agent's last poll time is written, at most."
+    )
+
+
+class CommandWaker:
+    """Wakes long polls waiting for a runner's next command; in-process, one event per waiting runner."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str], asyncio.Event] = {}
+
+    def ticket(self, org_id: str, runner_id: str) -> asyncio.Event:
+        """Take this before looking for a command: a ``notify`` from then on sets it."""
+        key = (org_id, runner_id)
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = asyncio.Event()
+        return event
+
+    def notify(self, org_id: str, runner_id: str) -> None:
+        event = self._events.pop((org_id, runner_id), None)
+        if event is not None:
+            event.set()
+
+    def waiting(self) -> set[tuple[str, str]]:
+        return set(self._events)
+
+
+@dataclass(kw_only=True)
+class AgentGateway:
+    """Process-wide state of the command protocol (``app.state.agent_gateway``)."""
+
+    settings: AgentGatewaySettings
+    receipt_key: bytes
+    waker: CommandWaker = field(default_factory=CommandWaker)
+    #: Called with a deployment id when a deployment became final here (wakes wait-for-complete).
+    on_final: Callable[[str], None] = lambda _deployment_id: None
+    _keys: dict[tuple[str, str], tuple[float, Ed25519PublicKey]] = field(default_factory=dict)
+    _seen: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    async def public_key(self, svc: Services, org_id: str, runner_id: str) -> Ed25519PublicKey | None:
+        """The runner's registered agent key, if it is an agent runner."""
+        key = (org_id, runner_id)
+        cached = self._keys.get(key)
+        if cached is not None and time.monotonic() - cached[0] < self.settings.public_key_cache_seconds:
+            return cached[1]
+        async with svc.reader.connect() as conn:
+            runner = await runner_store.get_runner(conn, org_id, runner_id)
+        pem = _agent_key(runner.type, runner.configuration) if runner is not None else None
+        if pem is None:
+            self._keys.pop(key, None)
+            return None
+        try:
+            public = load_agent_public_key(pem)
+        except ValueError:
+            return None
+        self._keys[key] = (time.monotonic(), public)
+        return public
+
+    async def seen(self, svc: Services, org_id: str, runner_id: str) -> None:
+        """Record the agent's poll, at most every ``presence_interval_seconds`` per runner."""
+        key = (org_id, runner_id)
+        last = self._seen.get(key)
+        now = time.monotonic()
+        if last is not None and now - last < self.settings.presence_interval_seconds:
+            return
+        self._seen[key] = now
+        async with transaction(svc) as conn:
+            await store.touch_presence(conn, org_id, runner_id, now=datetime.now(UTC))
+
+    def finished(self, deployments: list[Deployment]) -> None:
+        for deployment in deployments:
+            self.on_final(str(deployment.id))
+
+    async def deliverable(self, svc: Services, org_id: str, runner_id: str) -> bool:
+        """A cheap read: might a claim hand out (or expire) something now?"""
+        now = datetime.now(UTC)
+        async with svc.reader.connect() as conn:
+            head = await store.head(conn, org_id, runner_id)
+        return head is not None and (head.available(now) or head.expires_at <= now)
+
+    async def claim(self, svc: Services, org_id: str, runner_id: str) -> protocol.NextCommand | None:
+        if not await self.deliverable(svc, org_id, runner_id):
+            return None
+        now = datetime.now(UTC)
+        async with transaction(svc) as conn:
+            outcome = await policy.claim_next(
+                conn, org_id, runner_id, now=now, lease=timedelta(seconds=self.settings.lease_seconds)
+            )
+        self.finished(outcome.failed)
+        if outcome.claimed is None:
+            return None
+        return self._delivery(svc, outcome.claimed)
+
+    def _delivery(self, svc: Services, claimed: policy.Claimed) -> protocol.NextCommand:
+        command = claimed.command
+        envelope: dict[str, Any] = dict(command.envelope)
+        payload = dict(envelope["payload"])
+        # The deployment token travels only in the delivery: derived from the server key, stored nowhere.
+        payload["spec"] = {
+            **payload["spec"],
+            "token": tokens.deployment_token(svc.token_key, command.org_id, str(command.deployment_id)),
+        }
+        envelope["payload"] = payload
+        receipt = receipts.seal(
+            self.receipt_key,
+            receipts.Receipt(
+                org_id=command.org_id,
+                runner_id=command.runner_id,
+                command_id=command.id,
+                attempt=claimed.attempt,
+                expires_at=claimed.lease_expires_at,
+            ),
+        )
+        return protocol.NextCommand(
+            command=protocol.CommandEnvelope.model_validate(envelope),
+            receipt=receipt,
+            attempt=claimed.attempt,
+            lease_expires_at=claimed.lease_expires_at,
+        )
+
+    async def run(self, svc: Services, stop: asyncio.Event) -> None:
+        """The polling fallback: wake waiting long polls whose runner has a deliverable command."""
+        while not stop.is_set():
+            try:
+                waiting = self.waker.waiting()
+                if waiting:
+                    async with svc.reader.connect() as conn:
+                        ready = await store.runners_with_available(conn, now=datetime.now(UTC))
+                    for org_id, runner_id in ready & waiting:
+                        self.waker.notify(org_id, runner_id)
+            except Exception:
+                log.exception("agent command poll failed")
+            try:
+                await asyncio.wait_for(stop.wait(), self.settings.poll_fallback_seconds)
+            except TimeoutError:
+                pass
+
+
+def _agent_key(runner_type: str, configuration: dict[str, Any]) -> str | None:
+    if runner_type == "kubernetes-agent":
+        key = configuration.get("key")
+        return key if isinstance(key, str) else None
+    if runner_type == "vm":
+        connection = configuration.get("connection")
+        if isinstance(connection, dict) and connection.get("type") == "agent":
+            key = connection.get("key")
+            return key if isinstance(key, str) else None
+    return None
+
+
+def agent_gateway(request: Request) -> AgentGateway:
+    gateway: AgentGateway = request.app.state.agent_gateway
+    return gateway
+
+
+async def authenticated_agent(
+    org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
+) -> None:
+    """Admit the request if it carries a valid agent token of ``org_id/runner_id``; a generic 401 else."""
+    gateway = agent_gateway(request)
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise UnauthenticatedError(UNAUTHENTICATED)
+    key = await gateway.public_key(svc, org_id, runner_id)
+    if key is None:
+        log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason="no agent key")
+        raise UnauthenticatedError(UNAUTHENTICATED)
+    try:
+        agent_auth.verify(token.strip(), key, org_id=org_id, runner_id=runner_id)
+    except agent_auth.AgentTokenError as exc:
+        log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason=exc.message)
+        raise UnauthenticatedError(UNAUTHENTICATED) from None
+
+
+AGENT = Depends(authenticated_agent)
+
+
+def _parse(model: type[_Model], body: bytes, what: str) -> _Model:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        problems = [
+            {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
+            for error in exc.errors(include_url=False, include_input=False)
+        ]
+        raise InvalidInputError(f"invalid {what}", details={"errors": problems}) from exc
+
+
+@router.post("/commands/next", dependencies=[AGENT], response_model=protocol.NextCommand)
+async def next_command(
+    org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
+) -> Response:
+    """Long poll: the runner's next command with a lease (200), or 204 when none came in time."""
+    gateway = agent_gateway(request)
+    await gateway.seen(svc, org_id, runner_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + gateway.settings.fetch_wait_seconds
+    while True:
+        wake = gateway.waker.ticket(org_id, runner_id)
+        delivered = await gateway.claim(svc, org_id, runner_id)
+        if delivered is not None:
+            log.info(
+                "command delivered",
+                command_id=delivered.command.command_id,
+                attempt=delivered.attempt,
+                runner_id=runner_id,
+            )
+            return JSONResponse(delivered.model_dump(mode="json"))
+        remaining = deadline - loop.time()
+        if remaining <= 0 or await request.is_disconnected():
+            return Response(status_code=204)
+        # Woken by a commit here or by the polling fallback; the cap is a safety net should neither come.
+        try:
+            await asyncio.wait_for(wake.wait(), min(remaining, gateway.settings.poll_fallback_seconds * 5))
+        except TimeoutError:
+            pass
+
+
+def _receipt(request: Request, org_id: str, runner_id: str, command_id: str, text: str) -> receipts.Receipt:
+    return receipts.open_receipt(
+        agent_gateway(request).receipt_key, text, org_id=org_id, runner_id=runner_id, command_id=command_id
+    )
+
+
+@router.post("/commands/{command_id}/ack", dependencies=[AGENT], status_code=204)
+async def ack_command(
+    org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
+) -> Response:
+    """The command is done (the job exists): it is never delivered again."""
+    body = _parse(protocol.AckRequest, await read_limited(request, MAX_ANSWER_BYTES, "the ack"), "ack")
+    receipt = _receipt(request, org_id, runner_id, command_id, body.receipt)
+    async with transaction(svc) as conn:
+        command = await policy.leased_command(conn, org_id, runner_id, command_id, attempt=receipt.attempt)
+        await policy.ack(conn, command, now=datetime.now(UTC))
+    agent_gateway(request).waker.notify(org_id, runner_id)
+    return Response(status_code=204)
+
+
+@router.post("/commands/{command_id}/retry", dependencies=[AGENT], status_code=204)
+async def retry_command(
+    org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
+) -> Response:
+    """Deliver the command again after ``delay_seconds`` (0..60)."""
+    raw = await read_limited(request, MAX_ANSWER_BYTES, "the retry")
+    body = _parse(protocol.RetryRequest, raw, "retry")
+    receipt = _receipt(request, org_id, runner_id, command_id, body.receipt)
+    async with transaction(svc) as conn:
+        command = await policy.leased_command(conn, org_id, runner_id, command_id, attempt=receipt.attempt)
+        await policy.retry(conn, command, delay=timedelta(seconds=body.delay_seconds), now=datetime.now(UTC))
+    if body.delay_seconds == 0:
+        agent_gateway(request).waker.notify(org_id, runner_id)
+    return Response(status_code=204)
+
+
+@router.post("/commands/{command_id}/reject", dependencies=[AGENT], status_code=204)
+async def reject_command(
+    org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
+) -> Response:
+    """Dead-letter the command: its deployment fails with ``reason``."""
+    raw = await read_limited(request, MAX_ANSWER_BYTES, "the reject")
+    body = _parse(protocol.RejectRequest, raw, "reject")
+    receipt = _receipt(request, org_id, runner_id, command_id, body.receipt)
+    async with transaction(svc) as conn:
+        command = await policy.leased_command(conn, org_id, runner_id, command_id, attempt=receipt.attempt)
+        failed = await policy.reject(conn, command, reason=body.reason, now=datetime.now(UTC))
+    gateway = agent_gateway(request)
+    gateway.finished([failed] if failed else [])
+    gateway.waker.notify(org_id, runner_id)
+    log.info("command rejected", command_id=command_id, reason=body.reason)
+    return Response(status_code=204)
+
+
+@router.post("/events", dependencies=[AGENT], status_code=202)
+async def post_event(
+    org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
+) -> Response:
+    """An agent's event, applied exactly once per ``event_id`` (a repeat is answered 202, changes nothing)."""
+    event = _parse(
+        protocol.EventEnvelope, await read_limited(request, protocol.MAX_EVENT_BYTES, "the event"), "event"
+    )
+    if event.organization_id != org_id or event.runner_id != runner_id:
+        raise InvalidInputError("the event's organization_id and runner_id must match the path")
+    payload = policy.check_event(event)
+    async with transaction(svc) as conn:
+        finished = await policy.apply_event(conn, event, payload, now=datetime.now(UTC))
+    agent_gateway(request).finished([finished] if finished else [])
+    return Response(status_code=202)

@@ -1,0 +1,292 @@
+"""Agent commands (a durable queue per runner), the agents' event inbox and their presence.
+
+The queue is the ``agent_commands`` table: a runner's open commands (``pending``, ``leased``) are handed
+out oldest first, one at a time. Claims lock the head row: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL (a
+replica that finds the head locked answers "nothing now" instead of skipping to the next command, which
+would break the order); on SQLite every writing transaction holds the database lock (BEGIN IMMEDIATE), so
+claims are serialized.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+import sqlalchemy.exc
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.store.schema import agent_commands, agent_event_inbox, agent_presence
+
+
+class CommandState(StrEnum):
+    PENDING = "pending"
+    LEASED = "leased"
+    ACKED = "acked"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+OPEN_STATES = (CommandState.PENDING, CommandState.LEASED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentCommand:
+    id: str
+    org_id: str
+    runner_id: str
+    deployment_id: uuid.UUID
+    type: str
+    envelope: dict[str, Any]
+    state: str
+    attempt: int
+    available_at: datetime
+    expires_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    reason: str | None
+    job_id: str | None
+    job_created_at: datetime | None
+
+    def available(self, now: datetime) -> bool:
+        """Deliverable now: open, past its retry delay or lease, and not expired."""
+        return self.state in OPEN_STATES and self.available_at <= now < self.expires_at
+
+
+def _command(row: sa.Row[tuple[object, ...]]) -> AgentCommand:
+    return AgentCommand(**row._mapping)
+
+
+async def insert(conn: AsyncConnection, values: dict[str, Any]) -> bool:
+    """Enqueue a command; False if a command of that id exists already (nothing changed)."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(agent_commands.insert().values(values))
+    except sqlalchemy.exc.IntegrityError:
+        return False
+    return True
+
+
+async def get(conn: AsyncConnection, command_id: str, *, for_update: bool = False) -> AgentCommand | None:
+    stmt = agent_commands.select().where(agent_commands.c.id == command_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = (await conn.execute(stmt)).first()
+    return _command(row) if row else None
+
+
+def _head_id(org_id: str, runner_id: str) -> sa.ScalarSelect[Any]:
+    return (
+        sa.select(agent_commands.c.id)
+        .where(
+            agent_commands.c.org_id == org_id,
+            agent_commands.c.runner_id == runner_id,
+            agent_commands.c.state.in_(list(OPEN_STATES)),
+        )
+        .order_by(agent_commands.c.created_at, agent_commands.c.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+async def head(conn: AsyncConnection, org_id: str, runner_id: str) -> AgentCommand | None:
+    """The runner's oldest open command, unlocked (for a cheap look before claiming)."""
+    row = (
+        await conn.execute(agent_commands.select().where(agent_commands.c.id == _head_id(org_id, runner_id)))
+    ).first()
+    return _command(row) if row else None
+
+
+async def lock_head(conn: AsyncConnection, org_id: str, runner_id: str) -> AgentCommand | None:
+    """The runner's oldest open command, locked; None if there is none or another claim holds it."""
+    row = (
+        await conn.execute(
+            agent_commands.select()
+            .where(agent_commands.c.id == _head_id(org_id, runner_id))
+            .with_for_update(skip_locked=True)
+        )
+    ).first()
+    if row is None:
+        return None
+    command = _command(row)
+    # PostgreSQL re-reads a row it waited for; a row closed meanwhile is no longer the head.
+    return command if command.state in OPEN_STATES else None
+
+
+async def lease(
+    conn: AsyncConnection, command_id: str, *, attempt: int, until: datetime, now: datetime
+) -> None:
+    await conn.execute(
+        agent_commands.update()
+        .where(agent_commands.c.id == command_id)
+        .values(state=CommandState.LEASED, attempt=attempt, available_at=until, updated_at=now)
+    )
+
+
+async def reschedule(
+    conn: AsyncConnection, command_id: str, *, available_at: datetime, now: datetime
+) -> None:
+    """Back to pending, deliverable again from ``available_at`` (a retry)."""
+    await conn.execute(
+        agent_commands.update()
+        .where(agent_commands.c.id == command_id)
+        .values(state=CommandState.PENDING, available_at=available_at, updated_at=now)
+    )
+
+
+async def close(
+    conn: AsyncConnection, command_id: str, *, state: CommandState, now: datetime, reason: str | None = None
+) -> bool:
+    """Close an open command (acked, rejected, expired, cancelled); False if it was closed already."""
+    result = await conn.execute(
+        agent_commands.update()
+        .where(agent_commands.c.id == command_id, agent_commands.c.state.in_(list(OPEN_STATES)))
+        .values(state=state, completed_at=now, updated_at=now, reason=reason)
+    )
+    return result.rowcount > 0
+
+
+async def cancel_for_deployment(
+    conn: AsyncConnection, deployment_id: uuid.UUID, *, now: datetime, reason: str
+) -> None:
+    """Nothing more is delivered for a deployment that is final."""
+    await conn.execute(
+        agent_commands.update()
+        .where(
+            agent_commands.c.deployment_id == deployment_id,
+            agent_commands.c.state.in_(list(OPEN_STATES)),
+        )
+        .values(state=CommandState.CANCELLED, completed_at=now, updated_at=now, reason=reason)
+    )
+
+
+async def lock_expired(conn: AsyncConnection, *, now: datetime, limit: int) -> list[AgentCommand]:
+    """Open commands past their TTL, locked (others' claims skip them)."""
+    rows = (
+        await conn.execute(
+            agent_commands.select()
+            .where(agent_commands.c.state.in_(list(OPEN_STATES)), agent_commands.c.expires_at <= now)
+            .order_by(agent_commands.c.expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    ).all()
+    return [_command(r) for r in rows]
+
+
+async def runners_with_available(conn: AsyncConnection, *, now: datetime) -> set[tuple[str, str]]:
+    """(org, runner) of every runner with a command deliverable now (the long polls' polling fallback)."""
+    rows = (
+        await conn.execute(
+            sa.select(agent_commands.c.org_id, agent_commands.c.runner_id)
+            .where(
+                agent_commands.c.state.in_(list(OPEN_STATES)),
+                agent_commands.c.available_at <= now,
+                agent_commands.c.expires_at > now,
+            )
+            .distinct()
+        )
+    ).all()
+    return {(r.org_id, r.runner_id) for r in rows}
+
+
+async def for_deployment(conn: AsyncConnection, deployment_id: uuid.UUID) -> list[AgentCommand]:
+    rows = (
+        await conn.execute(
+            agent_commands.select()
+            .where(agent_commands.c.deployment_id == deployment_id)
+            .order_by(agent_commands.c.created_at)
+        )
+    ).all()
+    return [_command(r) for r in rows]
+
+
+async def record_job_created(
+    conn: AsyncConnection, deployment_id: uuid.UUID, *, job_id: str, now: datetime
+) -> None:
+    await conn.execute(
+        agent_commands.update()
+        .where(agent_commands.c.deployment_id == deployment_id, agent_commands.c.job_created_at.is_(None))
+        .values(job_id=job_id, job_created_at=now, updated_at=now)
+    )
+
+
+# --- events ---------------------------------------------------------------------------------------------
+
+
+async def record_event(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    runner_id: str,
+    event_id: str,
+    event_type: str,
+    deployment_id: uuid.UUID,
+    now: datetime,
+) -> bool:
+    """Note an event as applied; False if it was applied before (then apply nothing)."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(
+                agent_event_inbox.insert().values(
+                    org_id=org_id,
+                    runner_id=runner_id,
+                    event_id=event_id,
+                    type=event_type,
+                    deployment_id=deployment_id,
+                    received_at=now,
+                )
+            )
+    except sqlalchemy.exc.IntegrityError:
+        return False
+    return True
+
+
+async def count_events(conn: AsyncConnection, org_id: str, runner_id: str) -> int:
+    return int(
+        (
+            await conn.execute(
+                sa.select(sa.func.count())
+                .select_from(agent_event_inbox)
+                .where(agent_event_inbox.c.org_id == org_id, agent_event_inbox.c.runner_id == runner_id)
+            )
+        ).scalar_one()
+    )
+
+
+# --- presence -------------------------------------------------------------------------------------------
+
+
+async def touch_presence(conn: AsyncConnection, org_id: str, runner_id: str, *, now: datetime) -> None:
+    """Record that the runner's agent asked for a command at ``now``."""
+    updated = await conn.execute(
+        agent_presence.update()
+        .where(agent_presence.c.org_id == org_id, agent_presence.c.runner_id == runner_id)
+        .values(last_seen_at=now)
+    )
+    if updated.rowcount:
+        return
+    try:
+        async with conn.begin_nested():
+            await conn.execute(
+                agent_presence.insert().values(org_id=org_id, runner_id=runner_id, last_seen_at=now)
+            )
+    except sqlalchemy.exc.IntegrityError:
+        # Inserted concurrently, or the runner is gone: either way nothing to record.
+        pass
+
+
+async def last_seen(conn: AsyncConnection, org_id: str, runner_id: str) -> datetime | None:
+    value = (
+        await conn.execute(
+            sa.select(agent_presence.c.last_seen_at).where(
+                agent_presence.c.org_id == org_id, agent_presence.c.runner_id == runner_id
+            )
+        )
+    ).scalar_one_or_none()
+    return value

@@ -1,0 +1,544 @@
+"""The gateway's command protocol, in process: agent auth, the long poll, leases and receipts,
+ack/retry/reject, order and exclusivity, TTL expiry, events applied once, and the dispatcher's side."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi import FastAPI
+
+from orchestrator.gateway import tokens
+from orchestrator.gateway.commands import UNAUTHENTICATED, AgentGatewaySettings
+from orchestrator.protocol import agent_auth
+from orchestrator.protocol import commands as protocol
+from orchestrator.server import create_app
+from orchestrator.settings import ServerSettings
+from orchestrator.store import agent_commands as command_store
+from orchestrator.store.schema import agent_commands, deployments
+from tests.conftest import Org
+from tests.support.deployments import insert_deployment
+
+LOCAL_RUNNER = yaml.safe_load(
+    (Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text()
+)
+
+
+@pytest.fixture
+def agent_settings(request: pytest.FixtureRequest) -> AgentGatewaySettings:
+    """Short waits and leases; a test changes them with ``@pytest.mark.parametrize(..., indirect=True)``."""
+    values: dict[str, Any] = {
+        "fetch_wait_seconds": 1.0,
+        "lease_seconds": 2.0,
+        "poll_fallback_seconds": 0.1,
+        "public_key_cache_seconds": 0,
+        "presence_interval_seconds": 0,
+        **getattr(request, "param", {}),
+    }
+    return AgentGatewaySettings(**values)
+
+
+@pytest.fixture
+async def app(settings: ServerSettings, agent_settings: AgentGatewaySettings) -> AsyncIterator[FastAPI]:
+    application = create_app(settings, agent_settings=agent_settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+class Agent:
+    """Speaks the protocol like an agent of runner ``acme/agent1`` would; builds deployments for it."""
+
+    runner = "agent1"
+
+    def __init__(self, app: FastAPI, org: Org, key: Ed25519PrivateKey) -> None:
+        self.app = app
+        self.org = org
+        self.key = key
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test")
+        self._envs = 0
+
+    def headers(
+        self,
+        *,
+        key: Ed25519PrivateKey | None = None,
+        org: str | None = None,
+        runner: str | None = None,
+        now: float | None = None,
+    ) -> dict[str, str]:
+        token = agent_auth.sign(key or self.key, org or self.org.id, runner or self.runner, now=now)
+        return {"Authorization": f"Bearer {token}"}
+
+    async def next(self, *, runner: str | None = None, **auth: Any) -> httpx.Response:
+        path = protocol.next_command_path(self.org.id, runner or self.runner)
+        return await self.client.post(path, headers=self.headers(runner=runner, **auth), timeout=30)
+
+    async def answer(self, action: str, command_id: str, body: dict[str, Any]) -> httpx.Response:
+        path = protocol.command_action_path(self.org.id, self.runner, command_id, action)
+        return await self.client.post(path, json=body, headers=self.headers())
+
+    async def event(
+        self, event_type: str, deployment_id: str, payload: dict[str, Any], **fields: Any
+    ) -> httpx.Response:
+        command = protocol.command_id(deployment_id)
+        body = {
+            "event_id": fields.pop("event_id", f"{command}:{event_type}"),
+            "type": event_type,
+            "organization_id": self.org.id,
+            "runner_id": self.runner,
+            "deployment_id": deployment_id,
+            "payload": payload,
+            **fields,
+        }
+        path = protocol.events_path(self.org.id, self.runner)
+        return await self.client.post(path, json=body, headers=self.headers())
+
+    async def deployment(self, *, wait: bool = True) -> str:
+        """A deployment on the agent runner in a fresh environment, dispatched (its command enqueued)."""
+        self._envs += 1
+        env = (
+            await self.org.admin.post(
+                f"/orgs/{self.org.id}/projects/shop/envs",
+                json={"id": f"e{self._envs}", "env_type_id": "development"},
+            )
+        ).json()
+        deployment_id = await insert_deployment(
+            self.app, self.org.id, env, status="executing", runner_id=self.runner
+        )
+        async with self.app.state.services.engine.begin() as conn:
+            await conn.execute(
+                deployments.update()
+                .where(deployments.c.id == uuid.UUID(deployment_id))
+                .values(dispatch_state="pending", next_check_at=None, launched_at=None)
+            )
+        self.app.state.dispatcher.wake()
+        if wait:
+            await self.commands(deployment_id, wait=True)
+        return deployment_id
+
+    async def commands(self, deployment_id: str, *, wait: bool = False) -> list[command_store.AgentCommand]:
+        deadline = time.monotonic() + 10
+        while True:
+            async with self.app.state.services.engine.connect() as conn:
+                found = await command_store.for_deployment(conn, uuid.UUID(deployment_id))
+            if found or not wait or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.05)
+
+    async def get(self, deployment_id: str) -> dict[str, Any]:
+        response = await self.org.admin.get(f"/orgs/{self.org.id}/deployments/{deployment_id}")
+        assert 200 == response.status_code, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def final(self, deployment_id: str) -> dict[str, Any]:
+        """The deployment once it is final (``wait-for-complete``)."""
+        response = await self.org.admin.get(
+            f"/orgs/{self.org.id}/deployments/{deployment_id}/actions/wait-for-complete",
+            params={"timeout_in_seconds": 10},
+        )
+        assert 200 == response.status_code, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def row(self, deployment_id: str) -> Any:
+        async with self.app.state.services.engine.connect() as conn:
+            return (
+                await conn.execute(deployments.select().where(deployments.c.id == uuid.UUID(deployment_id)))
+            ).one()
+
+
+@pytest.fixture
+async def agent(app: FastAPI, org: Org) -> AsyncIterator[Agent]:
+    private_pem, public_pem = agent_auth.generate_key_pair()
+    key = agent_auth.load_private_key(private_pem)
+    base = f"/orgs/{org.id}"
+    for path, body in [
+        ("/env-types", {"id": "development"}),
+        ("/projects", {"id": "shop"}),
+        (
+            "/runners",
+            {
+                "id": Agent.runner,
+                "runner_configuration": {"type": "vm", "connection": {"type": "agent", "key": public_pem}},
+                "state_storage_configuration": {"type": "orchestrator"},
+            },
+        ),
+        ("/runners", {"id": "local1", **LOCAL_RUNNER}),
+    ]:
+        response = await org.admin.post(base + path, json=body)
+        assert 201 == response.status_code, response.text
+    made = Agent(app, org, key)
+    yield made
+    await made.client.aclose()
+
+
+async def test_dispatch__agent_deployment_launched_by_enqueueing_its_command(agent: Agent) -> None:
+    deployment_id = await agent.deployment()
+    [command] = await agent.commands(deployment_id)
+    row = await agent.row(deployment_id)
+
+    assert f"create-job:{deployment_id}:1" == command.id
+    assert ("pending", 0) == (command.state, command.attempt)
+    assert ("launched", f"agent:{command.id}") == (row.dispatch_state, row.handle)
+    # Event-driven: the only check due is the deployment timeout.
+    assert row.timeout_at == row.next_check_at
+    assert "token" not in command.envelope["payload"]["spec"]
+    assert "executing" == (await agent.get(deployment_id))["status"]
+
+
+async def test_next__delivers_the_command_with_its_token_lease_and_receipt(
+    agent: Agent, app: FastAPI
+) -> None:
+    deployment_id = await agent.deployment()
+    before = datetime.now(UTC)
+
+    response = await agent.next()
+    delivered = protocol.NextCommand.model_validate_json(response.content)
+    payload = protocol.check_envelope(
+        delivered.command, org_id="acme", runner_id="agent1", now=datetime.now(UTC)
+    )
+
+    assert 200 == response.status_code
+    assert (f"create-job:{deployment_id}:1", "create-job", "v1") == (
+        delivered.command.command_id,
+        delivered.command.type,
+        delivered.command.protocol_version,
+    )
+    assert 1 == delivered.attempt
+    assert (
+        before + timedelta(seconds=1.5)
+        < delivered.lease_expires_at
+        <= datetime.now(UTC) + timedelta(seconds=2)
+    )
+    assert timedelta(hours=24) == delivered.command.expires_at - delivered.command.created_at
+    assert payload.spec.token is not None
+    expected_token = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    assert expected_token == payload.spec.token.get_secret_value()
+    assert (deployment_id, "vm", "deploy") == (payload.job_id, payload.spec.runner_type, payload.spec.mode)
+    assert set(response.json()) == {"command", "receipt", "attempt", "lease_expires_at"}
+
+
+async def test_next__204_after_the_wait_when_there_is_nothing(agent: Agent, app: FastAPI) -> None:
+    started = time.monotonic()
+    response = await agent.next()
+    elapsed = time.monotonic() - started
+    async with app.state.services.engine.connect() as conn:
+        seen = await command_store.last_seen(conn, "acme", "agent1")
+
+    assert 204 == response.status_code
+    assert 0.9 <= elapsed < 3
+    assert seen is not None and datetime.now(UTC) - seen < timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    "agent_settings", [{"fetch_wait_seconds": 10.0, "poll_fallback_seconds": 30.0}], indirect=True
+)
+async def test_next__a_waiting_poll_is_answered_as_soon_as_the_command_is_committed(agent: Agent) -> None:
+    """With the polling fallback at 30 s, only the in-process notification can answer within the wait."""
+    waiting = asyncio.create_task(agent.next())
+    await asyncio.sleep(0.3)
+    deployment_id = await agent.deployment(wait=False)
+    started = time.monotonic()
+    response = await waiting
+
+    assert 200 == response.status_code
+    assert deployment_id == response.json()["command"]["deployment_id"]
+    assert time.monotonic() - started < 3
+
+
+async def test_ack__closes_the_command_and_the_next_one_follows_in_order(agent: Agent) -> None:
+    first = await agent.deployment()
+    second = await agent.deployment()
+
+    one = await agent.next()
+    while_first_is_out = await agent.next()
+    acked = await agent.answer("ack", one.json()["command"]["command_id"], {"receipt": one.json()["receipt"]})
+    again = await agent.answer("ack", one.json()["command"]["command_id"], {"receipt": one.json()["receipt"]})
+    two = await agent.next()
+    [command] = await agent.commands(first)
+
+    assert first == one.json()["command"]["deployment_id"]
+    assert 204 == while_first_is_out.status_code
+    assert (204, 204) == (acked.status_code, again.status_code)
+    assert "acked" == command.state
+    assert second == two.json()["command"]["deployment_id"]
+
+
+async def test_next__concurrent_agents_never_get_the_same_command(agent: Agent) -> None:
+    await agent.deployment()
+    await agent.deployment()
+
+    answers = await asyncio.gather(*(agent.next() for _ in range(6)))
+
+    assert 1 == sum(1 for a in answers if a.status_code == 200)
+    assert 5 == sum(1 for a in answers if a.status_code == 204)
+
+
+async def test_lease__runs_out_and_the_command_is_redelivered_with_a_new_receipt(agent: Agent) -> None:
+    await agent.deployment()
+    first = (await agent.next()).json()
+    await asyncio.sleep(2.1)
+
+    second = (await agent.next()).json()
+    command_id = first["command"]["command_id"]
+    stale = await agent.answer("ack", command_id, {"receipt": first["receipt"]})
+    fresh = await agent.answer("ack", command_id, {"receipt": second["receipt"]})
+
+    assert command_id == second["command"]["command_id"]
+    assert (1, 2) == (first["attempt"], second["attempt"])
+    assert 409 == stale.status_code
+    assert 204 == fresh.status_code
+
+
+async def test_retry__redelivered_after_the_delay(agent: Agent) -> None:
+    await agent.deployment()
+    first = (await agent.next()).json()
+    command_id = first["command"]["command_id"]
+
+    retried = await agent.answer("retry", command_id, {"receipt": first["receipt"], "delay_seconds": 2})
+    during_delay = await agent.next()
+    await asyncio.sleep(1.2)
+    after_delay = await agent.next()
+    too_long = await agent.answer("retry", command_id, {"receipt": first["receipt"], "delay_seconds": 61})
+
+    assert 204 == retried.status_code
+    assert 204 == during_delay.status_code
+    assert (200, 2) == (after_delay.status_code, after_delay.json()["attempt"])
+    assert 400 == too_long.status_code
+
+
+async def test_reject__dead_letters_the_command_and_fails_the_deployment(agent: Agent) -> None:
+    deployment_id = await agent.deployment()
+    first = (await agent.next()).json()
+
+    rejected = await agent.answer(
+        "reject", first["command"]["command_id"], {"receipt": first["receipt"], "reason": "no such image"}
+    )
+    deployment = await agent.get(deployment_id)
+    [command] = await agent.commands(deployment_id)
+    after = await agent.next()
+
+    assert 204 == rejected.status_code
+    assert ("failed", "COMMAND_REJECTED") == (deployment["status"], deployment["error"]["error"])
+    assert "no such image" in deployment["status_message"]
+    assert ("rejected", "no such image") == (command.state, command.reason)
+    assert 204 == after.status_code
+
+
+async def test_receipts__forged_or_of_another_command_refused(agent: Agent) -> None:
+    first_id = await agent.deployment()
+    await agent.deployment()
+    first = (await agent.next()).json()
+    other_command = protocol.command_id(str(uuid.uuid4()))
+
+    forged = await agent.answer("ack", first["command"]["command_id"], {"receipt": "x" * 60})
+    other = await agent.answer("ack", other_command, {"receipt": first["receipt"]})
+    missing = await agent.answer("ack", first["command"]["command_id"], {})
+    [command] = await agent.commands(first_id)
+
+    assert (400, 400, 400) == (forged.status_code, other.status_code, missing.status_code)
+    assert "leased" == command.state
+
+
+@pytest.mark.parametrize("agent_settings", [{"command_ttl_seconds": 0.5}], indirect=True)
+async def test_expiry__a_command_nobody_picked_up_fails_its_deployment(agent: Agent) -> None:
+    deployment_id = await agent.deployment()
+    deployment = await agent.final(deployment_id)
+    [command] = await agent.commands(deployment_id)
+    after = await agent.next()
+
+    assert ("failed", "COMMAND_EXPIRED") == (deployment["status"], deployment["error"]["error"])
+    assert "did not pick up" in deployment["status_message"]
+    assert "expired" == command.state
+    assert 204 == after.status_code
+
+
+async def test_timeout__an_agent_deployment_times_out_and_its_command_is_cancelled(
+    agent: Agent, app: FastAPI
+) -> None:
+    deployment_id = await agent.deployment()
+    async with app.state.services.engine.begin() as conn:
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        await conn.execute(
+            deployments.update()
+            .where(deployments.c.id == uuid.UUID(deployment_id))
+            .values(timeout_at=past, next_check_at=past)
+        )
+    app.state.dispatcher.wake()
+    deployment = await agent.final(deployment_id)
+    [command] = await agent.commands(deployment_id)
+
+    assert ("failed", "TIMEOUT") == (deployment["status"], deployment["error"]["error"])
+    assert "cancelled" == command.state
+    assert 204 == (await agent.next()).status_code
+
+
+# --- events -----------------------------------------------------------------------------------------------
+
+
+async def test_events__the_same_event_three_times_is_applied_once(agent: Agent, app: FastAPI) -> None:
+    deployment_id = await agent.deployment()
+    payload = {"job_id": deployment_id}
+
+    answers = [await agent.event("job-created", deployment_id, payload) for _ in range(3)]
+    [recorded] = await agent.commands(deployment_id)
+    await asyncio.sleep(0.05)
+    repeat = await agent.event("job-created", deployment_id, {"job_id": "another-job"})
+    [after_repeat] = await agent.commands(deployment_id)
+    async with app.state.services.engine.connect() as conn:
+        inbox = await command_store.count_events(conn, "acme", "agent1")
+
+    assert [202, 202, 202] == [a.status_code for a in answers]
+    assert 202 == repeat.status_code
+    assert 1 == inbox
+    assert (deployment_id, recorded.job_created_at) == (after_repeat.job_id, after_repeat.job_created_at)
+
+
+async def test_events__terminal_runner_error_fails_the_deployment_once(agent: Agent) -> None:
+    deployment_id = await agent.deployment()
+    error = {"job_id": deployment_id, "code": "REMOTE_RUNNER", "message": "forbidden", "retryable": False}
+    event_id = f"{protocol.command_id(deployment_id)}:runner-error-terminal"
+
+    answers = [await agent.event("runner-error", deployment_id, error, event_id=event_id) for _ in range(3)]
+    failed = await agent.get(deployment_id)
+    [command] = await agent.commands(deployment_id)
+
+    assert [202, 202, 202] == [a.status_code for a in answers]
+    assert ("failed", "REMOTE_RUNNER") == (failed["status"], failed["error"]["error"])
+    assert "forbidden" in failed["status_message"]
+    assert "cancelled" == command.state
+
+
+async def test_events__retryable_runner_error_is_only_logged(agent: Agent) -> None:
+    deployment_id = await agent.deployment()
+    error = {"code": "REMOTE_RUNNER", "message": "apiserver busy", "retryable": True}
+
+    answer = await agent.event("runner-error", deployment_id, error)
+
+    assert 202 == answer.status_code
+    assert "executing" == (await agent.get(deployment_id))["status"]
+
+
+async def test_events__deployment_result_applies_results(agent: Agent) -> None:
+    deployment_id = await agent.deployment()
+
+    answer = await agent.event(
+        "deployment-result",
+        deployment_id,
+        {"status": "success"},
+        event_id=f"{deployment_id}:deployment-result",
+    )
+
+    assert 202 == answer.status_code
+    assert "succeeded" == (await agent.get(deployment_id))["status"]
+
+
+async def test_events__refused_when_not_this_runners(agent: Agent, app: FastAPI, org: Org) -> None:
+    deployment_id = await agent.deployment()
+    env = (await org.admin.get(f"/orgs/{org.id}/projects/shop/envs/e1")).json()
+    others = await insert_deployment(app, org.id, env, status="succeeded", runner_id="local1")
+
+    wrong_org = await agent.event("job-created", deployment_id, {"job_id": "j"}, organization_id="globex")
+    wrong_runner = await agent.event("job-created", deployment_id, {"job_id": "j"}, runner_id="local1")
+    other_runners = await agent.event("job-created", others, {"job_id": "j"})
+    unknown = await agent.event("job-created", str(uuid.uuid4()), {"job_id": "j"})
+    bad_payload = await agent.event("runner-error", deployment_id, {"code": "X"})
+    bad_type = await agent.event("job-deleted", deployment_id, {})
+    async with app.state.services.engine.connect() as conn:
+        inbox = await command_store.count_events(conn, "acme", "agent1")
+
+    assert (400, 400) == (wrong_org.status_code, wrong_runner.status_code)
+    assert (404, 404) == (other_runners.status_code, unknown.status_code)
+    assert (400, 400) == (bad_payload.status_code, bad_type.status_code)
+    assert 0 == inbox
+
+
+# --- authentication ---------------------------------------------------------------------------------------
+
+
+async def test_auth__every_bad_token_is_the_same_401(agent: Agent) -> None:
+    other_key = Ed25519PrivateKey.generate()
+    now = time.time()
+    path = protocol.next_command_path("acme", "agent1")
+
+    answers = {
+        "wrong key": await agent.next(key=other_key),
+        "wrong org": await agent.client.post(path, headers=agent.headers(org="globex")),
+        "wrong runner": await agent.client.post(path, headers=agent.headers(runner="local1")),
+        "expired": await agent.next(now=now - 300 - 31),
+        "future": await agent.next(now=now + 31),
+        "no token": await agent.client.post(path),
+        "garbage": await agent.client.post(path, headers={"Authorization": "Bearer garbage"}),
+        "basic": await agent.client.post(path, headers={"Authorization": "Basic YTpi"}),
+        "not an agent runner": await agent.next(runner="local1"),
+        "no such runner": await agent.next(runner="nobody"),
+    }
+    events = await agent.client.post(
+        protocol.events_path("acme", "agent1"), json={}, headers=agent.headers(key=other_key)
+    )
+    ack = await agent.client.post(
+        protocol.command_action_path("acme", "agent1", "create-job:x:1", "ack"),
+        json={"receipt": "r"},
+        headers=agent.headers(key=other_key),
+    )
+
+    for name, answer in {**answers, "events": events, "ack": ack}.items():
+        assert (401, {"error": "API-401", "message": UNAUTHENTICATED}) == (
+            answer.status_code,
+            answer.json(),
+        ), name
+
+
+async def test_auth__tokens_within_the_skew_are_accepted(agent: Agent) -> None:
+    now = time.time()
+
+    ahead = await agent.next(now=now + 25)
+    behind = await agent.next(now=now - 300 - 25)
+
+    assert (204, 204) == (ahead.status_code, behind.status_code)
+
+
+async def test_auth__kubernetes_agent_runner_key_is_used(app: FastAPI, org: Org) -> None:
+    private_pem, public_pem = agent_auth.generate_key_pair()
+    body = {
+        "id": "k8s-agent",
+        "runner_configuration": {
+            "type": "kubernetes-agent",
+            "key": public_pem,
+            "job": {"namespace": "default", "service_account": "runner"},
+        },
+        "state_storage_configuration": {"type": "kubernetes", "namespace": "default"},
+    }
+    assert 201 == (await org.admin.post(f"/orgs/{org.id}/runners", json=body)).status_code
+    key = agent_auth.load_private_key(private_pem)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test") as client:
+        ok = await client.post(
+            protocol.next_command_path("acme", "k8s-agent"),
+            headers={"Authorization": f"Bearer {agent_auth.sign(key, 'acme', 'k8s-agent')}"},
+        )
+        stranger = agent_auth.sign(Ed25519PrivateKey.generate(), "acme", "k8s-agent")
+        other = await client.post(
+            protocol.next_command_path("acme", "k8s-agent"), headers={"Authorization": f"Bearer {stranger}"}
+        )
+
+    assert (204, 401) == (ok.status_code, other.status_code)
+
+
+async def test_schema__open_commands_of_a_deleted_deployment_go_with_it(agent: Agent, app: FastAPI) -> None:
+    deployment_id = await agent.deployment()
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(sa.delete(deployments).where(deployments.c.id == uuid.UUID(deployment_id)))
+    async with app.state.services.engine.connect() as conn:
+        left = (await conn.execute(sa.select(sa.func.count()).select_from(agent_commands))).scalar_one()
+
+    assert 0 == left
