@@ -489,3 +489,47 @@ async def _connect_proxy() -> AsyncIterator[tuple[str, list[str]]]:
         for writer in writers:
             writer.close()
         await server.wait_closed()
+
+
+# --- the stand-in's own semantics (what the launcher relies on) -----------------------------------
+
+
+async def test_kube_api__replace_with_a_stale_resource_version_conflicts(api: KubeApiServer) -> None:
+    """Optimistic concurrency (client-go's lease lock relies on it): a stale resourceVersion gets 409."""
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "lock"},
+        "spec": {},
+    }
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    async with _raw_client(api) as client:
+        created = (await client.post(base, json=lease)).json()
+        first = await client.put(f"{base}/lock", json={**created, "spec": {"holderIdentity": "a"}})
+        stale = await client.put(f"{base}/lock", json={**created, "spec": {"holderIdentity": "b"}})
+        again = await client.post(base, json=lease)
+
+    assert first.status_code == 200
+    assert int(first.json()["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert (stale.status_code, stale.json()["reason"], stale.json()["kind"]) == (409, "Conflict", "Status")
+    assert (again.status_code, again.json()["reason"]) == (409, "AlreadyExists")
+
+
+async def test_kube_api__lists_with_selectors(api: KubeApiServer) -> None:
+    """``kind: XList``; label selectors (equality, set, existence); unknown field labels refused."""
+    base = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    async with _raw_client(api) as client:
+        for name, labels in (("a", {"tier": "x", "team": "1"}), ("b", {"tier": "y"}), ("c", {})):
+            await client.post(base, json={"metadata": {"name": name, "labels": labels}})
+
+        async def names(**params: str) -> list[str]:
+            answer = (await client.get(base, params=params)).json()
+            assert answer["kind"] == "SecretList"
+            return [item["metadata"]["name"] for item in answer["items"]]
+
+        assert await names(labelSelector="tier=x") == ["a"]
+        assert await names(labelSelector="tier in (x,y),!team") == ["b"]
+        assert await names(labelSelector="tier!=x") == ["b", "c"]
+        assert await names(fieldSelector="metadata.name=c") == ["c"]
+        refused = await client.get(base, params={"fieldSelector": "data.TOKEN=x"})
+    assert (refused.status_code, refused.json()["reason"]) == (400, "BadRequest")
