@@ -26,6 +26,8 @@ SERVER_ONLY = (
         "orchestrator.cli.runner",
         "orchestrator.runner.standard",
         "orchestrator.launchers.local",
+        "orchestrator.launchers.kubernetes",
+        "orchestrator.launchers.kubernetes_job",
         "orchestrator.protocol.launch",
         "orchestrator.client.api",
         "orchestrator.cli.octl",
