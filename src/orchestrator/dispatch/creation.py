@@ -94,6 +94,30 @@ def _request_digest(org_id: str, request: Request) -> str:
     return _digest(org_id, json.dumps(fields, sort_keys=True, default=str))
 
 
+def _fresh(ctx: Context, now: datetime) -> dict[str, Any]:
+    """The columns every new deployment starts with: executing, pending dispatch, no results yet."""
+    return {
+        "status": Status.EXECUTING,
+        "status_message": EXECUTING_MESSAGE,
+        "created_at": now,
+        "updated_at": now,
+        "completed_at": None,
+        "outputs": None,
+        "error": None,
+        "logs_key": None,
+        "logs_size": None,
+        "dispatch_state": DispatchState.PENDING,
+        "dispatch_owner": None,
+        "dispatch_lease_until": None,
+        "dispatch_attempts": 0,
+        "handle": None,
+        "launched_at": None,
+        "next_check_at": None,
+        "exited_at": None,
+        "timeout_at": now + ctx.timeout,
+    }
+
+
 def state_url(public_url: str, org_id: str, env_uuid: uuid.UUID) -> str:
     return f"{public_url}/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}/state"
 
@@ -209,8 +233,6 @@ async def create(
             "mode": request.mode,
             "plan_only": request.plan_only,
             "rollback_to_deployment_id": request.rollback_to_deployment_id,
-            "status": Status.EXECUTING,
-            "status_message": EXECUTING_MESSAGE,
             "manifest": manifest_data,
             "tf": compiled.main_tf,
             "graph": compiler.graph_of(compiled),
@@ -221,23 +243,8 @@ async def create(
             "idempotency_key_digest": key_digest,
             "request_digest": request_digest,
             "created_by": request.created_by,
-            "created_at": now,
-            "updated_at": now,
-            "completed_at": None,
-            "outputs": None,
             "metrics": dict(compiled.metrics),
-            "error": None,
-            "logs_key": None,
-            "logs_size": None,
-            "dispatch_state": DispatchState.PENDING,
-            "dispatch_owner": None,
-            "dispatch_lease_until": None,
-            "dispatch_attempts": 0,
-            "handle": None,
-            "launched_at": None,
-            "next_check_at": None,
-            "exited_at": None,
-            "timeout_at": now + ctx.timeout,
+            **_fresh(ctx, now),
         },
     )
     return Created(deployment=deployment, new=True)
@@ -274,8 +281,6 @@ async def create_destroy(
             "mode": Mode.DESTROY,
             "plan_only": False,
             "rollback_to_deployment_id": None,
-            "status": Status.EXECUTING,
-            "status_message": EXECUTING_MESSAGE,
             "bundle_key": bundle_key,
             "encrypted_outputs_recipient": None,
             "encrypted_logs_recipient": None,
@@ -283,22 +288,7 @@ async def create_destroy(
             "idempotency_key_digest": None,
             "request_digest": _digest(env.org_id, "destroy", str(env.uuid), str(now)),
             "created_by": created_by,
-            "created_at": now,
-            "updated_at": now,
-            "completed_at": None,
-            "outputs": None,
             "metrics": dict(last.metrics),
-            "error": None,
-            "logs_key": None,
-            "logs_size": None,
-            "dispatch_state": DispatchState.PENDING,
-            "dispatch_owner": None,
-            "dispatch_lease_until": None,
-            "dispatch_attempts": 0,
-            "handle": None,
-            "launched_at": None,
-            "next_check_at": None,
-            "exited_at": None,
-            "timeout_at": now + ctx.timeout,
+            **_fresh(ctx, now),
         },
     )
