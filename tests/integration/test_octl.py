@@ -9,44 +9,20 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 
-from orchestrator.cli.octl import main
 from orchestrator.client import ApiClient, ApiError
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN
 from tests.support.live_server import serve_in_thread
+from tests.support.octl import ORG, Octl
 
 RUNNER_DATA = Path(__file__).parents[1] / "data" / "runners"
-ORG = "acme"
-
-
-@dataclass
-class Octl:
-    """Runs ``octl`` in-process with PO_API_URL/PO_AUTH_TOKEN/PO_ORG_ID set for the org's admin token."""
-
-    base_url: str
-    token: str
-    config_path: Path
-    env: dict[str, str | None] = field(default_factory=dict)
-
-    def __call__(self, *args: str, input: str | None = None, **env: str | None) -> Result:
-        environ: dict[str, str | None] = {
-            "PO_API_URL": self.base_url,
-            "PO_AUTH_TOKEN": self.token,
-            "PO_ORG_ID": ORG,
-            "OCTL_CONFIG": str(self.config_path),
-            **self.env,
-            **env,
-        }
-        return CliRunner().invoke(main, list(args), input=input, env=environ, catch_exceptions=False)
 
 
 @pytest.fixture
