@@ -187,6 +187,16 @@ def planned_resource_count(plan: Mapping[str, Any]) -> int:
     return _count_managed(root)
 
 
+def state_resource_count(state: Mapping[str, Any]) -> int:
+    """Managed resources in a state (``show -json`` without a plan file), all modules."""
+    return _count_managed((state.get("values") or {}).get("root_module") or {})
+
+
+def state_outputs(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The output values of a state (``show -json`` without a plan file) as ``{name: value}``."""
+    return output_values((state.get("values") or {}).get("outputs") or {})
+
+
 def _count_managed(module: Mapping[str, Any]) -> int:
     own = sum(1 for resource in module.get("resources") or [] if resource.get("mode") == "managed")
     return own + sum(_count_managed(child) for child in module.get("child_modules") or [])

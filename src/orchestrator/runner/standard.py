@@ -166,7 +166,11 @@ class _Deployment:
             raise StepFailedError(_runner_error("no IaC engine available", exc)) from exc
         self._fetch_bundle(code_dir)
         cli = iac.IacCli(chosen, workdir=code_dir, environ=self._engine_environ(code_dir), sink=self.sink)
-        self._version(cli)
+        if self.settings.log_level == "debug":
+            # One engine start less on every run: the version is only worth it when debugging.
+            self._version(cli)
+        else:
+            self.log.info("IaC engine", engine=cli.engine.display_name)
         self._checked(cli, "init", "-no-color", "-input=false", "-json")
         mode = self.settings.mode
         if mode is results.RunnerMode.DESTROY:
@@ -177,11 +181,11 @@ class _Deployment:
 
         self.log.info("executing plan")
         planned = self._checked(cli, "plan", "-no-color", "-input=false", "-json", "-out", PLAN_FILE)
-        plan = self._json(
-            self._checked(cli, "show", "-no-color", "-json", PLAN_FILE, log_stdout=False), "show"
-        )
-        num_resources = diagnostics.planned_resource_count(plan)
         if mode is results.RunnerMode.PLAN_ONLY:
+            plan = self._json(
+                self._checked(cli, "show", "-no-color", "-json", PLAN_FILE, log_stdout=False), "show"
+            )
+            num_resources = diagnostics.planned_resource_count(plan)
             outputs = diagnostics.planned_outputs(plan)
             outputs.pop(self.settings.metadata_key, None)
             return _success(
@@ -193,9 +197,10 @@ class _Deployment:
         applied = self._checked(
             cli, "apply", "-auto-approve", "-no-color", "-input=false", "-json", PLAN_FILE
         )
-        shown = self._json(self._checked(cli, "output", "-no-color", "-json", log_stdout=False), "output")
-        outputs = diagnostics.output_values(shown)
-        # One `output -json` yields both: the metadata key is split off the outputs here.
+        # One `show -json` of the new state yields the outputs, the metadata output and the resources.
+        state = self._json(self._checked(cli, "show", "-no-color", "-json", log_stdout=False), "show")
+        num_resources = diagnostics.state_resource_count(state)
+        outputs = diagnostics.state_outputs(state)
         metadata: list[results.ResourceMetadata] = []
         if self.settings.metadata_key in outputs:
             try:
