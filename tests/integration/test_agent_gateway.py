@@ -8,13 +8,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
-import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 
@@ -27,25 +24,14 @@ from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store.schema import agent_commands, deployments
 from tests.conftest import Org
+from tests.support.agent_gateway import AgentHarness, gateway_settings
 from tests.support.deployments import insert_deployment
-
-LOCAL_RUNNER = yaml.safe_load(
-    (Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text()
-)
 
 
 @pytest.fixture
 def agent_settings(request: pytest.FixtureRequest) -> AgentGatewaySettings:
     """Short waits and leases; a test changes them with ``@pytest.mark.parametrize(..., indirect=True)``."""
-    values: dict[str, Any] = {
-        "fetch_wait_seconds": 1.0,
-        "lease_seconds": 2.0,
-        "poll_fallback_seconds": 0.1,
-        "public_key_cache_seconds": 0,
-        "presence_interval_seconds": 0,
-        **getattr(request, "param", {}),
-    }
-    return AgentGatewaySettings(**values)
+    return gateway_settings(**getattr(request, "param", {}))
 
 
 @pytest.fixture
@@ -55,134 +41,14 @@ async def app(settings: ServerSettings, agent_settings: AgentGatewaySettings) ->
         yield application
 
 
-class Agent:
-    """Speaks the protocol like an agent of runner ``acme/agent1`` would; builds deployments for it."""
-
-    runner = "agent1"
-
-    def __init__(self, app: FastAPI, org: Org, key: Ed25519PrivateKey) -> None:
-        self.app = app
-        self.org = org
-        self.key = key
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test")
-        self._envs = 0
-
-    def headers(
-        self,
-        *,
-        key: Ed25519PrivateKey | None = None,
-        org: str | None = None,
-        runner: str | None = None,
-        now: float | None = None,
-    ) -> dict[str, str]:
-        token = agent_auth.sign(key or self.key, org or self.org.id, runner or self.runner, now=now)
-        return {"Authorization": f"Bearer {token}"}
-
-    async def next(self, *, runner: str | None = None, **auth: Any) -> httpx.Response:
-        path = protocol.next_command_path(self.org.id, runner or self.runner)
-        return await self.client.post(path, headers=self.headers(runner=runner, **auth), timeout=30)
-
-    async def answer(self, action: str, command_id: str, body: dict[str, Any]) -> httpx.Response:
-        path = protocol.command_action_path(self.org.id, self.runner, command_id, action)
-        return await self.client.post(path, json=body, headers=self.headers())
-
-    async def event(
-        self, event_type: str, deployment_id: str, payload: dict[str, Any], **fields: Any
-    ) -> httpx.Response:
-        command = protocol.command_id(deployment_id)
-        body = {
-            "event_id": fields.pop("event_id", f"{command}:{event_type}"),
-            "type": event_type,
-            "organization_id": self.org.id,
-            "runner_id": self.runner,
-            "deployment_id": deployment_id,
-            "payload": payload,
-            **fields,
-        }
-        path = protocol.events_path(self.org.id, self.runner)
-        return await self.client.post(path, json=body, headers=self.headers())
-
-    async def deployment(self, *, wait: bool = True) -> str:
-        """A deployment on the agent runner in a fresh environment, dispatched (its command enqueued)."""
-        self._envs += 1
-        env = (
-            await self.org.admin.post(
-                f"/orgs/{self.org.id}/projects/shop/envs",
-                json={"id": f"e{self._envs}", "env_type_id": "development"},
-            )
-        ).json()
-        deployment_id = await insert_deployment(
-            self.app, self.org.id, env, status="executing", runner_id=self.runner
-        )
-        async with self.app.state.services.engine.begin() as conn:
-            await conn.execute(
-                deployments.update()
-                .where(deployments.c.id == uuid.UUID(deployment_id))
-                .values(dispatch_state="pending", next_check_at=None, launched_at=None)
-            )
-        self.app.state.dispatcher.wake()
-        if wait:
-            await self.commands(deployment_id, wait=True)
-        return deployment_id
-
-    async def commands(self, deployment_id: str, *, wait: bool = False) -> list[command_store.AgentCommand]:
-        deadline = time.monotonic() + 10
-        while True:
-            async with self.app.state.services.engine.connect() as conn:
-                found = await command_store.for_deployment(conn, uuid.UUID(deployment_id))
-            if found or not wait or time.monotonic() > deadline:
-                return found
-            await asyncio.sleep(0.05)
-
-    async def get(self, deployment_id: str) -> dict[str, Any]:
-        response = await self.org.admin.get(f"/orgs/{self.org.id}/deployments/{deployment_id}")
-        assert 200 == response.status_code, response.text
-        result: dict[str, Any] = response.json()
-        return result
-
-    async def final(self, deployment_id: str) -> dict[str, Any]:
-        """The deployment once it is final (``wait-for-complete``)."""
-        response = await self.org.admin.get(
-            f"/orgs/{self.org.id}/deployments/{deployment_id}/actions/wait-for-complete",
-            params={"timeout_in_seconds": 10},
-        )
-        assert 200 == response.status_code, response.text
-        result: dict[str, Any] = response.json()
-        return result
-
-    async def row(self, deployment_id: str) -> Any:
-        async with self.app.state.services.engine.connect() as conn:
-            return (
-                await conn.execute(deployments.select().where(deployments.c.id == uuid.UUID(deployment_id)))
-            ).one()
-
-
 @pytest.fixture
-async def agent(app: FastAPI, org: Org) -> AsyncIterator[Agent]:
-    private_pem, public_pem = agent_auth.generate_key_pair()
-    key = agent_auth.load_private_key(private_pem)
-    base = f"/orgs/{org.id}"
-    for path, body in [
-        ("/env-types", {"id": "development"}),
-        ("/projects", {"id": "shop"}),
-        (
-            "/runners",
-            {
-                "id": Agent.runner,
-                "runner_configuration": {"type": "vm", "connection": {"type": "agent", "key": public_pem}},
-                "state_storage_configuration": {"type": "orchestrator"},
-            },
-        ),
-        ("/runners", {"id": "local1", **LOCAL_RUNNER}),
-    ]:
-        response = await org.admin.post(base + path, json=body)
-        assert 201 == response.status_code, response.text
-    made = Agent(app, org, key)
+async def agent(app: FastAPI, org: Org) -> AsyncIterator[AgentHarness]:
+    made = await AgentHarness.create(app, org)
     yield made
-    await made.client.aclose()
+    await made.aclose()
 
 
-async def test_dispatch__agent_deployment_launched_by_enqueueing_its_command(agent: Agent) -> None:
+async def test_dispatch__agent_deployment_launched_by_enqueueing_its_command(agent: AgentHarness) -> None:
     deployment_id = await agent.deployment()
     [command] = await agent.commands(deployment_id)
     row = await agent.row(deployment_id)
@@ -197,7 +63,7 @@ async def test_dispatch__agent_deployment_launched_by_enqueueing_its_command(age
 
 
 async def test_next__delivers_the_command_with_its_token_lease_and_receipt(
-    agent: Agent, app: FastAPI
+    agent: AgentHarness, app: FastAPI
 ) -> None:
     deployment_id = await agent.deployment()
     before = datetime.now(UTC)
@@ -228,7 +94,7 @@ async def test_next__delivers_the_command_with_its_token_lease_and_receipt(
     assert set(response.json()) == {"command", "receipt", "attempt", "lease_expires_at"}
 
 
-async def test_next__204_after_the_wait_when_there_is_nothing(agent: Agent, app: FastAPI) -> None:
+async def test_next__204_after_the_wait_when_there_is_nothing(agent: AgentHarness, app: FastAPI) -> None:
     started = time.monotonic()
     response = await agent.next()
     elapsed = time.monotonic() - started
@@ -243,7 +109,9 @@ async def test_next__204_after_the_wait_when_there_is_nothing(agent: Agent, app:
 @pytest.mark.parametrize(
     "agent_settings", [{"fetch_wait_seconds": 10.0, "poll_fallback_seconds": 30.0}], indirect=True
 )
-async def test_next__a_waiting_poll_is_answered_as_soon_as_the_command_is_committed(agent: Agent) -> None:
+async def test_next__a_waiting_poll_is_answered_as_soon_as_the_command_is_committed(
+    agent: AgentHarness,
+) -> None:
     """With the polling fallback at 30 s, only the in-process notification can answer within the wait."""
     waiting = asyncio.create_task(agent.next())
     await asyncio.sleep(0.3)
@@ -256,7 +124,7 @@ async def test_next__a_waiting_poll_is_answered_as_soon_as_the_command_is_commit
     assert time.monotonic() - started < 3
 
 
-async def test_ack__closes_the_command_and_the_next_one_follows_in_order(agent: Agent) -> None:
+async def test_ack__closes_the_command_and_the_next_one_follows_in_order(agent: AgentHarness) -> None:
     first = await agent.deployment()
     second = await agent.deployment()
 
@@ -274,7 +142,7 @@ async def test_ack__closes_the_command_and_the_next_one_follows_in_order(agent: 
     assert second == two.json()["command"]["deployment_id"]
 
 
-async def test_next__concurrent_agents_never_get_the_same_command(agent: Agent) -> None:
+async def test_next__concurrent_agents_never_get_the_same_command(agent: AgentHarness) -> None:
     await agent.deployment()
     await agent.deployment()
 
@@ -284,7 +152,7 @@ async def test_next__concurrent_agents_never_get_the_same_command(agent: Agent) 
     assert 5 == sum(1 for a in answers if a.status_code == 204)
 
 
-async def test_lease__runs_out_and_the_command_is_redelivered_with_a_new_receipt(agent: Agent) -> None:
+async def test_lease__runs_out_and_the_command_is_redelivered_with_a_new_receipt(agent: AgentHarness) -> None:
     await agent.deployment()
     first = (await agent.next()).json()
     await asyncio.sleep(2.1)
@@ -300,7 +168,7 @@ async def test_lease__runs_out_and_the_command_is_redelivered_with_a_new_receipt
     assert 204 == fresh.status_code
 
 
-async def test_retry__redelivered_after_the_delay(agent: Agent) -> None:
+async def test_retry__redelivered_after_the_delay(agent: AgentHarness) -> None:
     await agent.deployment()
     first = (await agent.next()).json()
     command_id = first["command"]["command_id"]
@@ -317,7 +185,7 @@ async def test_retry__redelivered_after_the_delay(agent: Agent) -> None:
     assert 400 == too_long.status_code
 
 
-async def test_reject__dead_letters_the_command_and_fails_the_deployment(agent: Agent) -> None:
+async def test_reject__dead_letters_the_command_and_fails_the_deployment(agent: AgentHarness) -> None:
     deployment_id = await agent.deployment()
     first = (await agent.next()).json()
 
@@ -335,7 +203,7 @@ async def test_reject__dead_letters_the_command_and_fails_the_deployment(agent: 
     assert 204 == after.status_code
 
 
-async def test_receipts__forged_or_of_another_command_refused(agent: Agent) -> None:
+async def test_receipts__forged_or_of_another_command_refused(agent: AgentHarness) -> None:
     first_id = await agent.deployment()
     await agent.deployment()
     first = (await agent.next()).json()
@@ -351,7 +219,7 @@ async def test_receipts__forged_or_of_another_command_refused(agent: Agent) -> N
 
 
 @pytest.mark.parametrize("agent_settings", [{"command_ttl_seconds": 0.5}], indirect=True)
-async def test_expiry__a_command_nobody_picked_up_fails_its_deployment(agent: Agent) -> None:
+async def test_expiry__a_command_nobody_picked_up_fails_its_deployment(agent: AgentHarness) -> None:
     deployment_id = await agent.deployment()
     deployment = await agent.final(deployment_id)
     [command] = await agent.commands(deployment_id)
@@ -364,7 +232,7 @@ async def test_expiry__a_command_nobody_picked_up_fails_its_deployment(agent: Ag
 
 
 async def test_timeout__an_agent_deployment_times_out_and_its_command_is_cancelled(
-    agent: Agent, app: FastAPI
+    agent: AgentHarness, app: FastAPI
 ) -> None:
     deployment_id = await agent.deployment()
     async with app.state.services.engine.begin() as conn:
@@ -386,7 +254,7 @@ async def test_timeout__an_agent_deployment_times_out_and_its_command_is_cancell
 # --- events -----------------------------------------------------------------------------------------------
 
 
-async def test_events__the_same_event_three_times_is_applied_once(agent: Agent, app: FastAPI) -> None:
+async def test_events__the_same_event_three_times_is_applied_once(agent: AgentHarness, app: FastAPI) -> None:
     deployment_id = await agent.deployment()
     payload = {"job_id": deployment_id}
 
@@ -404,22 +272,24 @@ async def test_events__the_same_event_three_times_is_applied_once(agent: Agent, 
     assert (deployment_id, recorded.job_created_at) == (after_repeat.job_id, after_repeat.job_created_at)
 
 
-async def test_events__terminal_runner_error_fails_the_deployment_once(agent: Agent) -> None:
+async def test_events__terminal_runner_error_fails_the_deployment_once(agent: AgentHarness) -> None:
     deployment_id = await agent.deployment()
     error = {"job_id": deployment_id, "code": "REMOTE_RUNNER", "message": "forbidden", "retryable": False}
     event_id = f"{protocol.command_id(deployment_id)}:runner-error-terminal"
 
     answers = [await agent.event("runner-error", deployment_id, error, event_id=event_id) for _ in range(3)]
     failed = await agent.get(deployment_id)
+    after = await agent.next()
     [command] = await agent.commands(deployment_id)
 
     assert [202, 202, 202] == [a.status_code for a in answers]
     assert ("failed", "REMOTE_RUNNER") == (failed["status"], failed["error"]["error"])
     assert "forbidden" in failed["status_message"]
-    assert "cancelled" == command.state
+    # Never delivered: its deployment is final.
+    assert (204, "cancelled") == (after.status_code, command.state)
 
 
-async def test_events__retryable_runner_error_is_only_logged(agent: Agent) -> None:
+async def test_events__retryable_runner_error_is_only_logged(agent: AgentHarness) -> None:
     deployment_id = await agent.deployment()
     error = {"code": "REMOTE_RUNNER", "message": "apiserver busy", "retryable": True}
 
@@ -429,7 +299,7 @@ async def test_events__retryable_runner_error_is_only_logged(agent: Agent) -> No
     assert "executing" == (await agent.get(deployment_id))["status"]
 
 
-async def test_events__deployment_result_applies_results(agent: Agent) -> None:
+async def test_events__deployment_result_applies_results(agent: AgentHarness) -> None:
     deployment_id = await agent.deployment()
 
     answer = await agent.event(
@@ -443,7 +313,7 @@ async def test_events__deployment_result_applies_results(agent: Agent) -> None:
     assert "succeeded" == (await agent.get(deployment_id))["status"]
 
 
-async def test_events__refused_when_not_this_runners(agent: Agent, app: FastAPI, org: Org) -> None:
+async def test_events__refused_when_not_this_runners(agent: AgentHarness, app: FastAPI, org: Org) -> None:
     deployment_id = await agent.deployment()
     env = (await org.admin.get(f"/orgs/{org.id}/projects/shop/envs/e1")).json()
     others = await insert_deployment(app, org.id, env, status="succeeded", runner_id="local1")
@@ -466,7 +336,7 @@ async def test_events__refused_when_not_this_runners(agent: Agent, app: FastAPI,
 # --- authentication ---------------------------------------------------------------------------------------
 
 
-async def test_auth__every_bad_token_is_the_same_401(agent: Agent) -> None:
+async def test_auth__every_bad_token_is_the_same_401(agent: AgentHarness) -> None:
     other_key = Ed25519PrivateKey.generate()
     now = time.time()
     path = protocol.next_command_path("acme", "agent1")
@@ -476,7 +346,7 @@ async def test_auth__every_bad_token_is_the_same_401(agent: Agent) -> None:
         "wrong org": await agent.client.post(path, headers=agent.headers(org="globex")),
         "wrong runner": await agent.client.post(path, headers=agent.headers(runner="local1")),
         "expired": await agent.next(now=now - 300 - 31),
-        "future": await agent.next(now=now + 31),
+        "future": await agent.next(now=now + 40),
         "no token": await agent.client.post(path),
         "garbage": await agent.client.post(path, headers={"Authorization": "Bearer garbage"}),
         "basic": await agent.client.post(path, headers={"Authorization": "Basic YTpi"}),
@@ -499,7 +369,7 @@ async def test_auth__every_bad_token_is_the_same_401(agent: Agent) -> None:
         ), name
 
 
-async def test_auth__tokens_within_the_skew_are_accepted(agent: Agent) -> None:
+async def test_auth__tokens_within_the_skew_are_accepted(agent: AgentHarness) -> None:
     now = time.time()
 
     ahead = await agent.next(now=now + 25)
@@ -534,7 +404,9 @@ async def test_auth__kubernetes_agent_runner_key_is_used(app: FastAPI, org: Org)
     assert (204, 401) == (ok.status_code, other.status_code)
 
 
-async def test_schema__open_commands_of_a_deleted_deployment_go_with_it(agent: Agent, app: FastAPI) -> None:
+async def test_schema__open_commands_of_a_deleted_deployment_go_with_it(
+    agent: AgentHarness, app: FastAPI
+) -> None:
     deployment_id = await agent.deployment()
     async with app.state.services.engine.begin() as conn:
         await conn.execute(sa.delete(deployments).where(deployments.c.id == uuid.UUID(deployment_id)))

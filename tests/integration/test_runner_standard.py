@@ -660,14 +660,39 @@ def test_standard__missing_environment_is_a_configuration_error(tmp_path: Path) 
     assert TOKEN not in completed.stderr + completed.stdout
 
 
-def test_runner_cli__remote_is_not_implemented_yet(tmp_path: Path) -> None:
-    """``po-runner remote`` fails clearly instead of pretending to run."""
-    completed = subprocess.run(
-        [str(RUNNER_BIN), "remote"], capture_output=True, text=True, timeout=60, check=False
+def test_runner_cli__remote_without_its_environment_exits_2_naming_what_is_missing(tmp_path: Path) -> None:
+    """``po-runner remote`` (the agent) refuses to start unconfigured, and never echoes the key."""
+    missing = subprocess.run(
+        [str(RUNNER_BIN), "remote"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    bad_key = subprocess.run(
+        [str(RUNNER_BIN), "remote"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "ORG_ID": "acme",
+            "RUNNER_ID": "r1",
+            "PRIVATE_KEY": "not-a-key-" + TOKEN,
+            "RUNNER_GATEWAY_URL": "http://127.0.0.1:9",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
-    assert 1 == completed.returncode
-    assert "not implemented yet" in completed.stderr
+    assert 2 == missing.returncode
+    assert all(
+        name in missing.stderr for name in ("ORG_ID", "RUNNER_ID", "PRIVATE_KEY", "RUNNER_GATEWAY_URL")
+    )
+    assert 2 == bad_key.returncode
+    assert "private key" in bad_key.stderr
+    assert TOKEN not in bad_key.stderr + bad_key.stdout
 
 
 SERVER_ONLY: tuple[str, ...] = ("orchestrator.store", "orchestrator.dispatch", "orchestrator.api")

@@ -1,7 +1,8 @@
 """``po-runner``: the entrypoint of the runner image.
 
 ``po-runner`` (no argument) and ``po-runner standard`` run one deployment from the environment (see
-``orchestrator.runner.settings.RunnerSettings``). ``remote`` (the agent) is not implemented yet.
+``orchestrator.runner.settings.RunnerSettings``). ``po-runner remote`` is the runner agent (see
+``orchestrator.agent``): it runs until stopped, polling the runner gateway for commands.
 
 Exit codes: 0 the deployment succeeded and its results were delivered; 1 it failed or its results
 could not be delivered; 2 the runner is configured wrongly (nothing was reported).
@@ -9,6 +10,7 @@ could not be delivered; 2 the runner is configured wrongly (nothing was reported
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -18,6 +20,8 @@ import click
 from pydantic import ValidationError
 
 from orchestrator import errors
+from orchestrator.agent import main as agent_main
+from orchestrator.agent.settings import AgentSettings
 from orchestrator.runner import standard as standard_mode
 from orchestrator.runner.settings import RunnerSettings
 
@@ -60,8 +64,16 @@ def standard() -> None:
 @main.command()
 @click.option("--gateway-url", default=None, help="Runner gateway URL (overrides RUNNER_GATEWAY_URL).")
 def remote(gateway_url: str | None) -> None:
-    """The agent that polls the gateway for commands (not implemented yet)."""
-    raise click.ClickException("`po-runner remote` (the agent mode) is not implemented yet")
+    """The runner agent: ORG_ID, RUNNER_ID, PRIVATE_KEY (PKCS#8 PEM) and RUNNER_GATEWAY_URL come from the
+    environment. Polls the gateway for commands and launches each deployment's runner; runs until stopped."""
+    try:
+        settings = AgentSettings(runner_gateway_url=gateway_url) if gateway_url else AgentSettings()
+    except ValidationError as exc:
+        raise RunnerConfigurationError(_describe(exc, "invalid agent environment")) from exc
+    try:
+        asyncio.run(agent_main.serve(settings))
+    except errors.ConfigurationError as exc:
+        raise RunnerConfigurationError(exc.message) from exc
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -69,13 +81,13 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise standard_mode.TerminatedError(f"received signal {signal.Signals(signum).name}")
 
 
-def _describe(exc: ValidationError) -> str:
-    # Never echo the input: TOKEN would be printed.
+def _describe(exc: ValidationError, what: str = "invalid runner environment") -> str:
+    # Never echo the input: TOKEN (or PRIVATE_KEY) would be printed.
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
         variable = ".".join(str(part) for part in error["loc"]).upper()
         problems.append(f"{variable}: {error['msg']}")
-    return "invalid runner environment: " + "; ".join(problems)
+    return f"{what}: " + "; ".join(problems)
 
 
 if __name__ == "__main__":

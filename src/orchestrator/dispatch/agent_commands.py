@@ -189,13 +189,13 @@ async def leased_command(
 
 
 def _closed_as(command: AgentCommand, state: CommandState) -> bool:
-    """True if the command is already closed as ``state`` (a repeated answer); ConflictError if it is
-    closed otherwise."""
+    """True if the command is closed already and this answer changes nothing: a repeat, or a command
+    cancelled because its deployment is final; ConflictError if the answer contradicts its state."""
     if command.state in store.OPEN_STATES:
         if command.state == CommandState.PENDING:
             raise ConflictError(f"command '{command.id}' is not leased (its lease ran out)")
         return False
-    if command.state == state:
+    if command.state in (state, CommandState.CANCELLED):
         return True
     raise ConflictError(f"command '{command.id}' is {command.state}")
 
@@ -288,8 +288,9 @@ async def apply_event(
             )
             return None
         message = f"runner error {payload.code}: {payload.message}"
+        # The command stays as it is: the agent rejects it next (recording why); one never answered is
+        # cancelled when it comes up again, its deployment being final.
         failed = await results_policy.fail(conn, deployment, message, now=now, code=payload.code)
-        await store.cancel_for_deployment(conn, deployment_id, now=now, reason="terminal runner error")
         return deployment if failed else None
     if isinstance(payload, DeploymentResults):
         applied = await results_policy.apply_results(conn, deployment, payload, now=now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.cli.octl.commands import (
+    agent_keys,
     config,
     deploy,
     deployments,
@@ -20,6 +21,7 @@ from orchestrator.cli.octl.commands import (
 )
 
 __all__ = [
+    "agent_keys",
     "config",
     "deploy",
     "deployments",

@@ -1,0 +1,117 @@
+"""The agent's client for the gateway's command routes; every request carries a fresh agent JWT.
+
+Failures raise ``GatewayError`` (``retryable`` for no answer, 429 and 5xx) or ``GatewayAuthError`` for a
+401/403: the gateway does not know this key for this runner.
+"""
+
+from __future__ import annotations
+
+import ssl
+from urllib.parse import urlsplit
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.protocol import agent_auth, results
+from orchestrator.protocol import commands as protocol
+from orchestrator.runner.gateway_client import GatewayAuthError, GatewayError
+
+__all__ = ["AgentClient", "GatewayAuthError", "GatewayError"]
+
+
+class AgentClient:
+    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events``."""
+
+    def __init__(
+        self,
+        *,
+        gateway_url: str,
+        org_id: str,
+        runner_id: str,
+        private_key: Ed25519PrivateKey,
+        verify: ssl.SSLContext | bool = True,
+        timeout_seconds: float = 30.0,
+        poll_timeout_seconds: float = 90.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        parts = urlsplit(gateway_url)
+        self.base_path = parts.path.rstrip("/") or results.GATEWAY_BASE_PATH
+        self.org_id = org_id
+        self.runner_id = runner_id
+        self._key = private_key
+        self._poll_timeout = poll_timeout_seconds
+        self._http = httpx.AsyncClient(
+            base_url=f"{parts.scheme}://{parts.netloc}",
+            verify=verify,
+            timeout=timeout_seconds,
+            transport=transport,
+            headers={"User-Agent": "po-runner-agent"},
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        token = agent_auth.sign(self._key, self.org_id, self.runner_id)
+        return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    async def _post(
+        self, path: str, body: BaseModel | None, *, read_timeout: float | None = None
+    ) -> httpx.Response:
+        content = b"{}" if body is None else body.model_dump_json(exclude_none=True).encode()
+        try:
+            response = await self._http.post(
+                path,
+                content=content,
+                headers=self._headers(),
+                timeout=read_timeout if read_timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TransportError as exc:
+            raise GatewayError(f"POST {path} failed: {exc!r}") from exc
+        if response.is_success:
+            return response
+        message = f"POST {path}: the runner gateway answered {response.status_code} {response.reason_phrase}"
+        detail = response.text[:500].strip()
+        if detail:
+            message += f": {detail}"
+        if response.status_code in (401, 403):
+            raise GatewayAuthError(message, status_code=response.status_code)
+        raise GatewayError(message, status_code=response.status_code)
+
+    async def next_command(self) -> protocol.NextCommand | None:
+        """Long poll: the next command with its lease, or None when none came in the gateway's wait."""
+        path = protocol.next_command_path(self.org_id, self.runner_id, base_path=self.base_path)
+        response = await self._post(path, None, read_timeout=self._poll_timeout)
+        if response.status_code == 204:
+            return None
+        try:
+            return protocol.NextCommand.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise GatewayError(
+                f"POST {path}: the gateway's answer is not a command: {exc.error_count()} problems",
+                retryable=True,
+            ) from exc
+
+    def _action(self, command_id: str, action: str) -> str:
+        return protocol.command_action_path(
+            self.org_id, self.runner_id, command_id, action, base_path=self.base_path
+        )
+
+    async def ack(self, command_id: str, receipt: str) -> None:
+        await self._post(self._action(command_id, "ack"), protocol.AckRequest(receipt=receipt))
+
+    async def retry(self, command_id: str, receipt: str, *, delay_seconds: int) -> None:
+        body = protocol.RetryRequest(receipt=receipt, delay_seconds=delay_seconds)
+        await self._post(self._action(command_id, "retry"), body)
+
+    async def reject(self, command_id: str, receipt: str, *, reason: str) -> None:
+        # The gateway takes at most 4096 bytes of reason.
+        cut = reason.encode()[: protocol.MAX_REJECT_REASON_BYTES].decode(errors="ignore") or "rejected"
+        await self._post(
+            self._action(command_id, "reject"), protocol.RejectRequest(receipt=receipt, reason=cut)
+        )
+
+    async def send_event(self, event: protocol.EventEnvelope) -> None:
+        await self._post(protocol.events_path(self.org_id, self.runner_id, base_path=self.base_path), event)

@@ -1,0 +1,45 @@
+"""Which launcher runs a command: the seam between the agent loop and the compute it launches on.
+
+Today: ``vm`` runners (``connection: {type: agent}``) run ``po-runner standard`` as a local process, the
+same ``LocalLauncher`` the orchestrator uses for ``connection: {type: local}``. A ``kubernetes-agent`` runner
+needs a launcher that creates the Job in the agent's cluster: pass ``kubernetes`` (a factory called with
+the command's payload) once it exists; without it such commands are rejected as permanent errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from orchestrator.launchers.base import Launcher, LaunchError
+from orchestrator.launchers.local import LocalLauncher
+from orchestrator.protocol.commands import CreateJobPayload
+
+#: Builds the launcher for one ``create-job`` payload (namespace, Job configuration).
+LauncherFactory = Callable[[CreateJobPayload], Launcher]
+
+
+class PermanentLaunchError(LaunchError):
+    """The agent cannot launch this run; trying again will not help."""
+
+    retryable = False
+
+
+class AgentLaunchers:
+    def __init__(
+        self,
+        *,
+        runs_dir: Path,
+        environ: Mapping[str, str],
+        kubernetes: LauncherFactory | None = None,
+    ) -> None:
+        self.local = LocalLauncher(runs_dir, environ=environ)
+        self._kubernetes = kubernetes
+
+    def for_command(self, payload: CreateJobPayload) -> Launcher:
+        runner_type = payload.spec.runner_type
+        if runner_type == "vm":
+            return self.local
+        if runner_type == "kubernetes-agent" and self._kubernetes is not None:
+            return self._kubernetes(payload)
+        raise PermanentLaunchError(f"this agent cannot launch runs of runner type '{runner_type}'")

@@ -1,0 +1,242 @@
+"""The agent loop (upstream ``remote_executor.go``):
+
+1. long-poll ``commands/next``; gateway unreachable (no answer, 429, 5xx, a 4xx) → back off
+   ``2^min(n,6)`` s with jitter and try again, forever; a 401 is logged loudly (the gateway does not know
+   this key for this runner) and retried the same way;
+2. validate the envelope (protocol version, org, runner, expiry, type): an expired command → terminal
+   ``runner-error`` ``COMMAND_EXPIRED`` + reject; anything else invalid → reject;
+3. launch the run (idempotent per deployment: a redelivered command adopts the run already started);
+4. success → event ``job-created`` → ack;
+5. a permanent launch error, or a transient one at delivery ``max_attempts`` → terminal ``runner-error``
+   ``REMOTE_RUNNER`` + reject; a transient one → retryable ``runner-error`` + retry after ``2^attempt`` s
+   (at most 60).
+
+Answers (events, ack, retry, reject) are retried briefly on transient failures; if they still fail, the
+lease runs out and the gateway delivers the command again, which step 3 makes harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import structlog
+
+from orchestrator.agent.client import AgentClient, GatewayAuthError, GatewayError
+from orchestrator.agent.launchers import AgentLaunchers
+from orchestrator.agent.settings import AgentSettings
+from orchestrator.launchers.base import LaunchError
+from orchestrator.protocol import commands as protocol
+
+log = structlog.get_logger("po-runner.agent")
+
+#: Attempts of one answer (event, ack, ...) before leaving it to the lease.
+ANSWER_ATTEMPTS = 4
+
+
+class Outcome(StrEnum):
+    ACKED = "acked"
+    RETRIED = "retried"
+    REJECTED = "rejected"
+    #: The answer did not reach the gateway; the command comes back after its lease.
+    UNANSWERED = "unanswered"
+
+
+def backoff_seconds(failures: int, *, cap: float, rng: random.Random | None = None) -> float:
+    """``2^min(n,6)`` s capped at ``cap``, with jitter: a random point in its upper half."""
+    delay = min(cap, float(2 ** min(failures, 6)))
+    return (rng or random).uniform(delay / 2, delay)
+
+
+@dataclass
+class Agent:
+    settings: AgentSettings
+    client: AgentClient
+    launchers: AgentLaunchers
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll and handle commands until ``stop`` is set."""
+        failures = 0
+        log.info("agent started", org_id=self.settings.org_id, runner_id=self.settings.runner_id)
+        while not stop.is_set():
+            try:
+                delivered = await self._next_or_stop(stop)
+            except GatewayAuthError as exc:
+                failures += 1
+                log.error(
+                    "THE RUNNER GATEWAY REJECTS THIS AGENT'S CREDENTIALS: check ORG_ID, RUNNER_ID and that "
+                    "PRIVATE_KEY matches the public key registered on the runner",
+                    status=exc.status_code,
+                    org_id=self.settings.org_id,
+                    runner_id=self.settings.runner_id,
+                )
+                await self._pause(failures, stop)
+                continue
+            except GatewayError as exc:
+                failures += 1
+                log.warning("runner gateway unreachable", error=exc.message, failures=failures)
+                await self._pause(failures, stop)
+                continue
+            failures = 0
+            if delivered is not None:
+                await self.handle(delivered)
+        log.info("agent stopped")
+
+    async def _next_or_stop(self, stop: asyncio.Event) -> protocol.NextCommand | None:
+        poll = asyncio.ensure_future(self.client.next_command())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not poll.done():
+            poll.cancel()
+            return None
+        return poll.result()
+
+    async def _pause(self, failures: int, stop: asyncio.Event) -> None:
+        delay = backoff_seconds(failures, cap=self.settings.agent_max_backoff_seconds)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+        except TimeoutError:
+            pass
+
+    async def handle(self, delivered: protocol.NextCommand) -> Outcome:
+        """Steps 2-5 for one delivered command."""
+        envelope = delivered.command
+        context = {"command_id": envelope.command_id, "attempt": delivered.attempt}
+        try:
+            payload = protocol.check_envelope(
+                envelope,
+                org_id=self.settings.org_id,
+                runner_id=self.settings.runner_id,
+                now=datetime.now(UTC),
+            )
+        except protocol.EnvelopeError as exc:
+            log.warning("command refused", code=exc.code, reason=exc.reason, **context)
+            if exc.code == protocol.COMMAND_EXPIRED_CODE:
+                await self._runner_error(envelope, None, exc.code, exc.reason, retryable=False)
+            return await self._answer("reject", envelope, delivered, reason=f"{exc.code}: {exc.reason}")
+        try:
+            launcher = self.launchers.for_command(payload)
+            spec = payload.spec.to_run_spec(
+                self.settings.org_id,
+                self.settings.runner_id,
+                gateway_url=self.settings.runner_gateway_url,
+                environment=self.settings.runner_environment(),
+            )
+            handle = await launcher.launch(spec)
+        except LaunchError as exc:
+            return await self._launch_failed(delivered, payload, exc.message, retryable=exc.retryable)
+        except Exception as exc:  # an unexpected failure of the launcher: worth another delivery
+            log.exception("launch failed unexpectedly", **context)
+            return await self._launch_failed(delivered, payload, f"unexpected error: {exc}", retryable=True)
+        log.info("job launched", job_id=payload.job_id, handle=handle, **context)
+        created = protocol.EventEnvelope(
+            event_id=protocol.event_id(envelope.command_id, protocol.EventType.JOB_CREATED),
+            type=protocol.EventType.JOB_CREATED,
+            organization_id=envelope.organization_id,
+            runner_id=envelope.runner_id,
+            deployment_id=envelope.deployment_id,
+            created_at=datetime.now(UTC),
+            payload={
+                "job_id": payload.job_id,
+                **({"namespace": payload.namespace} if payload.namespace else {}),
+            },
+        )
+        if not await self._deliver(lambda: self.client.send_event(created), "job-created event", context):
+            return Outcome.UNANSWERED
+        return await self._answer("ack", envelope, delivered)
+
+    async def _launch_failed(
+        self,
+        delivered: protocol.NextCommand,
+        payload: protocol.CreateJobPayload,
+        message: str,
+        *,
+        retryable: bool,
+    ) -> Outcome:
+        envelope = delivered.command
+        terminal = not retryable or delivered.attempt >= self.settings.agent_max_attempts
+        log.warning(
+            "launch failed",
+            command_id=envelope.command_id,
+            attempt=delivered.attempt,
+            terminal=terminal,
+            error=message,
+        )
+        await self._runner_error(
+            envelope, payload.job_id, protocol.REMOTE_RUNNER_ERROR_CODE, message, retryable=not terminal
+        )
+        if terminal:
+            return await self._answer("reject", envelope, delivered, reason=message)
+        delay = min(protocol.MAX_RETRY_DELAY_SECONDS, 2**delivered.attempt)
+        return await self._answer("retry", envelope, delivered, delay_seconds=delay)
+
+    async def _runner_error(
+        self,
+        envelope: protocol.CommandEnvelope,
+        job_id: str | None,
+        code: str,
+        message: str,
+        *,
+        retryable: bool,
+    ) -> None:
+        event = protocol.EventEnvelope(
+            event_id=protocol.event_id(
+                envelope.command_id, protocol.EventType.RUNNER_ERROR, retryable=retryable
+            ),
+            type=protocol.EventType.RUNNER_ERROR,
+            organization_id=envelope.organization_id,
+            runner_id=envelope.runner_id,
+            deployment_id=envelope.deployment_id,
+            created_at=datetime.now(UTC),
+            payload={"job_id": job_id, "code": code, "message": message, "retryable": retryable},
+        )
+        await self._deliver(
+            lambda: self.client.send_event(event), "runner-error event", {"command_id": envelope.command_id}
+        )
+
+    async def _answer(
+        self,
+        action: str,
+        envelope: protocol.CommandEnvelope,
+        delivered: protocol.NextCommand,
+        *,
+        reason: str = "",
+        delay_seconds: int = 0,
+    ) -> Outcome:
+        command_id, receipt = envelope.command_id, delivered.receipt
+        calls: dict[str, tuple[Callable[[], Awaitable[None]], Outcome]] = {
+            "ack": (lambda: self.client.ack(command_id, receipt), Outcome.ACKED),
+            "retry": (
+                lambda: self.client.retry(command_id, receipt, delay_seconds=delay_seconds),
+                Outcome.RETRIED,
+            ),
+            "reject": (lambda: self.client.reject(command_id, receipt, reason=reason), Outcome.REJECTED),
+        }
+        call, outcome = calls[action]
+        context = {"command_id": command_id, "attempt": delivered.attempt}
+        if await self._deliver(call, action, context):
+            log.info(f"command {outcome}", **context)
+            return outcome
+        return Outcome.UNANSWERED
+
+    async def _deliver(self, call: Callable[[], Awaitable[None]], what: str, context: dict[str, Any]) -> bool:
+        """Send one answer, retrying transient failures briefly; False if it did not get through."""
+        for attempt in range(1, ANSWER_ATTEMPTS + 1):
+            try:
+                await call()
+                return True
+            except GatewayError as exc:
+                if not exc.retryable or attempt == ANSWER_ATTEMPTS:
+                    log.warning(f"could not send the {what}", error=exc.message, **context)
+                    return False
+            await self.sleep(backoff_seconds(attempt, cap=8.0))
+        return False

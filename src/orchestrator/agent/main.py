@@ -1,0 +1,45 @@
+"""Wiring of one agent process: key, TLS, client, launchers, signals; ``po-runner remote`` calls ``serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from orchestrator.agent.client import AgentClient
+from orchestrator.agent.launchers import AgentLaunchers
+from orchestrator.agent.loop import Agent
+from orchestrator.agent.settings import AgentSettings
+from orchestrator.protocol import agent_auth
+from orchestrator.runner.gateway_client import tls_verification
+
+
+async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -> None:
+    """Run the agent until SIGTERM/SIGINT (or ``stop``); ``ConfigurationError`` if it cannot start."""
+    key = agent_auth.load_private_key(settings.private_key.get_secret_value())
+    verify = tls_verification(
+        settings.runner_gateway_ca_file,
+        settings.runner_gateway_client_cert_file,
+        settings.runner_gateway_client_key_file,
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    settings.agent_runs_dir.mkdir(parents=True, exist_ok=True)
+    client = AgentClient(
+        gateway_url=settings.runner_gateway_url,
+        org_id=settings.org_id,
+        runner_id=settings.runner_id,
+        private_key=key,
+        verify=verify,
+        timeout_seconds=settings.agent_request_timeout_seconds,
+        poll_timeout_seconds=settings.agent_poll_timeout_seconds,
+    )
+    try:
+        launchers = AgentLaunchers(runs_dir=settings.agent_runs_dir, environ=os.environ)
+        await Agent(settings=settings, client=client, launchers=launchers).run(stop)
+    finally:
+        await client.aclose()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)

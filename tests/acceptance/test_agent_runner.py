@@ -1,0 +1,280 @@
+"""A `vm` runner with `connection: {type: agent}` end to end: `orchestrator serve` and `po-runner remote` as
+real processes, the agent launching `po-runner standard` locally; and the faults: an agent started late, an
+agent killed between launch and ack, a server restarted under a waiting agent, a command nobody picks up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from orchestrator.protocol import agent_auth
+from orchestrator.store import db
+from orchestrator.store.schema import agent_commands
+from tests.acceptance.conftest import Stack, build_stack, demo_manifest, runner_body
+from tests.acceptance.test_restart import ServerProcess, make_slow
+from tests.support.live_server import serve_in_thread
+
+pytestmark = pytest.mark.slow
+
+LEASE_SECONDS = 3
+
+
+class AgentProcess:
+    """`po-runner remote` as a real process."""
+
+    def __init__(self, gateway_url: str, private_pem: str, work: Path, name: str = "agent") -> None:
+        self.runs_dir = work / "agent-runs"
+        self.log = work / f"{name}.log"
+        self.env = {
+            **os.environ,
+            "ORG_ID": "acme",
+            "RUNNER_ID": "local",
+            "PRIVATE_KEY": private_pem,
+            "RUNNER_GATEWAY_URL": gateway_url,
+            "AGENT_RUNS_DIR": str(self.runs_dir),
+            "AGENT_MAX_BACKOFF_SECONDS": "2",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProcess:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli.runner", "remote"],
+                env=self.env,
+                stdout=log,
+                stderr=log,
+            )
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+        return self.process.returncode
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def server(database_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
+    made = ServerProcess(database_url, tmp_path / "data")
+    made.env.update({"PO_AGENT_LEASE_SECONDS": str(LEASE_SECONDS), "PO_AGENT_FETCH_WAIT_SECONDS": "5"})
+    made.start()
+    yield made
+    made.stop()
+
+
+@pytest.fixture
+def keys() -> tuple[str, str]:
+    return agent_auth.generate_key_pair()
+
+
+@pytest.fixture
+def stacks() -> Iterator[list[Stack]]:
+    made: list[Stack] = []
+    yield made
+    for stack in made:
+        stack.client.close()
+
+
+def agent_stack(stacks: list[Stack], server: ServerProcess, tmp_path: Path, public_pem: str) -> Stack:
+    """Organization acme ready to deploy through the vm agent runner ``local``."""
+    body = runner_body(tmp_path / "terraformrc")
+    body["runner_configuration"]["connection"] = {"type": "agent", "key": public_pem}
+    stack = build_stack(server.url, tmp_path, runner=body)
+    stacks.append(stack)
+    return stack
+
+
+def commands(database_url: str) -> list[dict[str, Any]]:
+    async def read() -> list[dict[str, Any]]:
+        engine = db.create_engine(database_url)
+        try:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(agent_commands.select())).mappings().all()
+        finally:
+            await engine.dispose()
+        return [dict(r) for r in rows]
+
+    return asyncio.run(read())
+
+
+def wait_for(condition: Any, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_deploy(stack: Stack) -> str:
+    created = stack.client.post(
+        f"/orgs/{stack.org}/deployments",
+        json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},
+    )
+    assert 201 == created.status_code, created.text
+    deployment_id: str = created.json()["id"]
+    return deployment_id
+
+
+def test_vm_agent__deploys_end_to_end(
+    stacks: list[Stack], server: ServerProcess, database_url: str, tmp_path: Path, keys: tuple[str, str]
+) -> None:
+    stack = agent_stack(stacks, server, tmp_path, keys[1])
+    agent = AgentProcess(server.url, keys[0], tmp_path).start()
+    try:
+        deployment = stack.deploy()
+        url = f"/orgs/{stack.org}/deployments/{deployment['id']}/actions/get-logs"
+        logs = stack.client.get(url, headers={"DecryptKey": deployment["_identity"]})
+    finally:
+        code = agent.stop()
+    [command] = commands(database_url)
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert "bucket-shop" == stack.outputs(deployment)["workload_shop"]["bucket"]
+    assert "terraform_data" in logs.text
+    assert (f"create-job:{deployment['id']}:1", "acked", 1) == (
+        command["id"],
+        command["state"],
+        command["attempt"],
+    )
+    assert command["job_created_at"] is not None
+    # SIGTERM stops the agent cleanly.
+    assert 0 == code, agent.output()[-2000:]
+
+
+def test_vm_agent__started_after_the_command_exists_gets_it(
+    stacks: list[Stack], server: ServerProcess, database_url: str, tmp_path: Path, keys: tuple[str, str]
+) -> None:
+    stack = agent_stack(stacks, server, tmp_path, keys[1])
+    deployment_id = start_deploy(stack)
+    wait_for(lambda: commands(database_url), "the command")
+    time.sleep(2)  # nobody polls: the command waits in the database
+    waiting = stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json()
+
+    agent = AgentProcess(server.url, keys[0], tmp_path).start()
+    try:
+        finished = stack.wait(deployment_id)
+    finally:
+        agent.stop()
+
+    assert "executing" == waiting["status"]
+    assert "succeeded" == finished["status"], finished["status_message"]
+
+
+def _blocking_proxy(upstream: str, blocked: tuple[str, ...], released: threading.Event) -> Starlette:
+    """Forwards every request to ``upstream``, except that requests whose path ends in one of ``blocked``
+    hang (until ``released``, or their client is gone)."""
+
+    async def forward(request: Request) -> Response:
+        if request.url.path.endswith(blocked):
+            while not released.is_set():
+                if await request.is_disconnected():
+                    return Response(status_code=499)
+                await asyncio.sleep(0.1)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with httpx.AsyncClient(base_url=upstream, timeout=60) as client:
+            answer = await client.request(
+                request.method,
+                request.url.path,
+                params=request.query_params,
+                content=await request.body(),
+                headers=headers,
+            )
+        kept = {k: v for k, v in answer.headers.items() if k.lower() in ("content-type", "cache-control")}
+        return Response(answer.content, status_code=answer.status_code, headers=kept)
+
+    methods = ["GET", "POST", "PUT", "DELETE", "LOCK", "UNLOCK"]
+    return Starlette(routes=[Route("/{path:path}", forward, methods=methods)])
+
+
+def test_vm_agent__killed_between_launch_and_ack__redelivered_after_the_lease_and_launched_once(
+    stacks: list[Stack], server: ServerProcess, database_url: str, tmp_path: Path, keys: tuple[str, str]
+) -> None:
+    stack = agent_stack(stacks, server, tmp_path, keys[1])
+    make_slow(stack, seconds=12)
+    released = threading.Event()
+    proxy_app = _blocking_proxy(server.url, ("/events", "/ack"), released)
+    with serve_in_thread(proxy_app) as proxy:
+        # The first agent reaches the gateway through a proxy that swallows its events and acks: it
+        # launches the run, then hangs reporting it; it is killed there.
+        first = AgentProcess(proxy, keys[0], tmp_path, name="first").start()
+        deployment_id = start_deploy(stack)
+        pid_file = first.runs_dir / deployment_id / "runner.pid"
+        launched = wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the first launch")
+        first.kill()
+        second = AgentProcess(server.url, keys[0], tmp_path, name="second").start()
+        try:
+            redelivered = wait_for(
+                lambda: [c for c in commands(database_url) if c["state"] == "acked"], "the ack", timeout=60
+            )
+            finished = stack.wait(deployment_id)
+        finally:
+            second.stop()
+            released.set()
+
+    [command] = redelivered
+    assert "succeeded" == finished["status"], finished["status_message"]
+    assert 2 == command["attempt"]
+    # The second agent adopted the run the first one started: no second runner process.
+    assert "job launched" in first.output() and "command acked" not in first.output()
+    assert f"handle={launched}" in second.output(), second.output()[-3000:]
+
+
+def test_vm_agent__server_restarted_while_the_agent_waits(
+    stacks: list[Stack], server: ServerProcess, tmp_path: Path, keys: tuple[str, str]
+) -> None:
+    stack = agent_stack(stacks, server, tmp_path, keys[1])
+    agent = AgentProcess(server.url, keys[0], tmp_path).start()
+    try:
+        time.sleep(2)  # the agent is in its long poll
+        server.kill()
+        time.sleep(2)
+        server.start()
+        deployment = stack.deploy()
+    finally:
+        agent.stop()
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert "runner gateway unreachable" in agent.output()
+
+
+def test_vm_agent__a_command_nobody_picks_up_expires(
+    stacks: list[Stack], database_url: str, tmp_path: Path
+) -> None:
+    server = ServerProcess(database_url, tmp_path / "data")
+    server.env["PO_AGENT_COMMAND_TTL_SECONDS"] = "2"
+    server.start()
+    try:
+        stack = agent_stack(stacks, server, tmp_path, agent_auth.generate_key_pair()[1])
+        finished = stack.wait(start_deploy(stack))
+    finally:
+        server.stop()
+
+    assert ("failed", "COMMAND_EXPIRED") == (finished["status"], finished["error"]["error"])
+    assert "did not pick up" in finished["status_message"]
