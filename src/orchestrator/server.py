@@ -152,7 +152,7 @@ def create_app(
                 await worker
             if command_poller is not None:
                 await command_poller
-            await engine.dispose()
+            await db.dispose(engine)
 
     app = FastAPI(
         title="Platform Orchestrator",
