@@ -20,8 +20,6 @@ import click
 from pydantic import ValidationError
 
 from orchestrator import errors
-from orchestrator.agent import main as agent_main
-from orchestrator.agent.settings import AgentSettings
 from orchestrator.runner import standard as standard_mode
 from orchestrator.runner.settings import RunnerSettings
 
@@ -66,6 +64,10 @@ def standard() -> None:
 def remote(gateway_url: str | None) -> None:
     """The runner agent: ORG_ID, RUNNER_ID, PRIVATE_KEY (PKCS#8 PEM) and RUNNER_GATEWAY_URL come from the
     environment. Polls the gateway for commands and launches each deployment's runner; runs until stopped."""
+    # Imported here: every deployment starts `po-runner standard`, which needs none of the agent.
+    from orchestrator.agent import main as agent_main
+    from orchestrator.agent.settings import AgentSettings
+
     try:
         settings = AgentSettings(runner_gateway_url=gateway_url) if gateway_url else AgentSettings()
     except ValidationError as exc:

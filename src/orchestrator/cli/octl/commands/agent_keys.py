@@ -15,7 +15,6 @@ import click
 
 from orchestrator.cli.octl import output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.protocol import agent_auth
 
 
 def runner_configuration(
@@ -74,6 +73,9 @@ def create_agent_key(
     state_storage_configuration to runner.yaml, then `octl create runner my-runner --set-yaml=@runner.yaml`
     and start the agent with PRIVATE_KEY="$(cat agent.pem)".
     """
+    # Imported here: JWT and key code are needed by this command only, not by every octl start.
+    from orchestrator.protocol import agent_auth
+
     private_pem, public_pem = agent_auth.generate_key_pair()
     _write_private(private_key_file, private_pem)
     configuration = runner_configuration(
