@@ -7,7 +7,8 @@ the agent's key. Nothing here imports server code.
 
 - ``settings``: ``AgentSettings`` from the upstream environment variables.
 - ``client``: the gateway's command routes.
-- ``launchers``: which launcher runs a command (local process today; the Kubernetes Job seam).
+- ``launchers``: which launcher runs a command (local process, or a Kubernetes Job).
+- ``kubernetes``: the agent's cluster (kubeconfig or in-cluster) and the stuck-pod check.
 - ``loop``: next → validate → launch → ``job-created`` → ack, and the failure paths.
 """
 

@@ -1,9 +1,9 @@
 """Which launcher runs a command: the seam between the agent loop and the compute it launches on.
 
-Today: ``vm`` runners (``connection: {type: agent}``) run ``po-runner standard`` as a local process, the
-same ``LocalLauncher`` the orchestrator uses for ``connection: {type: local}``. A ``kubernetes-agent`` runner
-needs a launcher that creates the Job in the agent's cluster: pass ``kubernetes`` (a factory called with
-the command's payload) once it exists; without it such commands are rejected as permanent errors.
+``vm`` runners (``connection: {type: agent}``) run ``po-runner standard`` as a local process, the same
+``LocalLauncher`` the orchestrator uses for ``connection: {type: local}``. ``kubernetes-agent`` runners get
+their Job in the agent's cluster: ``kubernetes`` is a factory called with the command's payload
+(``agent.kubernetes.kubernetes_launchers``); without it such commands are rejected as permanent errors.
 """
 
 from __future__ import annotations
@@ -43,3 +43,14 @@ class AgentLaunchers:
         if runner_type == "kubernetes-agent" and self._kubernetes is not None:
             return self._kubernetes(payload)
         raise PermanentLaunchError(f"this agent cannot launch runs of runner type '{runner_type}'")
+
+    @staticmethod
+    def local_environment(payload: CreateJobPayload) -> bool:
+        """Whether the run gets the agent's own additions (its CA file path): only local processes share
+        the agent's file system."""
+        return payload.spec.runner_type == "vm"
+
+    @staticmethod
+    def watches_start(payload: CreateJobPayload) -> bool:
+        """Whether the agent watches the run until its pod starts (a Job can stay pending forever)."""
+        return payload.spec.runner_type == "kubernetes-agent"

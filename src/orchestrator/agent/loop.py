@@ -7,7 +7,13 @@
    ``runner-error`` ``COMMAND_EXPIRED`` + reject; anything else invalid → reject;
 3. launch the run (idempotent per deployment: a redelivered command adopts the run already started);
 4. success → event ``job-created`` → ack;
-5. a permanent launch error, or a transient one at delivery ``max_attempts`` → terminal ``runner-error``
+5. a ``kubernetes-agent`` run is then watched in the background: after ``K8S_RUNNER_POD_SCHEDULING_DELAY``
+   its Job/pod is checked every ``AGENT_POD_WATCH_INTERVAL_SECONDS`` (for at most
+   ``AGENT_POD_WATCH_MAX_SECONDS``); a pod still pending with Warning events → terminal ``runner-error``
+   ``REMOTE_RUNNER`` with the warnings, and the Job is deleted (it must not start after the deployment
+   failed). Watches live in this process only: an agent restarted meanwhile does not resume them (the
+   deployment timeout still applies);
+6. a permanent launch error, or a transient one at delivery ``max_attempts`` → terminal ``runner-error``
    ``REMOTE_RUNNER`` + reject; a transient one → retryable ``runner-error`` + retry after ``2^attempt`` s
    (at most 60).
 
@@ -18,9 +24,11 @@ lease runs out and the gateway delivers the command again, which step 3 makes ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -28,9 +36,10 @@ from typing import Any
 import structlog
 
 from orchestrator.agent.client import AgentClient, GatewayAuthError, GatewayError
+from orchestrator.agent.kubernetes import stuck_detail
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.launchers.base import LaunchError
+from orchestrator.launchers.base import Launcher, LaunchError, RunState
 from orchestrator.protocol import commands as protocol
 
 log = structlog.get_logger("po-runner.agent")
@@ -59,6 +68,8 @@ class Agent:
     client: AgentClient
     launchers: AgentLaunchers
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+    #: Background watches of launched Kubernetes runs, by command id.
+    watches: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll and handle commands until ``stop`` is set."""
@@ -86,7 +97,16 @@ class Agent:
             failures = 0
             if delivered is not None:
                 await self.handle(delivered)
+        await self.stop_watching()
         log.info("agent stopped")
+
+    async def stop_watching(self) -> None:
+        watches = list(self.watches.values())
+        for task in watches:
+            task.cancel()
+        for task in watches:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _next_or_stop(self, stop: asyncio.Event) -> protocol.NextCommand | None:
         poll = asyncio.ensure_future(self.client.next_command())
@@ -129,7 +149,9 @@ class Agent:
                 self.settings.org_id,
                 self.settings.runner_id,
                 gateway_url=self.settings.runner_gateway_url,
-                environment=self.settings.runner_environment(),
+                environment=(
+                    self.settings.runner_environment() if self.launchers.local_environment(payload) else None
+                ),
             )
             handle = await launcher.launch(spec)
         except LaunchError as exc:
@@ -152,7 +174,56 @@ class Agent:
         )
         if not await self._deliver(lambda: self.client.send_event(created), "job-created event", context):
             return Outcome.UNANSWERED
-        return await self._answer("ack", envelope, delivered)
+        outcome = await self._answer("ack", envelope, delivered)
+        if outcome is Outcome.ACKED and self.launchers.watches_start(payload):
+            self._watch(launcher, handle, envelope, payload.job_id)
+        return outcome
+
+    def _watch(
+        self, launcher: Launcher, handle: str, envelope: protocol.CommandEnvelope, job_id: str
+    ) -> None:
+        command_id = envelope.command_id
+        running = self.watches.get(command_id)
+        if running is not None and not running.done():
+            return
+        task = asyncio.create_task(self._watch_start(launcher, handle, envelope, job_id))
+        self.watches[command_id] = task
+        task.add_done_callback(lambda done: self._watch_done(command_id, done))
+
+    def _watch_done(self, command_id: str, task: asyncio.Task[None]) -> None:
+        if self.watches.get(command_id) is task:
+            del self.watches[command_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("watching the run failed", command_id=command_id, error=repr(task.exception()))
+
+    async def _watch_start(
+        self, launcher: Launcher, handle: str, envelope: protocol.CommandEnvelope, job_id: str
+    ) -> None:
+        """Upstream step 7: after the scheduling delay, until the pod starts (or the watch's end)."""
+        context = {"command_id": envelope.command_id, "handle": handle}
+        await self.sleep(self.settings.k8s_runner_pod_scheduling_delay)
+        deadline = time.monotonic() + self.settings.agent_pod_watch_max_seconds
+        while True:
+            status = await launcher.status(handle)
+            stuck = stuck_detail(status)
+            if stuck is not None:
+                log.warning("the runner pod did not start", detail=stuck, **context)
+                await self._runner_error(
+                    envelope, job_id, protocol.REMOTE_RUNNER_ERROR_CODE, stuck[:8000], retryable=False
+                )
+                try:
+                    await launcher.cancel(handle, grace_seconds=0)
+                except LaunchError as exc:
+                    log.warning("could not delete the stuck job", error=exc.message, **context)
+                return
+            if status.state is RunState.EXITED or (
+                status.state is RunState.RUNNING and status.detail is None
+            ):
+                return  # started (or over): the runner reports for itself
+            if time.monotonic() >= deadline:
+                log.info("stopped watching a run that has not started", detail=status.detail, **context)
+                return
+            await self.sleep(self.settings.agent_pod_watch_interval_seconds)
 
     async def _launch_failed(
         self,

@@ -7,6 +7,7 @@ import os
 import signal
 
 from orchestrator.agent.client import AgentClient
+from orchestrator.agent.kubernetes import kubernetes_launchers
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
@@ -37,7 +38,12 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
         poll_timeout_seconds=settings.agent_poll_timeout_seconds,
     )
     try:
-        launchers = AgentLaunchers(runs_dir=settings.agent_runs_dir, environ=os.environ)
+        kubernetes = kubernetes_launchers(
+            os.environ, scheduling_delay_seconds=settings.k8s_runner_pod_scheduling_delay
+        )
+        launchers = AgentLaunchers(
+            runs_dir=settings.agent_runs_dir, environ=os.environ, kubernetes=kubernetes
+        )
         await Agent(settings=settings, client=client, launchers=launchers).run(stop)
     finally:
         await client.aclose()

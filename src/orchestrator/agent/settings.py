@@ -7,7 +7,9 @@ upstream's names; the ``AGENT_*`` tuning variables are ours.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
@@ -18,6 +20,23 @@ def default_runs_dir() -> Path:
     """Where local runs get their working directories (XDG data dir)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "po-agent" / "runs"
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a Go duration (``5m``, ``1m30s``, ``250ms``) or of a plain number of seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise ValueError(f"'{text}' is not a duration such as 5m, 90s or 1m30s")
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
 class AgentSettings(BaseSettings):
@@ -54,6 +73,26 @@ class AgentSettings(BaseSettings):
     agent_max_attempts: int = Field(
         default=10, ge=1, description="Deliveries of a command after which a launch error is terminal."
     )
+
+    k8s_runner_pod_scheduling_delay: float = Field(
+        default=300.0,
+        ge=0,
+        description="kubernetes-agent: how long a runner pod may stay pending before its Warning events fail "
+        "the deployment (K8S_RUNNER_POD_SCHEDULING_DELAY; a Go duration such as 5m, or seconds).",
+    )
+    agent_pod_watch_interval_seconds: float = Field(
+        default=5.0, gt=0, description="kubernetes-agent: how often a pending runner pod is checked."
+    )
+    agent_pod_watch_max_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="kubernetes-agent: how long after the delay a pending pod is watched.",
+    )
+
+    @field_validator("k8s_runner_pod_scheduling_delay", mode="before")
+    @classmethod
+    def _go_duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("runner_gateway_url")
     @classmethod

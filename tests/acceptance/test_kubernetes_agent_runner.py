@@ -1,0 +1,147 @@
+"""A ``kubernetes-agent`` runner end to end: the server (in-thread) buffers the command, ``po-runner remote``
+(a real process, KUBECONFIG pointing at the stand-in Kubernetes API with its client certificate) creates
+the Job there, the stand-in's kubelet runs the runner image as a local process, and the run reports back
+through the gateway. And a pod that never gets scheduled: after the (short) scheduling delay the agent
+reports its Warning events as a terminal runner-error and deletes the Job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.cli.octl.commands.agent_keys import runner_configuration
+from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
+from orchestrator.protocol import agent_auth
+from tests.acceptance.conftest import Stack, build_stack
+from tests.acceptance.test_agent_runner import AgentProcess
+from tests.support.kube_api import KubeApiServer, runner_image
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "platform-orchestrator-runner"
+
+
+def agent_runner(public_pem: str, tf_config: Path) -> dict[str, Any]:
+    """The configuration ``octl create agent-key --runner-type kubernetes-agent`` prints, plus the engine
+    settings of the test runs in the pod template."""
+    configuration = runner_configuration(
+        "kubernetes-agent", public_pem, namespace=NAMESPACE, service_account="platform-orchestrator-runner"
+    )
+    engine_env = {"IAC_BACKEND": "embedded", "TF_CLI_CONFIG_FILE": str(tf_config), "CHECKPOINT_DISABLE": "1"}
+    configuration["job"]["pod_template"] = {
+        "spec": {
+            "containers": [{"name": "main", "env": [{"name": k, "value": v} for k, v in engine_env.items()]}]
+        }
+    }
+    return {"runner_configuration": configuration, "state_storage_configuration": {"type": "orchestrator"}}
+
+
+def write_kubeconfig(api: KubeApiServer, path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "stand-in",
+                        "cluster": {"server": api.url, "certificate-authority-data": api.ca_data},
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "agent",
+                        "user": {
+                            "client-certificate-data": api.client_certificate_data,
+                            "client-key-data": api.client_key_data,
+                        },
+                    }
+                ],
+                "contexts": [{"name": "agent@stand-in", "context": {"cluster": "stand-in", "user": "agent"}}],
+                "current-context": "agent@stand-in",
+            }
+        )
+    )
+    return path
+
+
+def start_agent(
+    server_url: str, private_pem: str, api: KubeApiServer, tmp_path: Path, **env: str
+) -> AgentProcess:
+    agent = AgentProcess(server_url, private_pem, tmp_path)
+    agent.env.pop("KUBERNETES_SERVICE_HOST", None)
+    agent.env.update({"KUBECONFIG": str(write_kubeconfig(api, tmp_path / "kubeconfig")), **env})
+    return agent.start()
+
+
+def agent_stack(server_url: str, tmp_path: Path, public_pem: str) -> Stack:
+    tf_config = tmp_path / "terraformrc"
+    tf_config.touch()
+    return build_stack(server_url, tmp_path, runner=agent_runner(public_pem, tf_config))
+
+
+def test_kubernetes_agent__deploys_end_to_end(server_url: str, tmp_path: Path) -> None:
+    private_pem, public_pem = agent_auth.generate_key_pair()
+    images = {DEFAULT_RUNNER_IMAGE: runner_image()}
+    with KubeApiServer(tmp_path / "kube", namespaces=("default", NAMESPACE), images=images) as api:
+        stack = agent_stack(server_url, tmp_path, public_pem)
+        agent = start_agent(server_url, private_pem, api, tmp_path)
+        try:
+            deployment = stack.deploy()
+            outputs = stack.outputs(deployment) if deployment["status"] == "succeeded" else {}
+            url = f"/orgs/{stack.org}/deployments/{deployment['id']}/actions/get-logs"
+            logs = stack.client.get(url, headers={"DecryptKey": deployment["_identity"]})
+            api.wait_for(lambda: bool(api.objects("jobs", NAMESPACE)[0]["status"].get("conditions")))
+            jobs = api.objects("jobs", NAMESPACE)
+            pods = api.objects("pods", NAMESPACE)
+        finally:
+            code = agent.stop()
+            stack.client.close()
+
+    assert deployment["status"] == "succeeded", (deployment["status_message"], agent.output()[-3000:])
+    assert outputs["workload_shop"]["bucket"] == "bucket-shop"
+    assert "terraform_data" in logs.text
+    assert [job["metadata"]["name"] for job in jobs] == [deployment["id"]]
+    assert {c["type"] for c in jobs[0]["status"]["conditions"]} == {"SuccessCriteriaMet", "Complete"}
+    (pod,) = pods
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    # The runner's pod never sees the agent's key.
+    env_names = {e["name"] for e in pod["spec"]["containers"][0].get("env", [])}
+    assert "PRIVATE_KEY" not in env_names
+    assert "command acked" in agent.output()
+    assert code == 0, agent.output()[-2000:]
+
+
+def test_kubernetes_agent__pod_stuck_pending__deployment_fails_with_the_warnings(
+    server_url: str, tmp_path: Path
+) -> None:
+    private_pem, public_pem = agent_auth.generate_key_pair()
+    images = {DEFAULT_RUNNER_IMAGE: runner_image()}
+    with KubeApiServer(
+        tmp_path / "kube", namespaces=("default", NAMESPACE), images=images, schedulable=False
+    ) as api:
+        stack = agent_stack(server_url, tmp_path, public_pem)
+        agent = start_agent(
+            server_url,
+            private_pem,
+            api,
+            tmp_path,
+            K8S_RUNNER_POD_SCHEDULING_DELAY="1s",
+            AGENT_POD_WATCH_INTERVAL_SECONDS="0.2",
+        )
+        try:
+            deployment = stack.deploy()
+            api.wait_for(lambda: not api.objects("jobs", NAMESPACE))
+        finally:
+            agent.stop()
+            stack.client.close()
+
+    assert deployment["status"] == "failed", agent.output()[-3000:]
+    assert deployment["error"]["error"] == "REMOTE_RUNNER"
+    message = deployment["status_message"]
+    assert "did not start" in message and "FailedScheduling" in message, message
+    assert "Insufficient memory" in message
