@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -86,27 +84,3 @@ def test_backoff__doubles_to_the_cap_with_jitter() -> None:
     assert max(delays) <= 64.0
     assert backoff_seconds(10, cap=5.0, rng=rng) <= 5.0
     assert len({round(backoff_seconds(3, cap=64.0, rng=rng), 6) for _ in range(20)}) > 1
-
-
-SERVER_ONLY = (
-    "orchestrator.store",
-    "orchestrator.dispatch",
-    "orchestrator.api",
-    "orchestrator.gateway",
-    "orchestrator.server",
-    "fastapi",
-    "sqlalchemy",
-    "asyncpg",
-    "aiosqlite",
-)
-
-
-@pytest.mark.parametrize(
-    "module",
-    ["orchestrator.agent.main", "orchestrator.cli.runner", "orchestrator.cli.octl.commands.agent_keys"],
-)
-def test_layering__the_agent_imports_no_server_code(module: str) -> None:
-    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith({SERVER_ONLY!r})))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-
-    assert "[]\n" == out

@@ -30,6 +30,8 @@ SERVER_ONLY = (
         "orchestrator.launchers.kubernetes_job",
         "orchestrator.protocol.launch",
         "orchestrator.client.api",
+        "orchestrator.agent.main",
+        "orchestrator.cli.octl.commands.agent_keys",
         "orchestrator.cli.octl",
     ],
 )
