@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
-from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import catalogue
 from orchestrator.domain.catalogue import ModuleContent, ModuleParam, ResourceRequest
 from orchestrator.domain.module_rules import AvailableResourceType, Placement
@@ -476,10 +476,7 @@ async def list_resource_types(
 ) -> schemas.PageOf[ResourceTypeOut]:
     async with svc.reader.connect() as conn:
         result = await type_store.list_resource_types(conn, org_id, after=page.after, limit=page.limit)
-    return schemas.PageOf(
-        items=[ResourceTypeOut.of(t) for t in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, ResourceTypeOut.of)
 
 
 @router.post(
@@ -558,10 +555,7 @@ async def list_providers(
         result = await provider_store.list_providers(
             conn, org_id, provider_type=by_provider_type or None, after=page.after, limit=page.limit
         )
-    return schemas.PageOf(
-        items=[ModuleProviderSummaryOut.of(p) for p in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, ModuleProviderSummaryOut.of)
 
 
 @router.post(
@@ -646,10 +640,7 @@ async def list_modules(
         result = await module_store.list_modules(
             conn, org_id, resource_type=by_resource_type or None, after=page.after, limit=page.limit
         )
-    return schemas.PageOf(
-        items=[ModuleSummaryOut.of(m) for m in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, ModuleSummaryOut.of)
 
 
 @router.post("/orgs/{org_id}/modules", status_code=201, response_model=ModuleOut, tags=["Modules"])
@@ -721,10 +712,7 @@ async def list_module_versions(
         if await module_store.get_module(conn, org_id, module_id) is None:
             raise NotFoundError(f"module '{module_id}' not found")
         result = await module_store.list_versions(conn, org_id, module_id, after=page.after, limit=page.limit)
-    return schemas.PageOf(
-        items=[ModuleVersionSummaryOut.of(v) for v in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, ModuleVersionSummaryOut.of)
 
 
 @router.get(
@@ -787,9 +775,7 @@ async def list_module_rules(
             after=page.after,
             limit=page.limit,
         )
-    return schemas.PageOf(
-        items=[ModuleRuleOut.of(r) for r in result.items], next_page_token=encode_page_token(result.next_key)
-    )
+    return page_out(result, ModuleRuleOut.of)
 
 
 @router.get("/orgs/{org_id}/module-rules/{rule_id}", response_model=ModuleRuleOut, tags=["Rules"])
@@ -844,7 +830,4 @@ async def list_available_resource_types(
             after=page.after,
             limit=page.limit,
         )
-    return schemas.PageOf(
-        items=[AvailableResourceTypeOut.of(a) for a in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, AvailableResourceTypeOut.of)

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, StringConstraints
 from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, READ, Principal, Services, services, transaction
 from orchestrator.api.errors import error_body
-from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import creation
 from orchestrator.domain.deployments import Deployment, Mode, is_final
 from orchestrator.errors import InvalidInputError, NotFoundError
@@ -199,10 +199,7 @@ async def list_deployments(
             after=page.after,
             limit=page.limit,
         )
-    return schemas.PageOf(
-        items=[DeploymentSummaryOut.of(d) for d in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, DeploymentSummaryOut.of)
 
 
 async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployment:

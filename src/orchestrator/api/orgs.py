@@ -19,7 +19,7 @@ from orchestrator.api.context import (
     services,
     transaction,
 )
-from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain.roles import Role
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError
 from orchestrator.store import orgs as org_store
@@ -54,10 +54,7 @@ async def list_orgs(
 ) -> schemas.PageOf[schemas.OrganizationOut]:
     async with svc.reader.connect() as conn:
         result = await org_store.list_orgs(conn, only=caller.org_id, after=page.after, limit=page.limit)
-    return schemas.PageOf(
-        items=[schemas.OrganizationOut.of(o) for o in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, schemas.OrganizationOut.of)
 
 
 @router.get("/orgs/{org_id}", response_model=schemas.OrganizationOut)
@@ -102,10 +99,7 @@ async def list_tokens(
 ) -> schemas.PageOf[schemas.TokenOut]:
     async with svc.reader.connect() as conn:
         result = await org_store.list_tokens(conn, org_id, after=page.after, limit=page.limit)
-    return schemas.PageOf(
-        items=[schemas.TokenOut.of(t) for t in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, schemas.TokenOut.of)
 
 
 @router.delete("/orgs/{org_id}/tokens/{token_id}", status_code=204, tags=["Token"])

@@ -5,12 +5,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Query
 
+from orchestrator.api.schemas import PageOf
 from orchestrator.errors import InvalidInputError
+from orchestrator.store.pages import Page
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 1000
@@ -26,6 +32,13 @@ def encode_page_token(key: tuple[str, ...] | None) -> str | None:
     if key is None:
         return None
     return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def page_out(result: Page[T], convert: Callable[[T], U]) -> PageOf[U]:
+    """A store page as the API answers it: the converted items and the token of the next page."""
+    return PageOf(
+        items=[convert(item) for item in result.items], next_page_token=encode_page_token(result.next_key)
+    )
 
 
 def page_request(

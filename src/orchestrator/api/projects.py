@@ -10,13 +10,11 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, services, transaction
-from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import creation, environments, links
-from orchestrator.domain.entities import Environment
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.store import deployments as deployment_store
 from orchestrator.store import projects as store
-from orchestrator.store.pages import Page
 
 router = APIRouter()
 
@@ -34,10 +32,7 @@ async def list_env_types(
 ) -> schemas.PageOf[schemas.EnvironmentTypeOut]:
     async with svc.reader.connect() as conn:
         result = await store.list_env_types(conn, org_id, after=page.after, limit=page.limit)
-    return schemas.PageOf(
-        items=[schemas.EnvironmentTypeOut.of(t) for t in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, schemas.EnvironmentTypeOut.of)
 
 
 @router.post(
@@ -110,10 +105,7 @@ async def list_projects(
 ) -> schemas.PageOf[schemas.ProjectOut]:
     async with svc.reader.connect() as conn:
         result = await store.list_projects(conn, org_id, after=page.after, limit=page.limit)
-    return schemas.PageOf(
-        items=[schemas.ProjectOut.of(p) for p in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, schemas.ProjectOut.of)
 
 
 @router.post("/orgs/{org_id}/projects", status_code=201, response_model=schemas.ProjectOut, tags=["Project"])
@@ -165,13 +157,6 @@ async def delete_project(
     return Response(status_code=204)
 
 
-def _env_page(result: Page[Environment]) -> schemas.PageOf[schemas.EnvironmentOut]:
-    return schemas.PageOf(
-        items=[schemas.EnvironmentOut.of(e) for e in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
-
-
 @router.get(
     "/orgs/{org_id}/envs", response_model=schemas.PageOf[schemas.EnvironmentOut], tags=["Environment"]
 )
@@ -186,7 +171,7 @@ async def list_org_envs(
         result = await store.list_envs(
             conn, org_id, project_id=None, env_type_ids=by_env_type_id, after=page.after, limit=page.limit
         )
-    return _env_page(result)
+    return page_out(result, schemas.EnvironmentOut.of)
 
 
 @router.get(
@@ -213,7 +198,7 @@ async def list_envs(
             after=page.after,
             limit=page.limit,
         )
-    return _env_page(result)
+    return page_out(result, schemas.EnvironmentOut.of)
 
 
 @router.post(

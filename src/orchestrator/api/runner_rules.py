@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
-from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.errors import NotFoundError
 from orchestrator.store import runners as store
 
@@ -51,10 +51,7 @@ async def list_rules(
             after=page.after,
             limit=page.limit,
         )
-    return schemas.PageOf(
-        items=[schemas.RunnerRuleOut.of(r) for r in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, schemas.RunnerRuleOut.of)
 
 
 @router.get("/orgs/{org_id}/runner-rules/{rule_id}", response_model=schemas.RunnerRuleOut)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
-from orchestrator.api.paging import PageRequest, encode_page_token, page_request
+from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import entities
 from orchestrator.domain.runner_requests import RunnerCreateBody, RunnerUpdateBody, apply_runner_patch
 from orchestrator.domain.runner_secrets import split_secrets
@@ -161,10 +161,7 @@ async def list_runners(
         result = await store.list_runners(
             conn, org_id, runner_type=by_runner_type, after=page.after, limit=page.limit
         )
-    return schemas.PageOf(
-        items=[RunnerSummaryOut.of(r) for r in result.items],
-        next_page_token=encode_page_token(result.next_key),
-    )
+    return page_out(result, RunnerSummaryOut.of)
 
 
 @router.get("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerOut)
