@@ -32,7 +32,8 @@ from tests.support.kube_api import CertificateAuthority, KubeApiServer, LocalIma
 IMAGE = "registry.example.com/runner-stand-in:1.0"
 NAMESPACE = "runners"
 TOKEN = "deployment-token-0123456789"
-#: The "image": records its TOKEN, then waits for a file ``go`` holding the exit code.
+#: The "image": records its TOKEN, then waits for a file ``go`` holding the exit code (written by ``release``
+#: atomically, so the script never reads a file that exists but is still empty).
 SCRIPT = """
 import os, pathlib, sys, time
 out = pathlib.Path(os.environ["OUT_DIR"])
@@ -41,7 +42,7 @@ out = pathlib.Path(os.environ["OUT_DIR"])
 while not (out / "go").exists():
     time.sleep(0.02)
 print("runner: planning", flush=True)
-code = int((out / "go").read_text() or 0)
+code = int((out / "go").read_text())
 print("runner: last words before exit", code, file=sys.stderr, flush=True)
 sys.exit(code)
 """
@@ -49,6 +50,13 @@ sys.exit(code)
 
 def local_image() -> LocalImage:
     return LocalImage(argv=[sys.executable, "-c", SCRIPT], env={"PATH": os.environ.get("PATH", "")})
+
+
+def release(out_dir: Path, exit_code: int) -> None:
+    """Let the stand-in runner exit with ``exit_code``: write then rename, so ``go`` appears complete."""
+    staging = out_dir / "go.tmp"
+    staging.write_text(str(exit_code))
+    staging.replace(out_dir / "go")
 
 
 @pytest.fixture
@@ -228,7 +236,7 @@ async def test_status__running_then_exited_with_the_exit_code(api: KubeApiServer
     await wait_until(lambda: (out_dir / "started").exists())
 
     running = await eventually(lambda: k8s.status(handle), lambda s: s.detail is None)
-    (out_dir / "go").write_text("3")
+    release(out_dir, 3)
     exited = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
 
     assert running == RunStatus(state=RunState.RUNNING)
@@ -238,7 +246,7 @@ async def test_status__running_then_exited_with_the_exit_code(api: KubeApiServer
 async def test_status__succeeded(api: KubeApiServer, out_dir: Path) -> None:
     k8s = launcher(api)
     handle = await k8s.launch(make_spec(out_dir))
-    (out_dir / "go").write_text("0")
+    release(out_dir, 0)
 
     exited = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
 
