@@ -30,7 +30,8 @@ from orchestrator.launchers.local import LocalLauncher
 from orchestrator.notify import Notifier
 from orchestrator.secretbox import SecretBox, decode_key, load_or_create_key
 from orchestrator.settings import ServerSettings
-from orchestrator.store import db, migrate
+from orchestrator.store import agent_commands as command_store
+from orchestrator.store import db, listener, migrate
 from orchestrator.store import orgs as org_store
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -86,7 +87,7 @@ def create_app(
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
-        command_poller: asyncio.Task[None] | None = None
+        background: list[asyncio.Task[None]] = []
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
@@ -139,9 +140,22 @@ def create_app(
             )
             app.state.dispatcher = dispatcher
             app.state.agent_gateway = agent_gateway
-            command_poller = asyncio.create_task(
-                agent_gateway.run(app.state.services, stop), name="agent-command-poller"
+            background.append(
+                asyncio.create_task(agent_gateway.run(app.state.services, stop), name="agent-gateway")
             )
+            if engine.dialect.name == "postgresql":
+                background.append(
+                    asyncio.create_task(
+                        listener.listen(
+                            engine.url,
+                            command_store.CHANNEL,
+                            agent_gateway.announced,
+                            stop,
+                            on_connected=agent_gateway.listener_connected,
+                        ),
+                        name="agent-command-listener",
+                    )
+                )
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             yield
@@ -150,8 +164,8 @@ def create_app(
             if worker is not None:
                 dispatcher.wake()
                 await worker
-            if command_poller is not None:
-                await command_poller
+            for task in background:
+                await task
             await db.dispose(engine)
 
     app = FastAPI(

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
@@ -27,6 +28,7 @@ from orchestrator.domain.runner_types import (
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
+from orchestrator.store import agent_commands as command_store
 from orchestrator.store import runners as store
 
 router = APIRouter(tags=["Runner"])
@@ -58,6 +60,12 @@ class RunnerSummaryOut(BaseModel):
         )
 
 
+class RunnerStatusOut(BaseModel):
+    #: When the runner's agent last asked the gateway for a command (written every
+    #: PO_AGENT_PRESENCE_INTERVAL_SECONDS at most); null if it never has.
+    last_seen_at: datetime | None = None
+
+
 class RunnerOut(BaseModel):
     org_id: str
     id: str
@@ -69,6 +77,8 @@ class RunnerOut(BaseModel):
     state_storage_configuration: dict[str, Any]
     #: "orchestrator" when the orchestrator launches runs itself, "agent" when an agent in the target does.
     launched_by: str
+    #: Read-only; on GET of a runner launched by an agent.
+    status: RunnerStatusOut | None = None
 
     @classmethod
     def of(cls, runner: entities.Runner) -> RunnerOut:
@@ -87,6 +97,15 @@ class RunnerOut(BaseModel):
 class CompatibilityOut(BaseModel):
     #: Runner type to the state storage types it can use.
     matrix: dict[str, list[str]]
+
+
+async def _answer(conn: AsyncConnection, runner: entities.Runner) -> RunnerOut:
+    """The runner as answered, with the status of its agent if an agent launches its runs."""
+    answer = RunnerOut.of(runner)
+    if answer.launched_by == "agent":
+        last_seen = await command_store.last_seen(conn, runner.org_id, runner.id)
+        answer.status = RunnerStatusOut(last_seen_at=last_seen)
+    return answer
 
 
 def _secret_context(org_id: str, runner_id: str) -> str:
@@ -146,7 +165,7 @@ async def create_runner(
             state_type=body.state_storage_configuration.type,
             state_configuration=_storage_dict(body.state_storage_configuration),
         )
-    return RunnerOut.of(runner)
+        return await _answer(conn, runner)
 
 
 @router.get("/orgs/{org_id}/runners", response_model=schemas.PageOf[RunnerSummaryOut])
@@ -170,9 +189,9 @@ async def get_runner(
 ) -> RunnerOut:
     async with svc.reader.connect() as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
-    if runner is None:
-        raise NotFoundError(f"runner '{runner_id}' not found")
-    return RunnerOut.of(runner)
+        if runner is None:
+            raise NotFoundError(f"runner '{runner_id}' not found")
+        return await _answer(conn, runner)
 
 
 @router.patch("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerOut)
@@ -216,8 +235,8 @@ async def update_runner(
             state_type=state_type,
             state_configuration=state_configuration,
         )
-    assert updated is not None
-    return RunnerOut.of(updated)
+        assert updated is not None
+        return await _answer(conn, updated)
 
 
 @router.delete("/orgs/{org_id}/runners/{runner_id}", status_code=204)

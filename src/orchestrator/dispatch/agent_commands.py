@@ -75,8 +75,9 @@ def envelope_for(
 
 
 async def enqueue(conn: AsyncConnection, envelope: protocol.CommandEnvelope, *, now: datetime) -> bool:
-    """Store the command (in the caller's transaction); False if it exists already."""
-    return await store.insert(
+    """Store the command (in the caller's transaction, which announces it to every replica); False if it
+    exists already."""
+    inserted = await store.insert(
         conn,
         {
             "id": envelope.command_id,
@@ -93,6 +94,9 @@ async def enqueue(conn: AsyncConnection, envelope: protocol.CommandEnvelope, *, 
             "updated_at": now,
         },
     )
+    if inserted:
+        await store.announce(conn, envelope.organization_id, envelope.runner_id)
+    return inserted
 
 
 def expired_message(command: AgentCommand) -> str:
@@ -204,12 +208,15 @@ async def ack(conn: AsyncConnection, command: AgentCommand, *, now: datetime) ->
     if _closed_as(command, CommandState.ACKED):
         return
     await store.close(conn, command.id, state=CommandState.ACKED, now=now)
+    await store.announce(conn, command.org_id, command.runner_id)  # the next command may go out now
 
 
 async def retry(conn: AsyncConnection, command: AgentCommand, *, delay: timedelta, now: datetime) -> None:
     if command.state != CommandState.LEASED:
         raise ConflictError(f"command '{command.id}' is {command.state}, not leased")
     await store.reschedule(conn, command.id, available_at=now + delay, now=now)
+    if not delay:
+        await store.announce(conn, command.org_id, command.runner_id)
 
 
 async def reject(
@@ -219,6 +226,7 @@ async def reject(
     if _closed_as(command, CommandState.REJECTED):
         return None
     await store.close(conn, command.id, state=CommandState.REJECTED, now=now, reason=reason)
+    await store.announce(conn, command.org_id, command.runner_id)
     deployment = await deployment_store.get(conn, command.org_id, command.deployment_id, for_update=True)
     if deployment is None:
         return None

@@ -5,11 +5,19 @@ Routes under ``/runner-gateway/v1/orgs/{org}/runners/{runner}``, each authentica
 of a ``kubernetes-agent`` runner, ``runner_configuration.connection.key`` of a ``vm`` runner with an agent
 connection. Any authentication failure is the same 401.
 
-Wake-up of a waiting long poll: ``CommandWaker.notify(org, runner)`` after a command is committed on this
-process (the dispatcher calls it), plus a polling fallback (``AgentGateway.run``) that looks every
-``poll_fallback_seconds`` for deliverable commands of the runners waiting here: that covers commands
-committed by other replicas, retry delays and leases running out. A PostgreSQL LISTEN/NOTIFY listener would
-call ``CommandWaker.notify`` too (the seam for cross-replica wake-ups without the polling delay).
+A waiting long poll holds no database connection: it waits on an in-process event of its runner
+(``CommandWaker``). It is woken by ``CommandWaker.notify(org, runner)``, called
+
+- on this process after a change to the runner's queue commits here (the dispatcher enqueueing a command,
+  an ack, a retry without delay, a reject);
+- on PostgreSQL, for changes committed by any replica: they are announced with NOTIFY in their transaction
+  (``store.agent_commands.announce``) and heard by each replica's LISTEN connection (``AgentGateway.listen``);
+- by the polling fallback (``AgentGateway.run``), which looks every ``poll_fallback_seconds`` for runners
+  waiting here that have a deliverable command: retry delays and leases running out, and anything a lost
+  notification missed.
+
+Agent presence (``last_seen_at``) is kept in memory per poll and written in one batch every
+``presence_interval_seconds``, so a long poll costs no database write.
 """
 
 from __future__ import annotations
@@ -96,6 +104,12 @@ class CommandWaker:
         if event is not None:
             event.set()
 
+    def notify_all(self) -> None:
+        """Wake every waiting long poll (each looks at its runner's queue again)."""
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
     def waiting(self) -> set[tuple[str, str]]:
         return set(self._events)
 
@@ -109,8 +123,10 @@ class AgentGateway:
     waker: CommandWaker = field(default_factory=CommandWaker)
     #: Called with a deployment id when a deployment became final here (wakes wait-for-complete).
     on_final: Callable[[str], None] = lambda _deployment_id: None
+    #: Set once this replica hears other replicas' announcements (PostgreSQL only).
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
     _keys: dict[tuple[str, str], tuple[float, Ed25519PublicKey]] = field(default_factory=dict)
-    _seen: dict[tuple[str, str], float] = field(default_factory=dict)
+    _seen: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
     async def public_key(self, svc: Services, org_id: str, runner_id: str) -> Ed25519PublicKey | None:
         """The runner's registered agent key, if it is an agent runner."""
@@ -131,16 +147,22 @@ class AgentGateway:
         self._keys[key] = (time.monotonic(), public)
         return public
 
-    async def seen(self, svc: Services, org_id: str, runner_id: str) -> None:
-        """Record the agent's poll, at most every ``presence_interval_seconds`` per runner."""
-        key = (org_id, runner_id)
-        last = self._seen.get(key)
-        now = time.monotonic()
-        if last is not None and now - last < self.settings.presence_interval_seconds:
+    def seen(self, org_id: str, runner_id: str) -> None:
+        """Note the agent's poll (written by ``flush_presence``)."""
+        self._seen[(org_id, runner_id)] = datetime.now(UTC)
+
+    async def flush_presence(self, svc: Services) -> None:
+        """Write the polls noted since the last flush (one transaction)."""
+        if not self._seen:
             return
-        self._seen[key] = now
-        async with transaction(svc) as conn:
-            await store.touch_presence(conn, org_id, runner_id, now=datetime.now(UTC))
+        seen, self._seen = self._seen, {}
+        try:
+            async with transaction(svc) as conn:
+                await store.touch_presences(conn, seen)
+        except Exception:
+            # Keep what was not written (unless newer polls came in meanwhile) for the next flush.
+            self._seen = {**seen, **self._seen}
+            raise
 
     def finished(self, deployments: list[Deployment]) -> None:
         for deployment in deployments:
@@ -194,21 +216,48 @@ class AgentGateway:
         )
 
     async def run(self, svc: Services, stop: asyncio.Event) -> None:
-        """The polling fallback: wake waiting long polls whose runner has a deliverable command."""
+        """Background work: the polling fallback every ``poll_fallback_seconds`` and the presence flush
+        every ``presence_interval_seconds`` (and once more when stopping)."""
+        loop = asyncio.get_running_loop()
+        next_flush = loop.time() + self.settings.presence_interval_seconds
         while not stop.is_set():
             try:
-                waiting = self.waker.waiting()
-                if waiting:
-                    async with svc.reader.connect() as conn:
-                        ready = await store.runners_with_available(conn, now=datetime.now(UTC))
-                    for org_id, runner_id in ready & waiting:
-                        self.waker.notify(org_id, runner_id)
+                await self.wake_ready(svc)
+                if loop.time() >= next_flush:
+                    next_flush = loop.time() + self.settings.presence_interval_seconds
+                    await self.flush_presence(svc)
             except Exception:
-                log.exception("agent command poll failed")
+                log.exception("agent gateway background work failed")
             try:
                 await asyncio.wait_for(stop.wait(), self.settings.poll_fallback_seconds)
             except TimeoutError:
                 pass
+        try:
+            await self.flush_presence(svc)
+        except Exception:
+            log.exception("writing agent presence failed")
+
+    async def wake_ready(self, svc: Services) -> None:
+        """The polling fallback: wake the long polls waiting here whose runner has a deliverable command."""
+        waiting = self.waker.waiting()
+        if not waiting:
+            return
+        async with svc.reader.connect() as conn:
+            ready = await store.runners_with_available(conn, now=datetime.now(UTC))
+        for org_id, runner_id in ready & waiting:
+            self.waker.notify(org_id, runner_id)
+
+    def listener_connected(self) -> None:
+        """The PostgreSQL LISTEN connection is (again) up: announcements sent while it was down are lost,
+        so every waiting long poll looks again."""
+        self.listening.set()
+        self.waker.notify_all()
+
+    def announced(self, payload: str) -> None:
+        """A replica (maybe this one) committed a change to a runner's queue: wake its long polls here."""
+        parsed = store.parse_announcement(payload)
+        if parsed is not None:
+            self.waker.notify(*parsed)
 
 
 def _agent_key(runner_type: str, configuration: dict[str, Any]) -> str | None:
@@ -267,7 +316,7 @@ async def next_command(
 ) -> Response:
     """Long poll: the runner's next command with a lease (200), or 204 when none came in time."""
     gateway = agent_gateway(request)
-    await gateway.seen(svc, org_id, runner_id)
+    gateway.seen(org_id, runner_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gateway.settings.fetch_wait_seconds
     while True:
@@ -282,13 +331,18 @@ async def next_command(
             )
             return JSONResponse(delivered.model_dump(mode="json"))
         remaining = deadline - loop.time()
-        if remaining <= 0 or await request.is_disconnected():
+        if remaining <= 0:
             return Response(status_code=204)
-        # Woken by a commit here or by the polling fallback; the cap is a safety net should neither come.
+        # No database connection is held while waiting: woken by a commit (here or, on PostgreSQL, on any
+        # replica) or by the polling fallback.
         try:
-            await asyncio.wait_for(wake.wait(), min(remaining, gateway.settings.poll_fallback_seconds * 5))
+            async with asyncio.timeout(remaining):
+                await wake.wait()
         except TimeoutError:
-            pass
+            return Response(status_code=204)
+        if await request.is_disconnected():
+            # The agent is gone: a command claimed now would wait out its lease before redelivery.
+            return Response(status_code=204)
 
 
 def _receipt(request: Request, org_id: str, runner_id: str, command_id: str, text: str) -> receipts.Receipt:

@@ -17,9 +17,14 @@ from typing import Any
 
 import sqlalchemy as sa
 import sqlalchemy.exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.store.schema import agent_commands, agent_event_inbox, agent_presence
+from orchestrator.store.schema import agent_commands, agent_event_inbox, agent_presence, runners
+
+#: PostgreSQL NOTIFY channel on which a committed change to a runner's queue is announced to every replica
+#: (payload ``<org id>/<runner id>``).
+CHANNEL = "po_agent_commands"
 
 
 class CommandState(StrEnum):
@@ -56,6 +61,19 @@ class AgentCommand:
     def available(self, now: datetime) -> bool:
         """Deliverable now: open, past its retry delay or lease, and not expired."""
         return self.state in OPEN_STATES and self.available_at <= now < self.expires_at
+
+
+async def announce(conn: AsyncConnection, org_id: str, runner_id: str) -> None:
+    """Tell every replica, once the caller's transaction commits, that the runner's queue changed
+    (PostgreSQL NOTIFY, transactional: nothing is announced if it rolls back). Nothing on SQLite, which
+    has one server process."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, f"{org_id}/{runner_id}")))
+
+
+def parse_announcement(payload: str) -> tuple[str, str] | None:
+    org_id, sep, runner_id = payload.partition("/")
+    return (org_id, runner_id) if sep and org_id and runner_id else None
 
 
 def _command(row: sa.Row[tuple[object, ...]]) -> AgentCommand:
@@ -262,23 +280,37 @@ async def count_events(conn: AsyncConnection, org_id: str, runner_id: str) -> in
 # --- presence -------------------------------------------------------------------------------------------
 
 
-async def touch_presence(conn: AsyncConnection, org_id: str, runner_id: str, *, now: datetime) -> None:
-    """Record that the runner's agent asked for a command at ``now``."""
-    updated = await conn.execute(
-        agent_presence.update()
-        .where(agent_presence.c.org_id == org_id, agent_presence.c.runner_id == runner_id)
-        .values(last_seen_at=now)
-    )
-    if updated.rowcount:
-        return
-    try:
-        async with conn.begin_nested():
+async def touch_presences(conn: AsyncConnection, seen: dict[tuple[str, str], datetime]) -> int:
+    """Record when each runner's agent last asked for a command (one upsert per runner; runners deleted
+    meanwhile are skipped); how many were recorded."""
+    if not seen:
+        return 0
+    keys = list(seen)
+    existing = {
+        (row.org_id, row.id)
+        for row in (
             await conn.execute(
-                agent_presence.insert().values(org_id=org_id, runner_id=runner_id, last_seen_at=now)
+                sa.select(runners.c.org_id, runners.c.id).where(
+                    sa.tuple_(runners.c.org_id, runners.c.id).in_(keys)
+                )
             )
-    except sqlalchemy.exc.IntegrityError:
-        # Inserted concurrently, or the runner is gone: either way nothing to record.
-        pass
+        ).all()
+    }
+    values = [
+        {"org_id": org_id, "runner_id": runner_id, "last_seen_at": seen[(org_id, runner_id)]}
+        for org_id, runner_id in keys
+        if (org_id, runner_id) in existing
+    ]
+    if not values:
+        return 0
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(agent_presence)
+    upsert = stmt.on_conflict_do_update(
+        index_elements=[agent_presence.c.org_id, agent_presence.c.runner_id],
+        set_={"last_seen_at": stmt.excluded.last_seen_at},
+    )
+    await conn.execute(upsert, values)
+    return len(values)
 
 
 async def last_seen(conn: AsyncConnection, org_id: str, runner_id: str) -> datetime | None:
