@@ -18,7 +18,7 @@ from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.protocol import agent_auth
 from tests.acceptance.conftest import Stack, build_stack
 from tests.acceptance.test_agent_runner import AgentProcess
-from tests.support.kube_api import KubeApiServer, runner_image
+from tests.support.kube_api import CertificateAuthority, KubeApiServer, runner_image
 
 pytestmark = pytest.mark.slow
 
@@ -87,9 +87,13 @@ def agent_stack(server_url: str, tmp_path: Path, public_pem: str) -> Stack:
 def test_kubernetes_agent__deploys_end_to_end(server_url: str, tmp_path: Path) -> None:
     private_pem, public_pem = agent_auth.generate_key_pair()
     images = {DEFAULT_RUNNER_IMAGE: runner_image()}
+    gateway_ca = CertificateAuthority("gateway-ca").pem
+    (tmp_path / "gateway-ca.pem").write_bytes(gateway_ca)
     with KubeApiServer(tmp_path / "kube", namespaces=("default", NAMESPACE), images=images) as api:
         stack = agent_stack(server_url, tmp_path, public_pem)
-        agent = start_agent(server_url, private_pem, api, tmp_path)
+        agent = start_agent(
+            server_url, private_pem, api, tmp_path, RUNNER_GATEWAY_CA_FILE=str(tmp_path / "gateway-ca.pem")
+        )
         try:
             deployment = stack.deploy()
             outputs = stack.outputs(deployment) if deployment["status"] == "succeeded" else {}
@@ -109,9 +113,13 @@ def test_kubernetes_agent__deploys_end_to_end(server_url: str, tmp_path: Path) -
     assert {c["type"] for c in jobs[0]["status"]["conditions"]} == {"SuccessCriteriaMet", "Complete"}
     (pod,) = pods
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-    # The runner's pod never sees the agent's key.
-    env_names = {e["name"] for e in pod["spec"]["containers"][0].get("env", [])}
-    assert "PRIVATE_KEY" not in env_names
+    # The runner's pod never sees the agent's key; it gets the gateway CA as PEM text (which the runner
+    # loaded: it succeeded), not the path of the agent's file.
+    env = {e["name"]: e for e in pod["spec"]["containers"][0].get("env", [])}
+    assert "PRIVATE_KEY" not in env
+    assert not any("PRIVATE KEY" in str(e.get("value", "")) for e in env.values())
+    assert env["RUNNER_GATEWAY_CA"]["value"] == gateway_ca.decode()
+    assert "RUNNER_GATEWAY_CA_FILE" not in env
     assert "command acked" in agent.output()
     assert code == 0, agent.output()[-2000:]
 

@@ -15,13 +15,15 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.protocol import agent_auth, results
 from orchestrator.protocol import commands as protocol
+from orchestrator.protocol.tls import GatewayTls, gateway_verify
 from orchestrator.runner.gateway_client import GatewayAuthError, GatewayError
 
 __all__ = ["AgentClient", "GatewayAuthError", "GatewayError"]
 
 
 class AgentClient:
-    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events``."""
+    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events``; ``tls`` (extra CA,
+    mTLS pair; ``protocol.tls``, the runner's too) wins over ``verify``."""
 
     def __init__(
         self,
@@ -31,6 +33,7 @@ class AgentClient:
         runner_id: str,
         private_key: Ed25519PrivateKey,
         verify: ssl.SSLContext | bool = True,
+        tls: GatewayTls | None = None,
         timeout_seconds: float = 30.0,
         poll_timeout_seconds: float = 90.0,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -43,7 +46,7 @@ class AgentClient:
         self._poll_timeout = poll_timeout_seconds
         self._http = httpx.AsyncClient(
             base_url=f"{parts.scheme}://{parts.netloc}",
-            verify=verify,
+            verify=gateway_verify(tls) if tls is not None else verify,
             timeout=timeout_seconds,
             transport=transport,
             headers={"User-Agent": "po-runner-agent"},

@@ -4,12 +4,16 @@
 ``LocalLauncher`` the orchestrator uses for ``connection: {type: local}``. ``kubernetes-agent`` runners get
 their Job in the agent's cluster: ``kubernetes`` is a factory called with the command's payload
 (``agent.kubernetes.kubernetes_launchers``); without it such commands are rejected as permanent errors.
+``cluster`` (the same object, in ``po-runner remote``) finds the runs launched before a restart that have
+not started yet, so the agent watches them again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from orchestrator.launchers.base import Launcher, LaunchError
 from orchestrator.launchers.local import LocalLauncher
@@ -17,6 +21,27 @@ from orchestrator.protocol.commands import CreateJobPayload
 
 #: Builds the launcher for one ``create-job`` payload (namespace, Job configuration).
 LauncherFactory = Callable[[CreateJobPayload], Launcher]
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnstartedRun:
+    """A run this agent launched earlier (before a restart) whose pod has not started yet."""
+
+    handle: str
+    #: The command that launched it: the id of the events about it.
+    command_id: str
+    deployment_id: str
+    job_id: str
+    #: Since the run (its Job) was created.
+    age_seconds: float
+
+
+class LaunchedRuns(Protocol):
+    """The agent's cluster, as far as resuming watches after a restart needs it."""
+
+    def launcher(self) -> Launcher: ...
+
+    async def unstarted_runs(self, org_id: str, runner_id: str) -> list[UnstartedRun]: ...
 
 
 class PermanentLaunchError(LaunchError):
@@ -32,9 +57,11 @@ class AgentLaunchers:
         runs_dir: Path,
         environ: Mapping[str, str],
         kubernetes: LauncherFactory | None = None,
+        cluster: LaunchedRuns | None = None,
     ) -> None:
         self.local = LocalLauncher(runs_dir, environ=environ)
         self._kubernetes = kubernetes
+        self.cluster = cluster
 
     def for_command(self, payload: CreateJobPayload) -> Launcher:
         runner_type = payload.spec.runner_type
@@ -46,8 +73,9 @@ class AgentLaunchers:
 
     @staticmethod
     def local_environment(payload: CreateJobPayload) -> bool:
-        """Whether the run gets the agent's own additions (its CA file path): only local processes share
-        the agent's file system."""
+        """Whether the run gets the agent's own additions as its job ``environment`` (the CA file path):
+        only local processes share the agent's file system. Kubernetes Jobs get them in their pod template
+        (``agent.kubernetes.job_with_agent_additions``)."""
         return payload.spec.runner_type == "vm"
 
     @staticmethod

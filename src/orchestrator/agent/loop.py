@@ -11,8 +11,10 @@
    its Job/pod is checked every ``AGENT_POD_WATCH_INTERVAL_SECONDS`` (for at most
    ``AGENT_POD_WATCH_MAX_SECONDS``); a pod still pending with Warning events → terminal ``runner-error``
    ``REMOTE_RUNNER`` with the warnings, and the Job is deleted (it must not start after the deployment
-   failed). Watches live in this process only: an agent restarted meanwhile does not resume them (the
-   deployment timeout still applies);
+   failed). When it starts, the agent looks for the runner Jobs it launched that have not started yet
+   (``AgentLaunchers.cluster``) and watches them again, the remaining delay counted from each Job's
+   creation; the runner-error has the event id a watch before the restart would have used (the command
+   id is the Job's pod template annotation), so the gateway applies it once;
 6. a permanent launch error, or a transient one at delivery ``max_attempts`` → terminal ``runner-error``
    ``REMOTE_RUNNER`` + reject; a transient one → retryable ``runner-error`` + retry after ``2^attempt`` s
    (at most 60).
@@ -31,16 +33,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from orchestrator.agent.client import AgentClient, GatewayAuthError, GatewayError
-from orchestrator.agent.kubernetes import stuck_detail
+from orchestrator.agent.kubernetes import job_with_agent_additions, stuck_detail
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.launchers.base import Launcher, LaunchError, RunState
 from orchestrator.protocol import commands as protocol
+from orchestrator.protocol.launch import RunSpec
 
 log = structlog.get_logger("po-runner.agent")
 
@@ -54,6 +57,32 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     #: The answer did not reach the gateway; the command comes back after its lease.
     UNANSWERED = "unanswered"
+
+
+class Command(Protocol):
+    """What events about a command need: a ``CommandEnvelope``, or a ``ResumedCommand``."""
+
+    @property
+    def command_id(self) -> str: ...
+
+    @property
+    def organization_id(self) -> str: ...
+
+    @property
+    def runner_id(self) -> str: ...
+
+    @property
+    def deployment_id(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ResumedCommand:
+    """The command of a run launched before this agent started (found in the cluster, not delivered)."""
+
+    command_id: str
+    organization_id: str
+    runner_id: str
+    deployment_id: str
 
 
 def backoff_seconds(failures: int, *, cap: float, rng: random.Random | None = None) -> float:
@@ -70,11 +99,14 @@ class Agent:
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
     #: Background watches of launched Kubernetes runs, by command id.
     watches: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    #: Finding the runs launched before this agent started, to watch them again.
+    resuming: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll and handle commands until ``stop`` is set."""
         failures = 0
         log.info("agent started", org_id=self.settings.org_id, runner_id=self.settings.runner_id)
+        self.resuming = asyncio.create_task(self.resume_watches())
         while not stop.is_set():
             try:
                 delivered = await self._next_or_stop(stop)
@@ -100,7 +132,43 @@ class Agent:
         await self.stop_watching()
         log.info("agent stopped")
 
+    async def resume_watches(self) -> None:
+        """Watch again the runs launched before this agent started whose pods have not started yet; a
+        cluster that cannot be asked is asked again with backoff (unless asking again cannot help)."""
+        cluster = self.launchers.cluster
+        if cluster is None:
+            return
+        failures = 0
+        while True:
+            try:
+                runs = await cluster.unstarted_runs(self.settings.org_id, self.settings.runner_id)
+                launcher = cluster.launcher() if runs else None
+                break
+            except LaunchError as exc:
+                failures += 1
+                if not exc.retryable:
+                    log.info("not looking for runs launched before the restart", reason=exc.message)
+                    return
+                log.warning("cannot look for runs launched before the restart", error=exc.message)
+                await self.sleep(backoff_seconds(failures, cap=self.settings.agent_max_backoff_seconds))
+        for run in runs:
+            assert launcher is not None
+            command = ResumedCommand(
+                command_id=run.command_id,
+                organization_id=self.settings.org_id,
+                runner_id=self.settings.runner_id,
+                deployment_id=run.deployment_id,
+            )
+            log.info(
+                "watching a run launched before the restart", command_id=run.command_id, handle=run.handle
+            )
+            self._watch(launcher, run.handle, command, run.job_id, age_seconds=run.age_seconds)
+
     async def stop_watching(self) -> None:
+        if self.resuming is not None:
+            self.resuming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.resuming
         watches = list(self.watches.values())
         for task in watches:
             task.cancel()
@@ -145,15 +213,7 @@ class Agent:
             return await self._answer("reject", envelope, delivered, reason=f"{exc.code}: {exc.reason}")
         try:
             launcher = self.launchers.for_command(payload)
-            spec = payload.spec.to_run_spec(
-                self.settings.org_id,
-                self.settings.runner_id,
-                gateway_url=self.settings.runner_gateway_url,
-                environment=(
-                    self.settings.runner_environment() if self.launchers.local_environment(payload) else None
-                ),
-            )
-            handle = await launcher.launch(spec)
+            handle = await launcher.launch(self._run_spec(envelope, payload))
         except LaunchError as exc:
             return await self._launch_failed(delivered, payload, exc.message, retryable=exc.retryable)
         except Exception as exc:  # an unexpected failure of the launcher: worth another delivery
@@ -179,14 +239,36 @@ class Agent:
             self._watch(launcher, handle, envelope, payload.job_id)
         return outcome
 
+    def _run_spec(self, envelope: protocol.CommandEnvelope, payload: protocol.CreateJobPayload) -> RunSpec:
+        """The run with the agent's additions: local runs get the CA file path in their environment;
+        Kubernetes Jobs the CA's PEM text on the runner's container and the command id as an annotation."""
+        description, environment = payload.spec, None
+        if self.launchers.local_environment(payload):
+            environment = self.settings.runner_environment()
+        elif self.launchers.watches_start(payload):
+            job = job_with_agent_additions(
+                description.job,
+                command_id=envelope.command_id,
+                environment=self.settings.kubernetes_runner_environment(),
+            )
+            description = description.model_copy(update={"job": job})
+        return description.to_run_spec(
+            self.settings.org_id,
+            self.settings.runner_id,
+            gateway_url=self.settings.runner_gateway_url,
+            environment=environment,
+        )
+
     def _watch(
-        self, launcher: Launcher, handle: str, envelope: protocol.CommandEnvelope, job_id: str
+        self, launcher: Launcher, handle: str, command: Command, job_id: str, *, age_seconds: float = 0.0
     ) -> None:
-        command_id = envelope.command_id
+        command_id = command.command_id
         running = self.watches.get(command_id)
         if running is not None and not running.done():
             return
-        task = asyncio.create_task(self._watch_start(launcher, handle, envelope, job_id))
+        task = asyncio.create_task(
+            self._watch_start(launcher, handle, command, job_id, age_seconds=age_seconds)
+        )
         self.watches[command_id] = task
         task.add_done_callback(lambda done: self._watch_done(command_id, done))
 
@@ -197,19 +279,23 @@ class Agent:
             log.error("watching the run failed", command_id=command_id, error=repr(task.exception()))
 
     async def _watch_start(
-        self, launcher: Launcher, handle: str, envelope: protocol.CommandEnvelope, job_id: str
+        self, launcher: Launcher, handle: str, command: Command, job_id: str, *, age_seconds: float = 0.0
     ) -> None:
-        """Upstream step 7: after the scheduling delay, until the pod starts (or the watch's end)."""
-        context = {"command_id": envelope.command_id, "handle": handle}
-        await self.sleep(self.settings.k8s_runner_pod_scheduling_delay)
-        deadline = time.monotonic() + self.settings.agent_pod_watch_max_seconds
+        """Upstream step 7: after the scheduling delay, until the pod starts (or the watch's end).
+        ``age_seconds``: how long ago the run was launched (a watch resumed after a restart); a run past
+        the end of its watch is still checked once."""
+        context = {"command_id": command.command_id, "handle": handle}
+        delay = self.settings.k8s_runner_pod_scheduling_delay
+        await self.sleep(max(0.0, delay - age_seconds))
+        overdue = max(0.0, age_seconds - delay)
+        deadline = time.monotonic() + max(0.0, self.settings.agent_pod_watch_max_seconds - overdue)
         while True:
             status = await launcher.status(handle)
             stuck = stuck_detail(status)
             if stuck is not None:
                 log.warning("the runner pod did not start", detail=stuck, **context)
                 await self._runner_error(
-                    envelope, job_id, protocol.REMOTE_RUNNER_ERROR_CODE, stuck[:8000], retryable=False
+                    command, job_id, protocol.REMOTE_RUNNER_ERROR_CODE, stuck[:8000], retryable=False
                 )
                 try:
                     await launcher.cancel(handle, grace_seconds=0)
@@ -252,7 +338,7 @@ class Agent:
 
     async def _runner_error(
         self,
-        envelope: protocol.CommandEnvelope,
+        envelope: Command,
         job_id: str | None,
         code: str,
         message: str,

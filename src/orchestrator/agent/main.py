@@ -12,37 +12,34 @@ from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.protocol import agent_auth
-from orchestrator.runner.gateway_client import tls_verification
 
 
 async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -> None:
     """Run the agent until SIGTERM/SIGINT (or ``stop``); ``ConfigurationError`` if it cannot start."""
     key = agent_auth.load_private_key(settings.private_key.get_secret_value())
-    verify = tls_verification(
-        settings.runner_gateway_ca_file,
-        settings.runner_gateway_client_cert_file,
-        settings.runner_gateway_client_key_file,
-    )
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     settings.agent_runs_dir.mkdir(parents=True, exist_ok=True)
+    # ConfigurationError here when the gateway CA or the mTLS pair cannot be loaded.
     client = AgentClient(
         gateway_url=settings.runner_gateway_url,
         org_id=settings.org_id,
         runner_id=settings.runner_id,
         private_key=key,
-        verify=verify,
+        tls=settings.gateway_tls(),
         timeout_seconds=settings.agent_request_timeout_seconds,
         poll_timeout_seconds=settings.agent_poll_timeout_seconds,
     )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
-        kubernetes = kubernetes_launchers(
-            os.environ, scheduling_delay_seconds=settings.k8s_runner_pod_scheduling_delay
+        cluster = kubernetes_launchers(
+            os.environ,
+            scheduling_delay_seconds=settings.k8s_runner_pod_scheduling_delay,
+            namespaces=settings.job_namespaces(),
         )
         launchers = AgentLaunchers(
-            runs_dir=settings.agent_runs_dir, environ=os.environ, kubernetes=kubernetes
+            runs_dir=settings.agent_runs_dir, environ=os.environ, kubernetes=cluster, cluster=cluster
         )
         await Agent(settings=settings, client=client, launchers=launchers).run(stop)
     finally:

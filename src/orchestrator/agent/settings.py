@@ -2,6 +2,12 @@
 
 ``ORG_ID``, ``RUNNER_ID``, ``PRIVATE_KEY`` (PKCS#8 PEM), ``RUNNER_GATEWAY_URL`` and the CA/mTLS files are
 upstream's names; the ``AGENT_*`` tuning variables are ours.
+
+``RUNNER_GATEWAY_CA_FILE`` is read and checked when the settings are built (a clear error naming the
+variable if it is not a readable PEM certificate). The runners the agent launches get that CA: local (vm)
+runs the file's path (``RUNNER_GATEWAY_CA_FILE``, same file system), Kubernetes Jobs its PEM text in the
+non-secret variable ``RUNNER_GATEWAY_CA`` (their pods do not have the agent's files; a CA certificate is
+public). Never the private key, nor the agent's mTLS client certificate or key.
 """
 
 from __future__ import annotations
@@ -12,8 +18,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.protocol.tls import GatewayTls, read_ca_file
+
+#: The variable that carries the gateway CA's PEM text to a runner (``RunnerSettings.runner_gateway_ca``).
+RUNNER_GATEWAY_CA_ENV = "RUNNER_GATEWAY_CA"
 
 
 def default_runs_dir() -> Path:
@@ -83,11 +94,36 @@ class AgentSettings(BaseSettings):
     agent_pod_watch_interval_seconds: float = Field(
         default=5.0, gt=0, description="kubernetes-agent: how often a pending runner pod is checked."
     )
+    agent_job_namespaces: str = Field(
+        default="",
+        description="kubernetes-agent: comma-separated namespaces where the agent looks, when it starts, for "
+        "the runner Jobs it launched that have not started yet; empty: every namespace, or the agent's own "
+        "if it may not list Jobs cluster-wide.",
+    )
     agent_pod_watch_max_seconds: float = Field(
         default=3600.0,
         ge=0,
         description="kubernetes-agent: how long after the delay a pending pod is watched.",
     )
+
+    #: The PEM text of ``runner_gateway_ca_file``, read once when the settings are built.
+    _gateway_ca_pem: str | None = PrivateAttr(default=None)
+
+    @field_validator("runner_gateway_ca_file")
+    @classmethod
+    def _readable_pem_certificate(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                read_ca_file(value)
+            except ValueError as exc:
+                raise ValueError(f"RUNNER_GATEWAY_CA_FILE must be a readable PEM certificate: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _read_gateway_ca(self) -> AgentSettings:
+        if self.runner_gateway_ca_file is not None:
+            self._gateway_ca_pem = read_ca_file(self.runner_gateway_ca_file)
+        return self
 
     @field_validator("k8s_runner_pod_scheduling_delay", mode="before")
     @classmethod
@@ -102,9 +138,32 @@ class AgentSettings(BaseSettings):
             raise ValueError("RUNNER_GATEWAY_URL must be an absolute http:// or https:// URL")
         return value
 
+    @property
+    def gateway_ca_pem(self) -> str | None:
+        """The PEM text of the gateway's extra CA (``RUNNER_GATEWAY_CA_FILE``), if any."""
+        return self._gateway_ca_pem
+
+    def job_namespaces(self) -> tuple[str, ...]:
+        return tuple(part.strip() for part in self.agent_job_namespaces.split(",") if part.strip())
+
+    def gateway_tls(self) -> GatewayTls:
+        """The agent's own TLS towards the gateway: the extra CA and its mTLS pair."""
+        return GatewayTls(
+            ca_file=self.runner_gateway_ca_file,
+            client_cert_file=self.runner_gateway_client_cert_file,
+            client_key_file=self.runner_gateway_client_key_file,
+        )
+
     def runner_environment(self) -> dict[str, str]:
-        """What the runners this agent launches get from it besides their spec: the gateway's CA file (as
-        upstream mounts the CA into the Job). Never the private key, nor the agent's mTLS identity."""
+        """What local (vm) runs get from the agent besides their spec: the gateway's CA file, which they
+        can read (same file system). Never the private key, nor the agent's mTLS identity."""
         if self.runner_gateway_ca_file is None:
             return {}
         return {"RUNNER_GATEWAY_CA_FILE": str(self.runner_gateway_ca_file)}
+
+    def kubernetes_runner_environment(self) -> dict[str, str]:
+        """What Kubernetes Jobs get from the agent besides their spec: the gateway CA's PEM text (the pod
+        has none of the agent's files). Never the private key, nor the agent's mTLS identity."""
+        if self._gateway_ca_pem is None:
+            return {}
+        return {RUNNER_GATEWAY_CA_ENV: self._gateway_ca_pem}

@@ -10,7 +10,6 @@ import ssl
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -19,6 +18,7 @@ from pydantic import SecretStr
 
 from orchestrator import errors
 from orchestrator.protocol import results
+from orchestrator.protocol.tls import GatewayTls, gateway_verify
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_SECONDS = 30.0
@@ -50,32 +50,12 @@ class ResultsReceipt(StrEnum):
     ALREADY_REPORTED = "already_reported"
 
 
-def tls_verification(
-    ca_file: Path | None, client_cert_file: Path | None, client_key_file: Path | None
-) -> ssl.SSLContext | bool:
-    """The ``verify`` argument for httpx: system CAs plus ``ca_file``, and the mTLS client pair."""
-    if ca_file is None and client_cert_file is None and client_key_file is None:
-        return True
-    if (client_cert_file is None) != (client_key_file is None):
-        raise errors.ConfigurationError(
-            "mTLS needs both RUNNER_GATEWAY_CLIENT_CERT_FILE and RUNNER_GATEWAY_CLIENT_KEY_FILE"
-        )
-    context = ssl.create_default_context()
-    try:
-        if ca_file is not None:
-            context.load_verify_locations(cafile=str(ca_file))
-        if client_cert_file is not None and client_key_file is not None:
-            context.load_cert_chain(certfile=str(client_cert_file), keyfile=str(client_key_file))
-    except (OSError, ssl.SSLError) as exc:
-        raise errors.ConfigurationError(f"cannot load the runner gateway TLS files: {exc}") from exc
-    return context
-
-
 class GatewayClient:
     """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/...`` for one deployment.
 
     A ``gateway_url`` without a path gets the default base path ``/runner-gateway``; one with a path
-    (upstream style, e.g. ``https://gw.example.com/runner-gateway``) uses that path as the base.
+    (upstream style, e.g. ``https://gw.example.com/runner-gateway``) uses that path as the base. ``tls``
+    (extra CA, mTLS pair; ``protocol.tls``) wins over ``verify``.
     """
 
     def __init__(
@@ -86,6 +66,7 @@ class GatewayClient:
         runner_id: str,
         token: SecretStr,
         verify: ssl.SSLContext | bool = True,
+        tls: GatewayTls | None = None,
         timeout_seconds: float = 40.0,
         attempts: int = 5,
         backoff_seconds: float = 1.0,
@@ -102,7 +83,7 @@ class GatewayClient:
         self._sleep = sleep
         self._http = httpx.Client(
             base_url=f"{parts.scheme}://{parts.netloc}",
-            verify=verify,
+            verify=gateway_verify(tls) if tls is not None else verify,
             timeout=timeout_seconds,
             transport=transport,
             headers={"User-Agent": "po-runner"},

@@ -13,6 +13,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.protocol import results
+from orchestrator.protocol.tls import GatewayTls, check_ca_pem
 from orchestrator.runner.engine import IacBackend
 
 DEFAULT_METADATA_KEY = "platform_orchestrator_metadata"
@@ -58,6 +59,11 @@ class RunnerSettings(BaseSettings):
         description="Where the bundle is unpacked; default /opt/runner/tofu if writable, else a temp dir.",
     )
     runner_gateway_ca_file: Path | None = Field(default=None, description="Extra CA (PEM) for the gateway.")
+    runner_gateway_ca: str | None = Field(
+        default=None,
+        description="Extra CA for the gateway as PEM text (RUNNER_GATEWAY_CA): how an agent hands its CA to "
+        "the Jobs it launches. Trusted together with RUNNER_GATEWAY_CA_FILE when both are set.",
+    )
     runner_gateway_client_cert_file: Path | None = Field(default=None, description="mTLS client certificate.")
     runner_gateway_client_key_file: Path | None = Field(default=None, description="mTLS client key.")
     runner_logs_max_bytes: int = Field(
@@ -88,7 +94,21 @@ class RunnerSettings(BaseSettings):
             raise ValueError("RUNNER_GATEWAY_URL must be an absolute http:// or https:// URL")
         return value
 
+    @field_validator("runner_gateway_ca")
+    @classmethod
+    def _pem_certificate(cls, value: str | None) -> str | None:
+        return None if value is None else check_ca_pem(value)
+
     @field_validator("log_level")
     @classmethod
     def _lower(cls, value: str) -> str:
         return value.strip().lower()
+
+    def gateway_tls(self) -> GatewayTls:
+        """The extra CA (file and/or PEM text) and the mTLS pair for ``GatewayClient``."""
+        return GatewayTls(
+            ca_file=self.runner_gateway_ca_file,
+            ca_pem=self.runner_gateway_ca,
+            client_cert_file=self.runner_gateway_client_cert_file,
+            client_key_file=self.runner_gateway_client_key_file,
+        )

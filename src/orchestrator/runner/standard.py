@@ -81,17 +81,13 @@ def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: 
         mode=settings.mode.value,
     )
     log.info("platform orchestrator runner starting", version=_version())
-    verify = gateway_client.tls_verification(
-        settings.runner_gateway_ca_file,
-        settings.runner_gateway_client_cert_file,
-        settings.runner_gateway_client_key_file,
-    )
     with gateway_client.GatewayClient(
         gateway_url=settings.runner_gateway_url,
         org_id=settings.org_id,
         runner_id=settings.runner_id,
         token=settings.token,
-        verify=verify,
+        # ConfigurationError here when the CA (file or PEM text) or the mTLS pair are unusable.
+        tls=settings.gateway_tls(),
         timeout_seconds=settings.runner_http_timeout_seconds,
         attempts=settings.runner_http_attempts,
         backoff_seconds=settings.runner_http_backoff_seconds,
