@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy.exc
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -73,6 +74,14 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, sqlalchemy.exc.TimeoutError):
+        # Every database connection stayed busy for the pool's whole timeout: overload, not a bug.
+        log.warning("no database connection free in time", error=str(exc))
+        return JSONResponse(
+            error_body("API-503", "the server is busy, try again shortly"),
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
     log.error("unexpected error", exc_info=exc)
     return JSONResponse(error_body("API-500", "internal error"), status_code=500)
 

@@ -85,11 +85,26 @@ class AgentGatewaySettings(BaseSettings):
     )
 
 
-class CommandWaker:
-    """Wakes long polls waiting for a runner's next command; in-process, one event per waiting runner."""
+_Runner = tuple[str, str]
 
-    def __init__(self) -> None:
-        self._events: dict[tuple[str, str], asyncio.Event] = {}
+
+class CommandWaker:
+    """Wakes long polls waiting for a runner's next command (in-process, one event per waiting runner),
+    and knows which runners surely have nothing to deliver, so that most polls touch no database.
+
+    "Surely nothing": the runner was not in the last snapshot of runners with a deliverable command
+    (``record_ready``, taken by the polling fallback) and no ``notify`` for it came since that snapshot's
+    query began. A command that becomes deliverable without a notification (a lease or retry delay running
+    out) shows in the next snapshot, which wakes the poll.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._events: dict[_Runner, asyncio.Event] = {}
+        self._changed: dict[_Runner, float] = {}
+        self._all_changed_at = float("-inf")
+        self._ready: frozenset[_Runner] | None = None
+        self._ready_at = float("-inf")
 
     def ticket(self, org_id: str, runner_id: str) -> asyncio.Event:
         """Take this before looking for a command: a ``notify`` from then on sets it."""
@@ -100,18 +115,44 @@ class CommandWaker:
         return event
 
     def notify(self, org_id: str, runner_id: str) -> None:
-        event = self._events.pop((org_id, runner_id), None)
+        """The runner's queue changed: wake its waiting polls."""
+        key = (org_id, runner_id)
+        self._changed[key] = self._clock()
+        event = self._events.pop(key, None)
         if event is not None:
             event.set()
 
     def notify_all(self) -> None:
-        """Wake every waiting long poll (each looks at its runner's queue again)."""
+        """Anything may have changed: wake every waiting long poll (each looks at its queue again)."""
+        self._all_changed_at = self._clock()
         events, self._events = self._events, {}
         for event in events.values():
             event.set()
 
-    def waiting(self) -> set[tuple[str, str]]:
+    def waiting(self) -> set[_Runner]:
         return set(self._events)
+
+    def now(self) -> float:
+        return self._clock()
+
+    def record_ready(self, ready: set[_Runner], *, as_of: float) -> None:
+        """The runners with a deliverable command, as read by a query that began at ``as_of``."""
+        if as_of < self._ready_at:
+            return
+        self._ready, self._ready_at = frozenset(ready), as_of
+        self._changed = {key: at for key, at in self._changed.items() if at >= as_of}
+
+    def may_have_command(self, org_id: str, runner_id: str, *, max_age: float) -> bool:
+        """False only if the runner surely has nothing deliverable (per a snapshot at most ``max_age``
+        seconds old and the notifications since)."""
+        if self._ready is None or self._clock() - self._ready_at > max_age:
+            return True
+        key = (org_id, runner_id)
+        return (
+            key in self._ready
+            or self._changed.get(key, float("-inf")) >= self._ready_at
+            or self._all_changed_at >= self._ready_at
+        )
 
 
 @dataclass(kw_only=True)
@@ -176,6 +217,9 @@ class AgentGateway:
         return head is not None and (head.available(now) or head.expires_at <= now)
 
     async def claim(self, svc: Services, org_id: str, runner_id: str) -> protocol.NextCommand | None:
+        max_age = 3 * self.settings.poll_fallback_seconds
+        if not self.waker.may_have_command(org_id, runner_id, max_age=max_age):
+            return None
         if not await self.deliverable(svc, org_id, runner_id):
             return None
         now = datetime.now(UTC)
@@ -242,8 +286,10 @@ class AgentGateway:
         waiting = self.waker.waiting()
         if not waiting:
             return
+        as_of = self.waker.now()
         async with svc.reader.connect() as conn:
             ready = await store.runners_with_available(conn, now=datetime.now(UTC))
+        self.waker.record_ready(ready, as_of=as_of)
         for org_id, runner_id in ready & waiting:
             self.waker.notify(org_id, runner_id)
 
