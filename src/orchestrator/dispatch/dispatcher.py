@@ -117,23 +117,32 @@ class Dispatcher:
     async def run_once(self) -> None:
         now = datetime.now(UTC)
         lease = timedelta(seconds=self.settings.lease_seconds)
-        async with self.engine.begin() as conn:
-            pending = await store.claim_pending(
-                conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
-            )
-        if pending:
-            await asyncio.gather(*(self._launch(d) for d in pending))
-        async with self.engine.begin() as conn:
-            due = await store.claim_checks(
-                conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
-            )
-        if due:
-            await asyncio.gather(*(self._check(d) for d in due))
-        async with self.engine.begin() as conn:
-            expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
-        for deployment in expired:
-            log.info("agent command expired", deployment_id=str(deployment.id))
-            self.on_final(str(deployment.id))
+        # Cheap reads first: a round with nothing to do takes no write transaction (on SQLite the one
+        # writer is shared with the API and the gateway's command claims).
+        async with db.readonly(self.engine).connect() as conn:
+            pending_due = await store.has_pending(conn, now=now)
+            checks_due = await store.has_checks_due(conn, now=now)
+            expiry_due = await command_store.has_expired(conn, now=now)
+        if pending_due:
+            async with self.engine.begin() as conn:
+                pending = await store.claim_pending(
+                    conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
+                )
+            if pending:
+                await asyncio.gather(*(self._launch(d) for d in pending))
+        if checks_due:
+            async with self.engine.begin() as conn:
+                due = await store.claim_checks(
+                    conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
+                )
+            if due:
+                await asyncio.gather(*(self._check(d) for d in due))
+        if expiry_due:
+            async with self.engine.begin() as conn:
+                expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
+            for deployment in expired:
+                log.info("agent command expired", deployment_id=str(deployment.id))
+                self.on_final(str(deployment.id))
 
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:
@@ -212,9 +221,9 @@ class Dispatcher:
         except _LeaseLostError:
             log.warning("lost the dispatch lease before enqueueing", deployment_id=str(deployment.id))
             return
-        log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
         if self.on_command is not None:
             self.on_command(deployment.org_id, deployment.runner_id)
+        log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
 
     async def _launch(self, deployment: Deployment) -> None:
         found = await self._spec(deployment)

@@ -226,37 +226,47 @@ async def _claim(
     return sorted((_deployment(r) for r in rows), key=lambda d: d.created_at)
 
 
+def _pending() -> sa.ColumnElement[bool]:
+    return sa.and_(
+        deployments.c.dispatch_state == DispatchState.PENDING, deployments.c.status == Status.EXECUTING
+    )
+
+
+def _checks_due(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        deployments.c.status == Status.EXECUTING,
+        deployments.c.dispatch_state == DispatchState.LAUNCHED,
+        sa.or_(deployments.c.next_check_at <= now, deployments.c.timeout_at <= now),
+    )
+
+
+async def _claimable(conn: AsyncConnection, condition: sa.ColumnElement[bool], now: datetime) -> bool:
+    free = sa.or_(deployments.c.dispatch_lease_until.is_(None), deployments.c.dispatch_lease_until < now)
+    found = await conn.execute(sa.select(deployments.c.id).where(condition, free).limit(1))
+    return found.first() is not None
+
+
+async def has_pending(conn: AsyncConnection, *, now: datetime) -> bool:
+    """A cheap read before ``claim_pending``: is there anything to claim?"""
+    return await _claimable(conn, _pending(), now)
+
+
+async def has_checks_due(conn: AsyncConnection, *, now: datetime) -> bool:
+    """A cheap read before ``claim_checks``: is there anything to claim?"""
+    return await _claimable(conn, _checks_due(now), now)
+
+
 async def claim_pending(
     conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta, limit: int
 ) -> list[Deployment]:
-    return await _claim(
-        conn,
-        sa.and_(
-            deployments.c.dispatch_state == DispatchState.PENDING, deployments.c.status == Status.EXECUTING
-        ),
-        owner=owner,
-        now=now,
-        lease=lease,
-        limit=limit,
-    )
+    return await _claim(conn, _pending(), owner=owner, now=now, lease=lease, limit=limit)
 
 
 async def claim_checks(
     conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta, limit: int
 ) -> list[Deployment]:
     """Launched, still executing deployments whose next status check is due (or whose time is up)."""
-    return await _claim(
-        conn,
-        sa.and_(
-            deployments.c.status == Status.EXECUTING,
-            deployments.c.dispatch_state == DispatchState.LAUNCHED,
-            sa.or_(deployments.c.next_check_at <= now, deployments.c.timeout_at <= now),
-        ),
-        owner=owner,
-        now=now,
-        lease=lease,
-        limit=limit,
-    )
+    return await _claim(conn, _checks_due(now), owner=owner, now=now, lease=lease, limit=limit)
 
 
 async def release(
