@@ -25,6 +25,7 @@ from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway import state as gateway_state
+from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers.base import Launcher
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.notify import Notifier
@@ -178,6 +179,8 @@ def create_app(
     )
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
+    # Outermost of ours: agents' long polls skip the rest of the stack while they wait.
+    app.add_middleware(LongPollMiddleware)
     for router in (
         orgs.router,
         projects.router,

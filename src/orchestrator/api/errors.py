@@ -43,14 +43,19 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
     return body
 
 
-async def _orchestrator_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, OrchestratorError)
+def error_response(exc: OrchestratorError) -> JSONResponse:
+    """The JSON answer to ``exc`` (also for handlers that run outside FastAPI's routing)."""
     status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
     if status == 500:
         log.error("unexpected error", exc_info=exc)
         return JSONResponse(error_body("API-500", "internal error"), status_code=500)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=status, headers=headers)
+
+
+async def _orchestrator_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OrchestratorError)
+    return error_response(exc)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -73,15 +78,19 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def busy_response(exc: sqlalchemy.exc.TimeoutError) -> JSONResponse:
+    """Every database connection stayed busy for the pool's whole timeout: overload, not a bug."""
+    log.warning("no database connection free in time", error=str(exc))
+    return JSONResponse(
+        error_body("API-503", "the server is busy, try again shortly"),
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
 async def _unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, sqlalchemy.exc.TimeoutError):
-        # Every database connection stayed busy for the pool's whole timeout: overload, not a bug.
-        log.warning("no database connection free in time", error=str(exc))
-        return JSONResponse(
-            error_body("API-503", "the server is busy, try again shortly"),
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
+        return busy_response(exc)
     log.error("unexpected error", exc_info=exc)
     return JSONResponse(error_body("API-500", "internal error"), status_code=500)
 

@@ -23,8 +23,9 @@ Agent presence (``last_seen_at``) is kept in memory per poll and written in one 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -205,6 +206,59 @@ class AgentGateway:
             self._seen = {**seen, **self._seen}
             raise
 
+    async def authenticate(
+        self, svc: Services, org_id: str, runner_id: str, authorization: str | None
+    ) -> None:
+        """Admit a request whose ``Authorization`` carries a valid agent token of ``org_id/runner_id``;
+        the same UnauthenticatedError for every failure."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise UnauthenticatedError(UNAUTHENTICATED)
+        key = await self.public_key(svc, org_id, runner_id)
+        if key is None:
+            log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason="no agent key")
+            raise UnauthenticatedError(UNAUTHENTICATED)
+        try:
+            agent_auth.verify(token.strip(), key, org_id=org_id, runner_id=runner_id)
+        except agent_auth.AgentTokenError as exc:
+            log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason=exc.message)
+            raise UnauthenticatedError(UNAUTHENTICATED) from None
+
+    async def next_command(
+        self, svc: Services, org_id: str, runner_id: str, disconnected: Callable[[], Awaitable[bool]]
+    ) -> Response:
+        """The long poll of an authenticated agent: its runner's next command with a lease (200), or 204
+        when none came within the wait (``fetch_wait_seconds``, less up to a quarter at random so that
+        polls started together do not all come back together)."""
+        self.seen(org_id, runner_id)
+        loop = asyncio.get_running_loop()
+        wait = self.settings.fetch_wait_seconds
+        deadline = loop.time() + wait - random.uniform(0, wait / 4)
+        while True:
+            wake = self.waker.ticket(org_id, runner_id)
+            delivered = await self.claim(svc, org_id, runner_id)
+            if delivered is not None:
+                log.info(
+                    "command delivered",
+                    command_id=delivered.command.command_id,
+                    attempt=delivered.attempt,
+                    runner_id=runner_id,
+                )
+                return JSONResponse(delivered.model_dump(mode="json"))
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return Response(status_code=204)
+            # No database connection is held while waiting: woken by a commit (here or, on PostgreSQL, on
+            # any replica) or by the polling fallback.
+            try:
+                async with asyncio.timeout(remaining):
+                    await wake.wait()
+            except TimeoutError:
+                return Response(status_code=204)
+            if await disconnected():
+                # The agent is gone: a command claimed now would wait out its lease before redelivery.
+                return Response(status_code=204)
+
     def finished(self, deployments: list[Deployment]) -> None:
         for deployment in deployments:
             self.on_final(str(deployment.id))
@@ -327,19 +381,7 @@ async def authenticated_agent(
     org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
 ) -> None:
     """Admit the request if it carries a valid agent token of ``org_id/runner_id``; a generic 401 else."""
-    gateway = agent_gateway(request)
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise UnauthenticatedError(UNAUTHENTICATED)
-    key = await gateway.public_key(svc, org_id, runner_id)
-    if key is None:
-        log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason="no agent key")
-        raise UnauthenticatedError(UNAUTHENTICATED)
-    try:
-        agent_auth.verify(token.strip(), key, org_id=org_id, runner_id=runner_id)
-    except agent_auth.AgentTokenError as exc:
-        log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason=exc.message)
-        raise UnauthenticatedError(UNAUTHENTICATED) from None
+    await agent_gateway(request).authenticate(svc, org_id, runner_id, request.headers.get("authorization"))
 
 
 AGENT = Depends(authenticated_agent)
@@ -360,35 +402,11 @@ def _parse(model: type[_Model], body: bytes, what: str) -> _Model:
 async def next_command(
     org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    """Long poll: the runner's next command with a lease (200), or 204 when none came in time."""
-    gateway = agent_gateway(request)
-    gateway.seen(org_id, runner_id)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + gateway.settings.fetch_wait_seconds
-    while True:
-        wake = gateway.waker.ticket(org_id, runner_id)
-        delivered = await gateway.claim(svc, org_id, runner_id)
-        if delivered is not None:
-            log.info(
-                "command delivered",
-                command_id=delivered.command.command_id,
-                attempt=delivered.attempt,
-                runner_id=runner_id,
-            )
-            return JSONResponse(delivered.model_dump(mode="json"))
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return Response(status_code=204)
-        # No database connection is held while waiting: woken by a commit (here or, on PostgreSQL, on any
-        # replica) or by the polling fallback.
-        try:
-            async with asyncio.timeout(remaining):
-                await wake.wait()
-        except TimeoutError:
-            return Response(status_code=204)
-        if await request.is_disconnected():
-            # The agent is gone: a command claimed now would wait out its lease before redelivery.
-            return Response(status_code=204)
+    """Long poll: the runner's next command with a lease (200), or 204 when none came in time.
+
+    Served by ``gateway.long_poll.LongPollMiddleware`` in front of the routes (this route documents it and
+    serves it should the middleware be absent)."""
+    return await agent_gateway(request).next_command(svc, org_id, runner_id, request.is_disconnected)
 
 
 def _receipt(request: Request, org_id: str, runner_id: str, command_id: str, text: str) -> receipts.Receipt:
