@@ -69,13 +69,8 @@ def create_app(
     *,
     run_migrations: bool = True,
     run_dispatcher: bool = True,
-    agent_settings: gateway_commands.AgentGatewaySettings | None = None,
 ) -> FastAPI:
-    """The whole server as one ASGI app; its lifespan opens and closes the database.
-
-    ``agent_settings`` (the command protocol of agent runners) default to the ``PO_AGENT_*`` variables.
-    """
-    agents = agent_settings or gateway_commands.AgentGatewaySettings()
+    """The whole server as one ASGI app; its lifespan opens and closes the database."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,7 +104,7 @@ def create_app(
                 endpoint_url=settings.object_store_endpoint,
             )
             agent_gateway = gateway_commands.AgentGateway(
-                settings=agents, receipt_key=receipts.receipt_key(key), on_final=notifier.notify
+                settings=settings, receipt_key=receipts.receipt_key(key), on_final=notifier.notify
             )
             dispatcher = Dispatcher(
                 engine=engine,
@@ -120,7 +115,7 @@ def create_app(
                 on_final=notifier.notify,
                 settings=DispatchSettings(
                     check_interval_seconds=settings.status_check_interval_seconds,
-                    command_ttl_seconds=agents.command_ttl_seconds,
+                    command_ttl_seconds=settings.agent_command_ttl_seconds,
                 ),
                 on_command=agent_gateway.waker.notify,
             )

@@ -69,6 +69,28 @@ class ServerSettings(BaseSettings):
         description="Endpoint of an S3-compatible object store, e.g. http://minio:9000 (path-style).",
     )
     db_pool_size: int = Field(default=20, ge=1, description="PostgreSQL connection pool size.")
+
+    # The command protocol of agent runners (runner gateway).
+    agent_fetch_wait_seconds: float = Field(
+        default=25.0, gt=0, le=60, description="Longest wait of an agent's commands/next long poll."
+    )
+    agent_lease_seconds: float = Field(
+        default=90.0, gt=0, description="How long a delivered command stays with its agent unanswered."
+    )
+    agent_command_ttl_seconds: float = Field(
+        default=24 * 3600.0, gt=0, description="A command no agent picked up by then fails its deployment."
+    )
+    agent_poll_fallback_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often waiting long polls look for commands no notification told them of.",
+    )
+    agent_public_key_cache_seconds: float = Field(
+        default=60.0, ge=0, description="How long a runner's agent public key is cached."
+    )
+    agent_presence_interval_seconds: float = Field(
+        default=15.0, ge=0, description="How often agents' last poll times are written (GET runner status)."
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
     @field_validator("listen")

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 
 from orchestrator.gateway import tokens
-from orchestrator.gateway.commands import UNAUTHENTICATED, AgentGatewaySettings
+from orchestrator.gateway.commands import UNAUTHENTICATED
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
@@ -30,14 +30,15 @@ from tests.support.deployments import insert_deployment
 
 
 @pytest.fixture
-def agent_settings(request: pytest.FixtureRequest) -> AgentGatewaySettings:
-    """Short waits and leases; a test changes them with ``@pytest.mark.parametrize(..., indirect=True)``."""
-    return gateway_settings(**getattr(request, "param", {}))
+def agent_settings(request: pytest.FixtureRequest, settings: ServerSettings) -> ServerSettings:
+    """Short agent waits and leases; a test changes them with ``@pytest.mark.parametrize(...,
+    indirect=True)`` (names of the ``agent_*`` settings without their prefix)."""
+    return gateway_settings(settings, **getattr(request, "param", {}))
 
 
 @pytest.fixture
-async def app(settings: ServerSettings, agent_settings: AgentGatewaySettings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings, agent_settings=agent_settings)
+async def app(agent_settings: ServerSettings) -> AsyncIterator[FastAPI]:
+    application = create_app(agent_settings)
     async with application.router.lifespan_context(application):
         yield application
 
@@ -187,13 +188,13 @@ async def test_late_agent__started_an_hour_later_gets_the_command(agent: AgentHa
     "agent_settings", [{"fetch_wait_seconds": 10.0, "poll_fallback_seconds": 60.0}], indirect=True
 )
 async def test_replicas__a_poll_on_another_replica_is_woken_by_postgresql_notify(
-    agent: AgentHarness, settings: ServerSettings, agent_settings: AgentGatewaySettings, database_url: str
+    agent: AgentHarness, agent_settings: ServerSettings, database_url: str
 ) -> None:
     """Two server processes on one database: the command committed by the first one's dispatcher answers
     the long poll waiting on the second at once (its polling fallback is at 60 s, beyond the wait)."""
     if not database_url.startswith("postgresql"):
         pytest.skip("cross-replica wake-ups are PostgreSQL's LISTEN/NOTIFY; SQLite has one server process")
-    replica = create_app(settings, run_migrations=False, run_dispatcher=False, agent_settings=agent_settings)
+    replica = create_app(agent_settings, run_migrations=False, run_dispatcher=False)
     async with replica.router.lifespan_context(replica):
         await asyncio.wait_for(replica.state.agent_gateway.listening.wait(), 10)
         transport = httpx.ASGITransport(app=replica)

@@ -36,7 +36,7 @@ GATEWAY = "http://po.test"
 
 @pytest.fixture
 async def app(settings: ServerSettings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings, agent_settings=gateway_settings())
+    application = create_app(gateway_settings(settings))
     async with application.router.lifespan_context(application):
         yield application
 

@@ -44,7 +44,7 @@ RUNNER = "k8s"
 
 @pytest.fixture
 async def app(settings: ServerSettings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings, agent_settings=gateway_settings(lease_seconds=30.0))
+    application = create_app(gateway_settings(settings, lease_seconds=30.0))
     async with application.router.lifespan_context(application):
         yield application
 

@@ -14,9 +14,9 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 
-from orchestrator.gateway.commands import AgentGatewaySettings
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
+from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store.schema import deployments
 from tests.conftest import Org
@@ -27,8 +27,9 @@ LOCAL_RUNNER = yaml.safe_load(
 )
 
 
-def gateway_settings(**overrides: Any) -> AgentGatewaySettings:
-    """Short waits and leases for tests."""
+def gateway_settings(settings: ServerSettings, **overrides: Any) -> ServerSettings:
+    """``settings`` with short agent waits and leases for tests; ``overrides`` name the ``agent_*``
+    settings without their prefix (``lease_seconds=30``)."""
     values: dict[str, Any] = {
         "fetch_wait_seconds": 1.0,
         "lease_seconds": 2.0,
@@ -37,7 +38,9 @@ def gateway_settings(**overrides: Any) -> AgentGatewaySettings:
         "presence_interval_seconds": 0,
         **overrides,
     }
-    return AgentGatewaySettings(**values)
+    return ServerSettings.model_validate(
+        {**settings.model_dump(), **{f"agent_{name}": value for name, value in values.items()}}
+    )
 
 
 class AgentHarness:

@@ -11,13 +11,13 @@ A waiting long poll holds no database connection: it waits on an in-process even
 - on this process after a change to the runner's queue commits here (the dispatcher enqueueing a command,
   an ack, a retry without delay, a reject);
 - on PostgreSQL, for changes committed by any replica: they are announced with NOTIFY in their transaction
-  (``store.agent_commands.announce``) and heard by each replica's LISTEN connection (``AgentGateway.listen``);
-- by the polling fallback (``AgentGateway.run``), which looks every ``poll_fallback_seconds`` for runners
-  waiting here that have a deliverable command: retry delays and leases running out, and anything a lost
-  notification missed.
+  (``store.agent_commands.announce``) and heard by each replica's LISTEN connection (``store.listener``);
+- by the polling fallback (``AgentGateway.run``), which looks every ``PO_AGENT_POLL_FALLBACK_SECONDS``
+  for runners waiting here that have a deliverable command: retry delays and leases running out, and
+  anything a lost notification missed.
 
 Agent presence (``last_seen_at``) is kept in memory per poll and written in one batch every
-``presence_interval_seconds``, so a long poll costs no database write.
+``PO_AGENT_PRESENCE_INTERVAL_SECONDS``, so a long poll costs no database write.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import agent_commands as policy
@@ -46,6 +45,7 @@ from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway.deployments import read_limited
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
+from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as store
 from orchestrator.store import runners as runner_store
 
@@ -59,31 +59,6 @@ UNAUTHENTICATED = "invalid agent credentials"
 MAX_ANSWER_BYTES = 16 * 1024
 
 _Model = TypeVar("_Model", bound=BaseModel)
-
-
-class AgentGatewaySettings(BaseSettings):
-    """Settings of the command protocol (environment variables ``PO_AGENT_*``)."""
-
-    model_config = SettingsConfigDict(env_prefix="PO_AGENT_", extra="ignore", frozen=True)
-
-    fetch_wait_seconds: float = Field(
-        default=25.0, gt=0, le=60, description="Longest wait of a commands/next long poll."
-    )
-    lease_seconds: float = Field(
-        default=90.0, gt=0, description="How long a delivered command stays with its agent unanswered."
-    )
-    command_ttl_seconds: float = Field(
-        default=24 * 3600.0, gt=0, description="A command not picked up by then fails its deployment."
-    )
-    poll_fallback_seconds: float = Field(
-        default=1.0, gt=0, description="How often waiting long polls look for commands they were not told of."
-    )
-    public_key_cache_seconds: float = Field(
-        default=60.0, ge=0, description="How long a runner's public key is cached."
-    )
-    presence_interval_seconds: float = Field(
-        default=15.0, ge=0, description="How often an agent's last poll time is written, at most."
-    )
 
 
 _Runner = tuple[str, str]
@@ -160,7 +135,7 @@ class CommandWaker:
 class AgentGateway:
     """Process-wide state of the command protocol (``app.state.agent_gateway``)."""
 
-    settings: AgentGatewaySettings
+    settings: ServerSettings
     receipt_key: bytes
     waker: CommandWaker = field(default_factory=CommandWaker)
     #: Called with a deployment id when a deployment became final here (wakes wait-for-complete).
@@ -174,7 +149,7 @@ class AgentGateway:
         """The runner's registered agent key, if it is an agent runner."""
         key = (org_id, runner_id)
         cached = self._keys.get(key)
-        if cached is not None and time.monotonic() - cached[0] < self.settings.public_key_cache_seconds:
+        if cached is not None and time.monotonic() - cached[0] < self.settings.agent_public_key_cache_seconds:
             return cached[1]
         async with svc.reader.connect() as conn:
             runner = await runner_store.get_runner(conn, org_id, runner_id)
@@ -228,11 +203,11 @@ class AgentGateway:
         self, svc: Services, org_id: str, runner_id: str, disconnected: Callable[[], Awaitable[bool]]
     ) -> Response:
         """The long poll of an authenticated agent: its runner's next command with a lease (200), or 204
-        when none came within the wait (``fetch_wait_seconds``, less up to a quarter at random so that
-        polls started together do not all come back together)."""
+        when none came within the wait (``PO_AGENT_FETCH_WAIT_SECONDS``, less up to a quarter at random
+        so that polls started together do not all come back together)."""
         self.seen(org_id, runner_id)
         loop = asyncio.get_running_loop()
-        wait = self.settings.fetch_wait_seconds
+        wait = self.settings.agent_fetch_wait_seconds
         deadline = loop.time() + wait - random.uniform(0, wait / 4)
         while True:
             wake = self.waker.ticket(org_id, runner_id)
@@ -271,7 +246,7 @@ class AgentGateway:
         return head is not None and (head.available(now) or head.expires_at <= now)
 
     async def claim(self, svc: Services, org_id: str, runner_id: str) -> protocol.NextCommand | None:
-        max_age = 3 * self.settings.poll_fallback_seconds
+        max_age = 3 * self.settings.agent_poll_fallback_seconds
         if not self.waker.may_have_command(org_id, runner_id, max_age=max_age):
             return None
         if not await self.deliverable(svc, org_id, runner_id):
@@ -279,7 +254,7 @@ class AgentGateway:
         now = datetime.now(UTC)
         async with transaction(svc) as conn:
             outcome = await policy.claim_next(
-                conn, org_id, runner_id, now=now, lease=timedelta(seconds=self.settings.lease_seconds)
+                conn, org_id, runner_id, now=now, lease=timedelta(seconds=self.settings.agent_lease_seconds)
             )
         self.finished(outcome.failed)
         if outcome.claimed is None:
@@ -314,20 +289,20 @@ class AgentGateway:
         )
 
     async def run(self, svc: Services, stop: asyncio.Event) -> None:
-        """Background work: the polling fallback every ``poll_fallback_seconds`` and the presence flush
-        every ``presence_interval_seconds`` (and once more when stopping)."""
+        """Background work: the polling fallback every ``PO_AGENT_POLL_FALLBACK_SECONDS`` and the presence
+        flush every ``PO_AGENT_PRESENCE_INTERVAL_SECONDS`` (and once more when stopping)."""
         loop = asyncio.get_running_loop()
-        next_flush = loop.time() + self.settings.presence_interval_seconds
+        next_flush = loop.time() + self.settings.agent_presence_interval_seconds
         while not stop.is_set():
             try:
                 await self.wake_ready(svc)
                 if loop.time() >= next_flush:
-                    next_flush = loop.time() + self.settings.presence_interval_seconds
+                    next_flush = loop.time() + self.settings.agent_presence_interval_seconds
                     await self.flush_presence(svc)
             except Exception:
                 log.exception("agent gateway background work failed")
             try:
-                await asyncio.wait_for(stop.wait(), self.settings.poll_fallback_seconds)
+                await asyncio.wait_for(stop.wait(), self.settings.agent_poll_fallback_seconds)
             except TimeoutError:
                 pass
         try:
