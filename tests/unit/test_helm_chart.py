@@ -173,6 +173,7 @@ def test_deployment__runs_po_runner_remote_with_the_agent_environment(chart: Any
     assert env["RUNNER_ID"]["value"] == "cluster-agent"
     assert env["RUNNER_GATEWAY_URL"]["value"] == "https://orchestrator.example.com"
     assert env["LOG_LEVEL"]["value"] == "info"
+    assert env["AGENT_JOB_NAMESPACES"]["value"] == NAMESPACE
     assert not {"RUNNER_GATEWAY_CA_FILE", "RUNNER_GATEWAY_CLIENT_CERT_FILE"} & set(env)
     pod = deployment["spec"]["template"]["spec"]
     assert (
@@ -302,6 +303,8 @@ def test_jobs_namespace__rbac_there_agent_bound_across_namespaces(chart: Any) ->
     agent_binding = one(manifests, "RoleBinding", f"{RELEASE}-platform-orchestrator-agent")
     assert agent_binding["subjects"][0]["namespace"] == NAMESPACE
     assert one(manifests, "Deployment")["metadata"]["namespace"] == NAMESPACE
+    # A restarted agent looks for its pending Jobs where its Role lets it list them.
+    assert env_of(agent_container(manifests))["AGENT_JOB_NAMESPACES"]["value"] == "runner-jobs"
 
 
 def test_rbac_and_service_account_off__existing_service_account(chart: Any) -> None:
@@ -360,11 +363,12 @@ def test_overrides__replicas_image_log_level_extra_env_scheduling(chart: Any) ->
     assert env["LOG_LEVEL"]["value"] == "debug"
     assert env["AGENT_POLL_TIMEOUT_SECONDS"]["value"] == "60"
     assert env["HTTPS_PROXY"]["valueFrom"]["secretKeyRef"]["name"] == "proxy"
-    assert [e["name"] for e in container["env"]][:5] == [
+    assert [e["name"] for e in container["env"]][:6] == [
         "ORG_ID",
         "RUNNER_ID",
         "RUNNER_GATEWAY_URL",
         "LOG_LEVEL",
+        "AGENT_JOB_NAMESPACES",
         "PRIVATE_KEY",
     ]
     sa = one(manifests, "ServiceAccount", f"{RELEASE}-platform-orchestrator-agent")
