@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator.domain.deployments import Status
 from orchestrator.domain.entities import Runner, RunnerRule
 from orchestrator.errors import ConflictError, InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
-from orchestrator.store.schema import env_types, envs, projects, runner_rules, runners
+from orchestrator.store.schema import deployments, env_types, envs, projects, runner_rules, runners
 
 _RUNNER_COLUMNS = [c for c in runners.c if c.name != "config_secret"]
 
@@ -110,7 +112,27 @@ async def update_runner(
     return await get_runner(conn, org_id, runner_id)
 
 
+#: How many executing deployments a refused runner delete names (the count is always given).
+_NAMED_DEPLOYMENTS = 5
+
+
 async def delete_runner(conn: AsyncConnection, org_id: str, runner_id: str) -> bool:
+    """Delete a runner; ConflictError while environments are linked to it or deployments on it execute.
+
+    The runner row is locked first (FOR UPDATE on PostgreSQL; SQLite's writer transaction is exclusive
+    anyway): linking an environment to the runner needs a key-share lock on that row (the envs foreign
+    key), and a deployment is only created on a runner its environment is linked to in the same
+    transaction, so neither can slip in between the checks below and the delete.
+    """
+    locked = (
+        await conn.execute(
+            sa.select(runners.c.id)
+            .where(runners.c.org_id == org_id, runners.c.id == runner_id)
+            .with_for_update()
+        )
+    ).first()
+    if locked is None:
+        return False
     linked = (
         await conn.execute(
             sa.select(envs.c.project_id, envs.c.id)
@@ -121,11 +143,34 @@ async def delete_runner(conn: AsyncConnection, org_id: str, runner_id: str) -> b
     if linked:
         names = ", ".join(f"{p}/{e}" for p, e in linked)
         raise ConflictError(f"runner {runner_id} is in use by the environments: {names}")
+    executing = (
+        await conn.execute(
+            sa.select(deployments.c.id, deployments.c.project_id, deployments.c.env_id)
+            .where(
+                deployments.c.org_id == org_id,
+                deployments.c.runner_id == runner_id,
+                deployments.c.status == Status.EXECUTING,
+            )
+            .order_by(deployments.c.created_at, deployments.c.id)
+        )
+    ).all()
+    if executing:
+        raise ConflictError(
+            _executing_message(runner_id, [(r.id, r.project_id, r.env_id) for r in executing])
+        )
     with conflict_on_integrity(f"runner {runner_id} is in use"):
         result = await conn.execute(
             runners.delete().where(runners.c.org_id == org_id, runners.c.id == runner_id)
         )
     return result.rowcount > 0
+
+
+def _executing_message(runner_id: str, rows: Sequence[tuple[uuid.UUID, str, str]]) -> str:
+    named = ", ".join(f"'{d}' ({p}/{e})" for d, p, e in rows[:_NAMED_DEPLOYMENTS])
+    more = f" and {len(rows) - _NAMED_DEPLOYMENTS} more" if len(rows) > _NAMED_DEPLOYMENTS else ""
+    if len(rows) == 1:
+        return f"runner {runner_id} has 1 executing deployment: {named}; wait for it to finish"
+    return f"runner {runner_id} has {len(rows)} executing deployments: {named}{more}; wait for them to finish"
 
 
 def _rule(row: sa.Row[tuple[object, ...]]) -> RunnerRule:
