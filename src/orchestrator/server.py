@@ -18,7 +18,7 @@ from orchestrator.api import catalogue, deployments, errors, orgs, projects, run
 from orchestrator.api.context import Services, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import creation
+from orchestrator.dispatch import creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import K8sRunnerConfiguration
 from orchestrator.gateway import commands as gateway_commands
@@ -152,6 +152,13 @@ def create_app(
                         name="agent-command-listener",
                     )
                 )
+            app.state.retention = retention.RetentionWorker(
+                engine=engine,
+                blobs=blobs,
+                retention=timedelta(days=settings.object_retention_days),
+                interval_seconds=settings.cleanup_interval_seconds,
+            )
+            background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             yield

@@ -69,6 +69,17 @@ class ServerSettings(BaseSettings):
         description="Endpoint of an S3-compatible object store, e.g. http://minio:9000 (path-style).",
     )
     db_pool_size: int = Field(default=20, ge=1, description="PostgreSQL connection pool size.")
+    object_retention_days: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "Deployment bundles and logs are deleted from the object store this many days after the "
+            "deployment finished, or at the next cleanup once its environment is deleted; the rows stay."
+        ),
+    )
+    cleanup_interval_seconds: float = Field(
+        default=3600.0, gt=0, description="How often expired deployment objects are looked for and deleted."
+    )
 
     # The command protocol of agent runners (runner gateway).
     agent_fetch_wait_seconds: float = Field(

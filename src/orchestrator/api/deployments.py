@@ -262,18 +262,40 @@ async def get_encrypted_outputs(
     return EncryptedOutputsOut(raw=deployment.outputs)
 
 
-@router.get("/orgs/{org_id}/deployments/{deployment_id}/actions/get-logs", response_class=PlainTextResponse)
+def _objects_removed(svc: Services, deployment_id: uuid.UUID, removed_at: datetime) -> JSONResponse:
+    """410: the deployment's logs (and bundle) were deleted by the retention worker."""
+    days = f"{svc.settings.object_retention_days:g}"
+    return JSONResponse(
+        error_body(
+            "API-410",
+            f"the logs of deployment '{deployment_id}' were removed on {removed_at.isoformat()} after the "
+            f"retention period: deployment logs and bundles are kept {days} days after the deployment "
+            "finished (PO_OBJECT_RETENTION_DAYS), and only while its environment exists",
+        ),
+        status_code=410,
+    )
+
+
+@router.get(
+    "/orgs/{org_id}/deployments/{deployment_id}/actions/get-logs",
+    response_class=PlainTextResponse,
+    responses={410: {"description": "The logs were removed after the retention period."}},
+)
 async def get_logs(
     org_id: str,
     deployment_id: uuid.UUID,
     decrypt_key: Annotated[str | None, Header(alias="DecryptKey")] = None,
     _: Principal = READ,
     svc: Services = Depends(services),
-) -> PlainTextResponse:
+) -> Response:
     """The runner's logs: age ciphertext (base64), or plain text when the ``DecryptKey`` header is given."""
     deployment = await _get(svc, org_id, deployment_id)
     data = await svc.blobs.get(deployment.logs_key) if deployment.logs_key else None
     if data is None:
+        async with svc.reader.connect() as conn:
+            removed_at = await store.objects_deleted_at(conn, org_id, deployment_id)
+        if removed_at is not None:
+            return _objects_removed(svc, deployment_id, removed_at)
         raise NotFoundError(f"deployment '{deployment_id}' has no logs")
     headers = {
         "Content-Disposition": f'attachment; filename="{deployment_id}.log"',

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,11 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.deployments import Deployment, DispatchState, Status
 from orchestrator.errors import ConflictError, InvalidInputError
 from orchestrator.store.pages import Page
-from orchestrator.store.schema import deployments
+from orchestrator.store.schema import deployments, envs
+
+#: Columns of the row that are not fields of ``Deployment`` (read with their own functions).
+_NOT_IN_ENTITY = frozenset({"objects_deleted_at"})
 
 
 def _deployment(row: sa.Row[tuple[object, ...]]) -> Deployment:
-    return Deployment(**row._mapping)
+    return Deployment(**{k: v for k, v in row._mapping.items() if k not in _NOT_IN_ENTITY})
 
 
 async def insert(conn: AsyncConnection, values: dict[str, Any]) -> Deployment:
@@ -291,3 +295,84 @@ async def lease_until(conn: AsyncConnection, deployment_id: uuid.UUID, until: da
     await conn.execute(
         deployments.update().where(deployments.c.id == deployment_id).values(dispatch_lease_until=until)
     )
+
+
+# --- object retention -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptObjects:
+    """A deployment whose objects (bundle, logs) are due for deletion."""
+
+    id: uuid.UUID
+    org_id: str
+    bundle_key: str
+    logs_key: str | None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.bundle_key,) if self.logs_key is None else (self.bundle_key, self.logs_key)
+
+
+def _objects_due(cutoff: datetime) -> sa.ColumnElement[bool]:
+    """Final deployments whose objects are kept, finished before ``cutoff`` or of a deleted environment.
+
+    An executing deployment never matches (its runner may still fetch the bundle or upload logs).
+    """
+    env_gone = ~sa.exists().where(envs.c.uuid == deployments.c.env_uuid)
+    return sa.and_(
+        deployments.c.objects_deleted_at.is_(None),
+        deployments.c.status != Status.EXECUTING,
+        sa.or_(
+            deployments.c.completed_at < cutoff,
+            sa.and_(deployments.c.completed_at.is_(None), deployments.c.updated_at < cutoff),
+            env_gone,
+        ),
+    )
+
+
+async def has_objects_due(conn: AsyncConnection, *, cutoff: datetime) -> bool:
+    """A cheap read before ``claim_objects_due``: is there anything to delete?"""
+    found = await conn.execute(sa.select(deployments.c.id).where(_objects_due(cutoff)).limit(1))
+    return found.first() is not None
+
+
+async def claim_objects_due(conn: AsyncConnection, *, cutoff: datetime, limit: int) -> list[KeptObjects]:
+    """Up to ``limit`` deployments whose objects are due for deletion, locked until the transaction ends
+    (PostgreSQL: FOR UPDATE SKIP LOCKED, so replicas take different rows; SQLite: the writer transaction is
+    exclusive). Call ``mark_objects_deleted`` in the same transaction once the objects are gone."""
+    rows = (
+        await conn.execute(
+            sa.select(
+                deployments.c.id, deployments.c.org_id, deployments.c.bundle_key, deployments.c.logs_key
+            )
+            .where(_objects_due(cutoff))
+            .order_by(deployments.c.completed_at, deployments.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True, of=deployments)
+        )
+    ).all()
+    return [KeptObjects(id=r.id, org_id=r.org_id, bundle_key=r.bundle_key, logs_key=r.logs_key) for r in rows]
+
+
+async def mark_objects_deleted(conn: AsyncConnection, ids: Sequence[uuid.UUID], *, now: datetime) -> int:
+    """Record that the objects of ``ids`` are gone (the logs key is let go of: ``has_logs`` turns false)."""
+    if not ids:
+        return 0
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.id.in_(list(ids)), deployments.c.objects_deleted_at.is_(None))
+        .values(objects_deleted_at=now, logs_key=None, logs_size=None)
+    )
+    return result.rowcount
+
+
+async def objects_deleted_at(conn: AsyncConnection, org_id: str, deployment_id: uuid.UUID) -> datetime | None:
+    """When the deployment's objects were deleted by the retention worker; None while they are kept."""
+    return (
+        await conn.execute(
+            sa.select(deployments.c.objects_deleted_at).where(
+                deployments.c.org_id == org_id, deployments.c.id == deployment_id
+            )
+        )
+    ).scalar_one_or_none()

@@ -344,6 +344,9 @@ deployments = sa.Table(
     _ts("next_check_at", nullable=True),
     _ts("exited_at", nullable=True),
     _ts("timeout_at"),
+    # When the retention worker deleted the deployment's objects (bundle, logs) from the object store:
+    # PO_OBJECT_RETENTION_DAYS after it finished, or once its environment was deleted. NULL: still kept.
+    _ts("objects_deleted_at", nullable=True),
 )
 # One executing deployment per environment, enforced by the database.
 sa.Index(
@@ -359,6 +362,13 @@ sa.Index(
 sa.Index("ix_deployments_org_created", deployments.c.org_id, deployments.c.created_at)
 sa.Index("ix_deployments_env_created", deployments.c.env_uuid, deployments.c.created_at)
 sa.Index("ix_deployments_dispatch", deployments.c.dispatch_state, deployments.c.next_check_at)
+# The retention worker's candidates: deployments whose objects are still kept, oldest first.
+sa.Index(
+    "ix_deployments_objects_kept",
+    deployments.c.completed_at,
+    sqlite_where=deployments.c.objects_deleted_at.is_(None),
+    postgresql_where=deployments.c.objects_deleted_at.is_(None),
+)
 
 # Terraform state kept by the orchestrator itself (state storage type `orchestrator`): every version kept.
 tf_states = sa.Table(
