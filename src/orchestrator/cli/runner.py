@@ -10,7 +10,6 @@ could not be delivered; 2 the runner is configured wrongly (nothing was reported
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -65,6 +64,8 @@ def remote(gateway_url: str | None) -> None:
     """The runner agent: ORG_ID, RUNNER_ID, PRIVATE_KEY (PKCS#8 PEM) and RUNNER_GATEWAY_URL come from the
     environment. Polls the gateway for commands and launches each deployment's runner; runs until stopped."""
     # Imported here: every deployment starts `po-runner standard`, which needs none of the agent.
+    import asyncio
+
     from orchestrator.agent import main as agent_main
     from orchestrator.agent.settings import AgentSettings
 

@@ -23,8 +23,6 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from structlog.typing import FilteringBoundLogger
-
 from orchestrator import errors
 from orchestrator.protocol import age, results
 from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs
@@ -103,7 +101,7 @@ def _execute(
     *,
     gateway: gateway_client.GatewayClient,
     sink: logs.LogBuffer,
-    log: FilteringBoundLogger,
+    log: logs.RunnerLogger,
     environ: Mapping[str, str],
 ) -> results.DeploymentResults:
     try:
@@ -133,7 +131,7 @@ class _Deployment:
         *,
         gateway: gateway_client.GatewayClient,
         sink: logs.LogBuffer,
-        log: FilteringBoundLogger,
+        log: logs.RunnerLogger,
         environ: Mapping[str, str],
     ) -> None:
         self.settings = settings
@@ -307,7 +305,7 @@ def _upload_logs(
     *,
     gateway: gateway_client.GatewayClient,
     sink: logs.LogBuffer,
-    log: FilteringBoundLogger,
+    log: logs.RunnerLogger,
 ) -> None:
     if settings.encrypting_logs_key is None:
         log.info("ENCRYPTING_LOGS_KEY is not set: logs are not uploaded")
@@ -328,7 +326,7 @@ def _report(
     settings: RunnerSettings,
     *,
     gateway: gateway_client.GatewayClient,
-    log: FilteringBoundLogger,
+    log: logs.RunnerLogger,
     body: results.DeploymentResults,
 ) -> Outcome:
     try:
