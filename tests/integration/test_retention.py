@@ -123,7 +123,9 @@ async def test_retention__old_final_objects_deleted_executing_and_recent_kept(or
     assert 200 == row.status_code
     assert row.json()["has_logs"] is False
     assert [] == again
-    assert [recent] == _ids(later)
+    # `recent` is dev's newest successful change: a destroy of dev needs its code, however old.
+    assert [] == _ids(later)
+    assert [True, True] == await _present(app, org.id, recent)
     assert [True, True] == await _present(app, org.id, executing)
     assert 200 == (await org.admin.get(f"/orgs/{org.id}/deployments/{executing}")).status_code
 
@@ -180,7 +182,7 @@ async def test_retention__missing_objects_are_no_error_and_replicas_share_the_wo
     services = app.state.services
     now = datetime.now(UTC)
     env = await _env(org, "dev")
-    old = [await _insert(app, org, env, at=now - 2 * DAY - timedelta(minutes=m)) for m in range(7)]
+    newest, *old = [await _insert(app, org, env, at=now - 2 * DAY - timedelta(minutes=m)) for m in range(8)]
     await services.blobs.delete(_keys(org.id, old[0])[0])
     await services.blobs.delete(_keys(org.id, old[1])[1])
     replicas = [
@@ -196,11 +198,14 @@ async def test_retention__missing_objects_are_no_error_and_replicas_share_the_wo
     assert sorted(old) == sorted(ids)  # every one deleted, none twice
     for deployment_id in old:
         assert [False, False] == await _present(app, org.id, deployment_id)
+    assert [True, True] == await _present(app, org.id, newest)  # the environment's current code
 
 
 async def test_retention__the_loop_deletes_due_objects_until_stopped(org: Org, app: FastAPI) -> None:
     services = app.state.services
-    deployment_id = await _insert(app, org, await _env(org, "dev"), at=datetime.now(UTC) - DAY)
+    deployment_id = await _insert(
+        app, org, await _env(org, "dev"), at=datetime.now(UTC) - DAY, status="failed"
+    )
     worker = RetentionWorker(
         engine=services.engine, blobs=services.blobs, retention=timedelta(hours=1), interval_seconds=0.05
     )
@@ -214,6 +219,31 @@ async def test_retention__the_loop_deletes_due_objects_until_stopped(org: Org, a
     await task
 
     assert [False, False] == await _present(app, org.id, deployment_id)
+
+
+async def test_retention__the_code_a_destroy_needs_is_kept_and_the_environment_deletes(
+    org: Org, app: FastAPI
+) -> None:
+    """The newest successful change of an existing environment keeps its objects past the retention (the
+    destroy that deleting the environment runs copies its bundle); older ones, failed ones and plan-only
+    ones go."""
+    worker: RetentionWorker = app.state.retention
+    now = datetime.now(UTC)
+    env = await _env(org, "dev")
+    superseded = await _insert(app, org, env, at=now - 9 * DAY)
+    current = await _insert(app, org, env, at=now - 8 * DAY)
+    failed = await _insert(app, org, env, at=now - 7 * DAY, status="failed")
+
+    deleted = await worker.run_once()
+    deleting = await org.admin.delete(f"/orgs/{org.id}/projects/shop/envs/dev")
+
+    assert sorted([superseded, failed]) == _ids(deleted)
+    assert [True, True] == await _present(app, org.id, current)
+    # Not refused with "the code ... is no longer stored": the destroy deployment was created.
+    assert deleting.status_code in (202, 204), deleting.text
+    async with app.state.services.engine.connect() as conn:
+        destroy = await deployment_store.last_in_env(conn, uuid.UUID(env["uuid"]))
+    assert destroy is not None and "destroy" == destroy.mode
 
 
 async def test_retention__logs_of_a_deployment_without_logs_still_404(org: Org, app: FastAPI) -> None:

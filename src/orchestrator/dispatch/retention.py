@@ -1,12 +1,14 @@
 """Retention of deployment objects: bundles and logs are deleted from the object store
 ``PO_OBJECT_RETENTION_DAYS`` after their deployment finished, and once their environment is deleted.
 
-Every replica runs the worker (every ``PO_CLEANUP_INTERVAL_SECONDS``). A round claims a batch of due
-deployments in one transaction (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so replicas take different rows;
-SQLite: the writer transaction is exclusive), deletes their objects and records ``objects_deleted_at`` in
-that same transaction. A crash between the deletes and the commit only means the objects are deleted
-again next time; deleting a missing object is no error. Executing deployments are never touched, and the
-rows stay: the logs API then answers 410, naming the retention.
+Every replica runs the worker (every ``PO_CLEANUP_INTERVAL_SECONDS``). A round reads a batch of due
+deployments, deletes their objects (no transaction is open meanwhile: object stores are remote, and on
+SQLite a write transaction would hold the one writer), then records ``objects_deleted_at`` per deployment
+in a short transaction. Replicas may delete the same objects (harmless: deleting a missing object is no
+error), but each deployment is recorded once; a crash between the deletes and the record only means the
+objects are deleted again next time. Executing deployments are never touched, nor the code a destroy of
+a still existing environment needs (its newest successful change); the rows stay, and the logs API then
+answers 410, naming the retention.
 """
 
 from __future__ import annotations
@@ -78,32 +80,28 @@ class RetentionWorker:
             if not await store.has_objects_due(conn, cutoff=cutoff):
                 return []
         done: list[Deleted] = []
+        after: uuid.UUID | None = None
         while True:
-            batch, claimed, complete = await self._batch(cutoff, now)
-            done.extend(batch)
-            # Fewer than a batch claimed: nothing more is due (or other replicas hold the rest).
-            if not complete or claimed < self.batch_size:
-                return done
-
-    async def _batch(self, cutoff: datetime, now: datetime) -> tuple[list[Deleted], int, bool]:
-        deleted: list[Deleted] = []
-        complete = True
-        async with self.engine.begin() as conn:
-            due = await store.claim_objects_due(conn, cutoff=cutoff, limit=self.batch_size)
+            async with db.readonly(self.engine).connect() as conn:
+                due = await store.objects_due(conn, cutoff=cutoff, limit=self.batch_size, after=after)
             for item in due:
-                try:
-                    for key in item.keys:
-                        await self.blobs.delete(key)
-                except OrchestratorError as exc:
-                    # Kept on record as not deleted: the next round tries again.
-                    log.warning(
-                        "deleting deployment objects failed", deployment_id=str(item.id), error=str(exc)
-                    )
-                    complete = False
-                    continue
-                deleted.append(Deleted(deployment_id=item.id, keys=item.keys))
-            await store.mark_objects_deleted(conn, [d.deployment_id for d in deleted], now=now)
-        return deleted, len(due), complete
+                if await self._delete(item, now):
+                    done.append(Deleted(deployment_id=item.id, keys=item.keys))
+            if len(due) < self.batch_size:
+                return done
+            after = due[-1].id
+
+    async def _delete(self, item: store.KeptObjects, now: datetime) -> bool:
+        """Delete one deployment's objects and record it; False if that failed (tried again next round)
+        or another replica recorded it first."""
+        try:
+            for key in item.keys:
+                await self.blobs.delete(key)
+        except OrchestratorError as exc:
+            log.warning("deleting deployment objects failed", deployment_id=str(item.id), error=str(exc))
+            return False
+        async with self.engine.begin() as conn:
+            return await store.mark_objects_deleted(conn, item.id, now=now)
 
 
 async def _stopped(stop: asyncio.Event, delay: float) -> bool:

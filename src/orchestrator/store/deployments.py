@@ -314,57 +314,73 @@ class KeptObjects:
         return (self.bundle_key,) if self.logs_key is None else (self.bundle_key, self.logs_key)
 
 
+def _state_change(table: sa.FromClause) -> sa.ColumnElement[bool]:
+    """Deployments that changed the infrastructure successfully (as ``last_in_env`` with
+    ``succeeded_state_change``)."""
+    return sa.and_(
+        table.c.status == Status.SUCCEEDED,
+        table.c.plan_only.is_(False),
+        table.c.mode.in_(["deploy", "rollback"]),
+    )
+
+
 def _objects_due(cutoff: datetime) -> sa.ColumnElement[bool]:
     """Final deployments whose objects are kept, finished before ``cutoff`` or of a deleted environment.
 
-    An executing deployment never matches (its runner may still fetch the bundle or upload logs).
+    Never an executing deployment (its runner may still fetch the bundle or upload logs), nor, while its
+    environment exists, the environment's newest successful state change: deleting the environment runs a
+    destroy with that deployment's code (``dispatch.creation.create_destroy``).
     """
     env_gone = ~sa.exists().where(envs.c.uuid == deployments.c.env_uuid)
+    newer = deployments.alias("newer")
+    current_code = sa.and_(
+        _state_change(deployments),
+        ~sa.exists().where(
+            newer.c.env_uuid == deployments.c.env_uuid,
+            _state_change(newer),
+            newer.c.created_at > deployments.c.created_at,
+        ),
+    )
+    finished_before = sa.or_(
+        deployments.c.completed_at < cutoff,
+        sa.and_(deployments.c.completed_at.is_(None), deployments.c.updated_at < cutoff),
+    )
     return sa.and_(
         deployments.c.objects_deleted_at.is_(None),
         deployments.c.status != Status.EXECUTING,
-        sa.or_(
-            deployments.c.completed_at < cutoff,
-            sa.and_(deployments.c.completed_at.is_(None), deployments.c.updated_at < cutoff),
-            env_gone,
-        ),
+        sa.or_(env_gone, sa.and_(finished_before, sa.not_(current_code))),
     )
 
 
 async def has_objects_due(conn: AsyncConnection, *, cutoff: datetime) -> bool:
-    """A cheap read before ``claim_objects_due``: is there anything to delete?"""
+    """A cheap read before ``objects_due``: is there anything to delete?"""
     found = await conn.execute(sa.select(deployments.c.id).where(_objects_due(cutoff)).limit(1))
     return found.first() is not None
 
 
-async def claim_objects_due(conn: AsyncConnection, *, cutoff: datetime, limit: int) -> list[KeptObjects]:
-    """Up to ``limit`` deployments whose objects are due for deletion, locked until the transaction ends
-    (PostgreSQL: FOR UPDATE SKIP LOCKED, so replicas take different rows; SQLite: the writer transaction is
-    exclusive). Call ``mark_objects_deleted`` in the same transaction once the objects are gone."""
-    rows = (
-        await conn.execute(
-            sa.select(
-                deployments.c.id, deployments.c.org_id, deployments.c.bundle_key, deployments.c.logs_key
-            )
-            .where(_objects_due(cutoff))
-            .order_by(deployments.c.completed_at, deployments.c.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True, of=deployments)
-        )
-    ).all()
+async def objects_due(
+    conn: AsyncConnection, *, cutoff: datetime, limit: int, after: uuid.UUID | None = None
+) -> list[KeptObjects]:
+    """Up to ``limit`` deployments whose objects are due for deletion, by id after ``after``. Nothing is
+    locked: deleting objects twice is harmless, and ``mark_objects_deleted`` records each deployment once."""
+    stmt = sa.select(
+        deployments.c.id, deployments.c.org_id, deployments.c.bundle_key, deployments.c.logs_key
+    ).where(_objects_due(cutoff))
+    if after is not None:
+        stmt = stmt.where(deployments.c.id > after)
+    rows = (await conn.execute(stmt.order_by(deployments.c.id).limit(limit))).all()
     return [KeptObjects(id=r.id, org_id=r.org_id, bundle_key=r.bundle_key, logs_key=r.logs_key) for r in rows]
 
 
-async def mark_objects_deleted(conn: AsyncConnection, ids: Sequence[uuid.UUID], *, now: datetime) -> int:
-    """Record that the objects of ``ids`` are gone (the logs key is let go of: ``has_logs`` turns false)."""
-    if not ids:
-        return 0
+async def mark_objects_deleted(conn: AsyncConnection, deployment_id: uuid.UUID, *, now: datetime) -> bool:
+    """Record that the deployment's objects are gone (the logs key is let go of: ``has_logs`` turns
+    false); False if another replica recorded it first."""
     result = await conn.execute(
         deployments.update()
-        .where(deployments.c.id.in_(list(ids)), deployments.c.objects_deleted_at.is_(None))
+        .where(deployments.c.id == deployment_id, deployments.c.objects_deleted_at.is_(None))
         .values(objects_deleted_at=now, logs_key=None, logs_size=None)
     )
-    return result.rowcount
+    return result.rowcount > 0
 
 
 async def objects_deleted_at(conn: AsyncConnection, org_id: str, deployment_id: uuid.UUID) -> datetime | None:
