@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -106,6 +107,8 @@ async def test_next__204_after_the_wait_when_there_is_nothing(agent: AgentHarnes
     assert still_waiting
 
 
+# The background loop would flush presence too (every 0 s in these tests): the tests flush themselves.
+@pytest.mark.parametrize("agent_settings", [{"presence_interval_seconds": 3600}], indirect=True)
 async def test_presence__get_runner_answers_when_the_agent_last_polled(
     agent: AgentHarness, app: FastAPI, org: Org
 ) -> None:
@@ -122,6 +125,7 @@ async def test_presence__get_runner_answers_when_the_agent_last_polled(
     assert direct["status"] is None
 
 
+@pytest.mark.parametrize("agent_settings", [{"presence_interval_seconds": 3600}], indirect=True)
 async def test_presence__written_in_one_batch_skipping_runners_deleted_meanwhile(
     agent: AgentHarness, app: FastAPI, org: Org
 ) -> None:
@@ -155,6 +159,34 @@ async def test_next__a_waiting_poll_is_answered_as_soon_as_the_command_is_commit
     assert was_waiting
     assert 200 == response.status_code
     assert deployment_id == response.json()["command"]["deployment_id"]
+
+
+async def test_presence__a_runner_deleted_between_lookup_and_upsert_is_skipped(
+    agent: AgentHarness, app: FastAPI, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the batch write must survive: the runners were looked up before one was deleted."""
+    await agent.add_runner("agent2", {"type": "vm", "connection": {"type": "agent", "key": agent.public_pem}})
+    assert 204 == (await org.admin.delete(f"/orgs/{org.id}/runners/agent2")).status_code
+    real = command_store._existing_presences
+    lookups: list[int] = []
+
+    async def looked_up_before_the_delete(conn: Any, seen: dict[tuple[str, str], datetime]) -> Any:
+        lookups.append(len(seen))
+        if len(lookups) == 1:
+            return [{"org_id": o, "runner_id": r, "last_seen_at": at} for (o, r), at in seen.items()]
+        return await real(conn, seen)
+
+    monkeypatch.setattr(command_store, "_existing_presences", looked_up_before_the_delete)
+    now = datetime.now(UTC)
+    async with app.state.services.engine.begin() as conn:
+        written = await command_store.touch_presences(
+            conn, {(org.id, "agent1"): now, (org.id, "agent2"): now}
+        )
+    async with app.state.services.engine.connect() as conn:
+        first = await command_store.last_seen(conn, org.id, "agent1")
+
+    assert (1, [2, 2]) == (written, lookups)
+    assert first is not None
 
 
 async def test_late_agent__started_an_hour_later_gets_the_command(agent: AgentHarness) -> None:

@@ -292,9 +292,34 @@ async def count_events(conn: AsyncConnection, org_id: str, runner_id: str) -> in
 
 async def touch_presences(conn: AsyncConnection, seen: dict[tuple[str, str], datetime]) -> int:
     """Record when each runner's agent last asked for a command (one upsert per runner; runners deleted
-    meanwhile are skipped); how many were recorded."""
+    meanwhile are skipped, also one deleted while this runs); how many were recorded."""
     if not seen:
         return 0
+    for attempt in (1, 2):
+        values = await _existing_presences(conn, seen)
+        if not values:
+            return 0
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        stmt = insert(agent_presence)
+        upsert = stmt.on_conflict_do_update(
+            index_elements=[agent_presence.c.org_id, agent_presence.c.runner_id],
+            set_={"last_seen_at": stmt.excluded.last_seen_at},
+        )
+        try:
+            async with conn.begin_nested():
+                await conn.execute(upsert, values)
+        except sqlalchemy.exc.IntegrityError:
+            # A runner was deleted after it was looked up: look again, once.
+            if attempt == 2:
+                raise
+            continue
+        return len(values)
+    return 0
+
+
+async def _existing_presences(
+    conn: AsyncConnection, seen: dict[tuple[str, str], datetime]
+) -> list[dict[str, Any]]:
     keys = list(seen)
     existing = {
         (row.org_id, row.id)
@@ -306,21 +331,11 @@ async def touch_presences(conn: AsyncConnection, seen: dict[tuple[str, str], dat
             )
         ).all()
     }
-    values = [
+    return [
         {"org_id": org_id, "runner_id": runner_id, "last_seen_at": seen[(org_id, runner_id)]}
         for org_id, runner_id in keys
         if (org_id, runner_id) in existing
     ]
-    if not values:
-        return 0
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(agent_presence)
-    upsert = stmt.on_conflict_do_update(
-        index_elements=[agent_presence.c.org_id, agent_presence.c.runner_id],
-        set_={"last_seen_at": stmt.excluded.last_seen_at},
-    )
-    await conn.execute(upsert, values)
-    return len(values)
 
 
 async def last_seen(conn: AsyncConnection, org_id: str, runner_id: str) -> datetime | None:
