@@ -97,6 +97,7 @@ async def test_next__delivers_the_command_with_its_token_lease_and_receipt(
     assert set(response.json()) == {"command", "receipt", "attempt", "lease_expires_at"}
 
 
+@pytest.mark.parametrize("agent_settings", [{"fetch_wait_seconds": 3.0}], indirect=True)
 async def test_next__204_after_the_wait_when_there_is_nothing(agent: AgentHarness) -> None:
     waiting = asyncio.create_task(agent.next())
     await asyncio.sleep(0.5)
