@@ -7,7 +7,6 @@ Failures raise ``GatewayError`` (``retryable`` for no answer, 429 and 5xx) or ``
 from __future__ import annotations
 
 import ssl
-from urllib.parse import urlsplit
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -38,14 +37,13 @@ class AgentClient:
         poll_timeout_seconds: float = 90.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        parts = urlsplit(gateway_url)
-        self.base_path = parts.path.rstrip("/") or results.GATEWAY_BASE_PATH
+        _scheme, origin, self.base_path = results.split_gateway_url(gateway_url)
         self.org_id = org_id
         self.runner_id = runner_id
         self._key = private_key
         self._poll_timeout = poll_timeout_seconds
         self._http = httpx.AsyncClient(
-            base_url=f"{parts.scheme}://{parts.netloc}",
+            base_url=origin,
             verify=gateway_verify(tls) if tls is not None else verify,
             timeout=timeout_seconds,
             transport=transport,

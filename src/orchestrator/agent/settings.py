@@ -16,11 +16,11 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.protocol import results
 from orchestrator.protocol.tls import GatewayTls, read_ca_file
 
 #: The variable that carries the gateway CA's PEM text to a runner (``RunnerSettings.runner_gateway_ca``).
@@ -133,10 +133,7 @@ class AgentSettings(BaseSettings):
     @field_validator("runner_gateway_url")
     @classmethod
     def _absolute_http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("RUNNER_GATEWAY_URL must be an absolute http:// or https:// URL")
-        return value
+        return results.check_gateway_url(value)
 
     @property
     def gateway_ca_pem(self) -> str | None:

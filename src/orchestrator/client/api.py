@@ -10,9 +10,7 @@ This module imports no server code: the CLI ships without the ``server`` extra.
 
 from __future__ import annotations
 
-import ssl
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.protocol.tls import plain_http_verify
 
 JsonObject = dict[str, Any]
 
@@ -125,7 +124,7 @@ class ApiClient:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             base_url=self.base_url,
-            verify=_no_ca_bundle_for_plain_http(url.scheme),
+            verify=plain_http_verify(url.scheme),
             headers=headers,
             transport=transport,
             timeout=timeout,
@@ -557,17 +556,3 @@ class ApiClient:
             f"{self._deployment_path(org, deployment_id)}/actions/get-logs",
             headers={"DecryptKey": decrypt_key} if decrypt_key else None,
         ).text
-
-
-def _no_ca_bundle_for_plain_http(scheme: str) -> ssl.SSLContext | bool:
-    """``verify`` for a client whose every request goes to ``scheme``://the API (relative paths, no
-    redirects followed).
-
-    ``verify=True`` makes httpx load certifi's CA bundle into a new SSL context when the client is built
-    (about 50 ms of every ``octl`` command). Over plain http without a proxy from the environment no TLS
-    connection is ever opened, so the client gets a context without any CA instead: it would fail
-    every certificate check (closed, not open) if one were. https, or a proxy, keeps ``True``.
-    """
-    if scheme != "http" or urllib.request.getproxies():
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -10,7 +10,7 @@ import base64
 import binascii
 from enum import StrEnum
 from typing import Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -29,6 +29,23 @@ RUNNER_LOG_BUFFER_BYTES: Final = 10 * MiB
 
 #: Default ``RUNNER_GATEWAY_BASE_PATH`` of the gateway.
 GATEWAY_BASE_PATH: Final = "/runner-gateway"
+
+
+def check_gateway_url(value: str) -> str:
+    """``value`` if it is an absolute http(s) URL (``RUNNER_GATEWAY_URL``), else ``ValueError``."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("RUNNER_GATEWAY_URL must be an absolute http:// or https:// URL")
+    return value
+
+
+def split_gateway_url(url: str) -> tuple[str, str, str]:
+    """``(scheme, origin, base path)`` of ``RUNNER_GATEWAY_URL``: a URL without a path gets the default
+    base path ``/runner-gateway``; one with a path (upstream style) uses that path as the base."""
+    parts = urlsplit(url)
+    return parts.scheme, f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/") or GATEWAY_BASE_PATH
+
+
 #: Header carrying the per-deployment token on the bundle, results and logs routes.
 DEPLOYMENT_TOKEN_HEADER: Final = "X-Deployment-Token"
 #: Error code a runner uses for failures of its own (bundle, files, encryption, gateway).

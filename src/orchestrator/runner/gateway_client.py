@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import ssl
 import time
-import urllib.request
 from collections.abc import Callable
 from enum import StrEnum
 from types import TracebackType
-from urllib.parse import urlsplit
 
 import httpx
 from pydantic import SecretStr
 
 from orchestrator import errors
 from orchestrator.protocol import results
-from orchestrator.protocol.tls import GatewayTls, gateway_verify
+from orchestrator.protocol.tls import GatewayTls, gateway_verify, plain_http_verify
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_SECONDS = 30.0
@@ -74,8 +72,7 @@ class GatewayClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        parts = urlsplit(gateway_url)
-        self._base_path = parts.path.rstrip("/") or results.GATEWAY_BASE_PATH
+        scheme, origin, self._base_path = results.split_gateway_url(gateway_url)
         self._org_id = org_id
         self._runner_id = runner_id
         self._token = token
@@ -84,8 +81,8 @@ class GatewayClient:
         self._sleep = sleep
         verify = gateway_verify(tls) if tls is not None else verify
         self._http = httpx.Client(
-            base_url=f"{parts.scheme}://{parts.netloc}",
-            verify=_no_ca_bundle_for_plain_http(parts.scheme) if verify is True else verify,
+            base_url=origin,
+            verify=plain_http_verify(scheme) if verify is True else verify,
             timeout=timeout_seconds,
             transport=transport,
             headers={"User-Agent": "po-runner"},
@@ -201,17 +198,3 @@ def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
             )
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _no_ca_bundle_for_plain_http(scheme: str) -> ssl.SSLContext | bool:
-    """``verify`` for a client whose every request goes to ``scheme``://the gateway (relative paths,
-    no redirects followed).
-
-    ``verify=True`` makes httpx load certifi's CA bundle into a new SSL context when the client is built
-    (about 50 ms, on every deployment). Over plain http without a proxy from the environment no TLS
-    connection is ever opened, so the client gets a context without any CA instead: it would fail
-    every certificate check (closed, not open) if one were. https, or a proxy, keeps ``True``.
-    """
-    if scheme != "http" or urllib.request.getproxies():
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

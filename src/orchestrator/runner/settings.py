@@ -7,7 +7,6 @@ by whatever launches the runner (the dispatcher's Job spec, the ECS task, the lo
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -89,10 +88,7 @@ class RunnerSettings(BaseSettings):
     @field_validator("runner_gateway_url")
     @classmethod
     def _absolute_http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("RUNNER_GATEWAY_URL must be an absolute http:// or https:// URL")
-        return value
+        return results.check_gateway_url(value)
 
     @field_validator("runner_gateway_ca")
     @classmethod
