@@ -539,3 +539,13 @@ def launched_by(
             raise TypeError(f"not a vm runner configuration: {type(config).__name__}")
         return "agent" if connection_type == "agent" else "orchestrator"
     return "orchestrator"
+
+
+def agent_public_key(runner_type: str, config: Mapping[str, Any]) -> str | None:
+    """The Ed25519 public key (PEM) registered for the runner's agent; None unless an agent launches its
+    runs (``launched_by``): ``key`` of a ``kubernetes-agent`` runner, ``connection.key`` of a ``vm`` one."""
+    if launched_by(runner_type, config) != "agent":
+        return None
+    holder = config if runner_type == RunnerType.KUBERNETES_AGENT else config.get("connection")
+    key = holder.get("key") if isinstance(holder, Mapping) else None
+    return key if isinstance(key, str) else None

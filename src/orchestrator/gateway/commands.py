@@ -40,6 +40,7 @@ from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import agent_commands as policy
 from orchestrator.domain.deployments import Deployment
 from orchestrator.domain.key_material import load_agent_public_key
+from orchestrator.domain.runner_types import agent_public_key
 from orchestrator.errors import InvalidInputError, UnauthenticatedError
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway.deployments import read_limited
@@ -153,7 +154,7 @@ class AgentGateway:
             return cached[1]
         async with svc.reader.connect() as conn:
             runner = await runner_store.get_runner(conn, org_id, runner_id)
-        pem = _agent_key(runner.type, runner.configuration) if runner is not None else None
+        pem = agent_public_key(runner.type, runner.configuration) if runner is not None else None
         if pem is None:
             self._keys.pop(key, None)
             return None
@@ -333,18 +334,6 @@ class AgentGateway:
         parsed = store.parse_announcement(payload)
         if parsed is not None:
             self.waker.notify(*parsed)
-
-
-def _agent_key(runner_type: str, configuration: dict[str, Any]) -> str | None:
-    if runner_type == "kubernetes-agent":
-        key = configuration.get("key")
-        return key if isinstance(key, str) else None
-    if runner_type == "vm":
-        connection = configuration.get("connection")
-        if isinstance(connection, dict) and connection.get("type") == "agent":
-            key = connection.get("key")
-            return key if isinstance(key, str) else None
-    return None
 
 
 def agent_gateway(request: Request) -> AgentGateway:
