@@ -1,4 +1,5 @@
-"""In-process wake-ups: a result that completes a deployment wakes its waiters at once.
+"""In-process wake-ups: a result that completes a deployment wakes its waiters at once; background loops
+sleep until their next round or until the process stops.
 
 Waiters also re-read the database on a short interval, so a result applied by another replica is seen too.
 """
@@ -28,3 +29,12 @@ class Notifier:
         except TimeoutError:
             return False
         return True
+
+
+async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile; whether it is set."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+    return stop.is_set()

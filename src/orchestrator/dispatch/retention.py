@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator.blobs import BlobStore
 from orchestrator.errors import OrchestratorError
+from orchestrator.notify import sleep_unless_stopped
 from orchestrator.store import db
 from orchestrator.store import deployments as store
 
@@ -60,7 +61,7 @@ class RetentionWorker:
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until ``stop`` is set; errors are logged and the loop goes on."""
         delay = random.uniform(0.5, 1.0) * min(self.interval_seconds, FIRST_ROUND_SECONDS)
-        while not await _stopped(stop, delay):
+        while not await sleep_unless_stopped(stop, delay):
             try:
                 deleted = await self.run_once()
             except Exception:
@@ -102,12 +103,3 @@ class RetentionWorker:
             return False
         async with self.engine.begin() as conn:
             return await store.mark_objects_deleted(conn, item.id, now=now)
-
-
-async def _stopped(stop: asyncio.Event, delay: float) -> bool:
-    """Wait ``delay`` seconds or until ``stop`` is set; whether it is."""
-    try:
-        await asyncio.wait_for(stop.wait(), delay)
-    except TimeoutError:
-        pass
-    return stop.is_set()

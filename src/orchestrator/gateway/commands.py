@@ -44,6 +44,7 @@ from orchestrator.domain.runner_types import agent_public_key
 from orchestrator.errors import InvalidInputError, UnauthenticatedError
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway.deployments import read_limited
+from orchestrator.notify import sleep_unless_stopped
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
 from orchestrator.settings import ServerSettings
@@ -302,10 +303,7 @@ class AgentGateway:
                     await self.flush_presence(svc)
             except Exception:
                 log.exception("agent gateway background work failed")
-            try:
-                await asyncio.wait_for(stop.wait(), self.settings.agent_poll_fallback_seconds)
-            except TimeoutError:
-                pass
+            await sleep_unless_stopped(stop, self.settings.agent_poll_fallback_seconds)
         try:
             await self.flush_presence(svc)
         except Exception:

@@ -15,6 +15,8 @@ from typing import Any
 import structlog
 from sqlalchemy.engine import URL, make_url
 
+from orchestrator.notify import sleep_unless_stopped
+
 log = structlog.get_logger(__name__)
 
 #: Longest wait between attempts to reconnect.
@@ -54,11 +56,8 @@ async def listen(
             failures = 0
             log.debug("listening", channel=channel)
             on_connected()
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), HEALTH_CHECK_SECONDS)
-                except TimeoutError:
-                    await conn.execute("SELECT 1")
+            while not await sleep_unless_stopped(stop, HEALTH_CHECK_SECONDS):
+                await conn.execute("SELECT 1")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -67,10 +66,7 @@ async def listen(
             log.warning(
                 "PostgreSQL listener lost its connection", channel=channel, error=repr(exc), retry_in=delay
             )
-            try:
-                await asyncio.wait_for(stop.wait(), delay)
-            except TimeoutError:
-                pass
+            await sleep_unless_stopped(stop, delay)
         finally:
             if conn is not None:
                 try:
