@@ -7,10 +7,16 @@
     ├── NotFoundError            nothing of that id in the caller's organization: a 404
     ├── ConflictError            the request conflicts with stored state: a 409
     ├── PayloadTooLargeError     a body over its size limit: a 413
+    ├── ServiceUnavailableError  an operational fault: a dependency of the server failed (a 503)
+    │   ├── DatabaseUnavailableError   the database cannot be reached or written (transient)
+    │   ├── ObjectStoreError           the object store failed: disk full, read-only, S3 down (transient)
+    │   └── SealedValueError           a stored secret does not open with the server key (permanent)
     └── ConfigurationError       the process is configured wrongly (raised at start-up)
 
 Each class is defined by its docstring, which is the default message. Foreign errors are translated into
-these at the edge that owns the dependency, always ``from exc``. This module imports nothing of ours.
+these at the edge that owns the dependency, always ``from exc``: ``store.db`` for the database driver,
+``blobs`` for the filesystem and S3, ``secretbox`` for the cipher. Their messages say what failed and never
+hold a secret, since they are answered to API clients. This module imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -64,6 +70,30 @@ class PayloadTooLargeError(OrchestratorError):
     """The request body is too large."""
 
     code = "API-413"
+
+
+class ServiceUnavailableError(OrchestratorError):
+    """The service is unavailable."""
+
+    code = "API-503"
+    #: Whether trying again later can help (a dependency coming back): answered with ``Retry-After``.
+    retryable: ClassVar[bool] = True
+    retry_after_seconds: ClassVar[int] = 5
+
+
+class DatabaseUnavailableError(ServiceUnavailableError):
+    """The database is unavailable."""
+
+
+class ObjectStoreError(ServiceUnavailableError):
+    """The object store is unavailable."""
+
+
+class SealedValueError(ServiceUnavailableError):
+    """A stored secret does not open with the server key."""
+
+    #: The value was sealed under another key: only an operator (the right key, new secrets) can help.
+    retryable = False
 
 
 class ConfigurationError(OrchestratorError):

@@ -7,6 +7,7 @@ bound as associated data, so a sealed value copied to another row does not open.
 from __future__ import annotations
 
 import base64
+import binascii
 import os
 import secrets
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from orchestrator.errors import ConfigurationError, OrchestratorError
+from orchestrator.errors import ConfigurationError, SealedValueError
 
 _PREFIX = "v1."
 KEY_FILE_NAME = "server.key"
@@ -36,14 +37,18 @@ class SecretBox:
         return _PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
     def open(self, token: str, *, context: str) -> bytes:
+        """The plaintext; SealedValueError (naming ``context``, which is no secret) if it does not open."""
         if not token.startswith(_PREFIX):
-            raise OrchestratorError("sealed value has an unknown format")
+            raise SealedValueError(f"the stored secret of {context} has an unknown format")
         raw = token[len(_PREFIX) :]
-        data = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
         try:
+            data = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
             return self._aead.decrypt(data[:12], data[12:], context.encode())
-        except InvalidTag as exc:
-            raise OrchestratorError("sealed value does not open with the server key") from exc
+        except (InvalidTag, ValueError, binascii.Error) as exc:
+            raise SealedValueError(
+                f"the stored secret of {context} does not open with the server key "
+                "(it was sealed under another key, or damaged)"
+            ) from exc
 
 
 def decode_key(value: str) -> bytes:

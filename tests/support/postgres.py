@@ -172,10 +172,28 @@ class PostgresServer:
             self.stop()
             raise
 
-    def _start_postmaster(self, root: Path) -> None:
+    def pause(self) -> None:
+        """Shut the server down cleanly (committed data survives, unlike ``stop``'s immediate mode, which
+        with ``synchronous_commit=off`` may lose the last commits); :meth:`resume` starts it again."""
+        self._require_started()
+        assert self.data_dir is not None
+        self._run_as_owner(
+            [str(self.bin_dir / "pg_ctl"), "stop", "-m", "fast", "-w", "-D", str(self.data_dir)],
+            cwd=self.data_dir.parent,
+            what="pg_ctl stop",
+        )
+        self.pid = None
+
+    def resume(self) -> None:
+        """Start a paused server again, on the same port (the same URLs)."""
+        if self.pid is not None or self.data_dir is None:
+            raise PostgresError("resume: the server is running, or was never started")
+        self._start_postmaster(self.data_dir.parent, port=self.port)
+
+    def _start_postmaster(self, root: Path, *, port: int | None = None) -> None:
         assert self.data_dir is not None and self.log_file is not None and self.socket_dir is not None
         for attempt in range(1, _START_ATTEMPTS + 1):
-            self.port = free_port()
+            self.port = port or free_port()
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.socket_dir} "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
@@ -204,7 +222,7 @@ class PostgresServer:
             log = self._log_tail()
             self.stop(keep_dirs=True)
             port_taken = "Address already in use" in log or "could not bind" in log
-            if not port_taken or attempt == _START_ATTEMPTS:
+            if not port_taken or attempt == _START_ATTEMPTS or port is not None:
                 raise PostgresError(
                     f"pg_ctl start failed (exit {result.returncode}): {result.stderr.strip()}\n"
                     f"--- {self.log_file} ---\n{log}"

@@ -1,7 +1,14 @@
-"""Every error becomes JSON ``{error, message, details?}``; one mapping, no try/except in routes."""
+"""Every error becomes JSON ``{error, message, details?}``; one mapping, no try/except in routes.
+
+Operational faults (``ServiceUnavailableError``: the database, the object store, a secret that does not
+open) answer 503 with what failed, and ``Retry-After`` when retrying can help. Anything unexpected answers
+500 with an error id that the server's log line carries too, so an operator can find the traceback; the
+answer itself never holds one.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import sqlalchemy.exc
@@ -19,6 +26,7 @@ from orchestrator.errors import (
     NotFoundError,
     OrchestratorError,
     PayloadTooLargeError,
+    ServiceUnavailableError,
     UnauthenticatedError,
 )
 
@@ -33,6 +41,7 @@ STATUS: dict[type[OrchestratorError], int] = {
     NotFoundError: 404,
     ConflictError: 409,
     PayloadTooLargeError: 413,
+    ServiceUnavailableError: 503,
 }
 
 
@@ -47,10 +56,30 @@ def error_response(exc: OrchestratorError) -> JSONResponse:
     """The JSON answer to ``exc`` (also for handlers that run outside FastAPI's routing)."""
     status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
     if status == 500:
-        log.error("unexpected error", exc_info=exc)
-        return JSONResponse(error_body("API-500", "internal error"), status_code=500)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return internal_error_response(exc)
+    headers: dict[str, str] | None = None
+    if status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    if isinstance(exc, ServiceUnavailableError):
+        # Logged without a traceback: the message says what failed; the cause is chained for debug.
+        log.warning("service unavailable", error=exc.message, cause=repr(exc.__cause__))
+        if exc.retryable:
+            headers = {"Retry-After": str(exc.retry_after_seconds)}
     return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=status, headers=headers)
+
+
+def internal_error_response(exc: BaseException) -> JSONResponse:
+    """500 for a bug: the traceback goes to the log under a fresh error id, the answer names only the id."""
+    error_id = uuid.uuid4().hex[:16]
+    log.error("unexpected error", error_id=error_id, exc_info=exc)
+    return JSONResponse(
+        error_body(
+            "API-500",
+            f"internal error (error id {error_id}; the server log has the details)",
+            {"error_id": error_id},
+        ),
+        status_code=500,
+    )
 
 
 async def _orchestrator_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -91,8 +120,10 @@ def busy_response(exc: sqlalchemy.exc.TimeoutError) -> JSONResponse:
 async def _unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, sqlalchemy.exc.TimeoutError):
         return busy_response(exc)
-    log.error("unexpected error", exc_info=exc)
-    return JSONResponse(error_body("API-500", "internal error"), status_code=500)
+    if isinstance(exc, OrchestratorError):
+        # Raised in a middleware, outside the routes' handlers (Starlette's last-resort handler).
+        return error_response(exc)
+    return internal_error_response(exc)
 
 
 def install(app: FastAPI) -> None:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import ObjectStoreError, OrchestratorError
 
 __all__ = ["BlobStore", "BlobStoreError", "FileBlobStore", "check_key"]
 
@@ -25,8 +25,8 @@ _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 MAX_KEY_LENGTH = 512
 
 
-class BlobStoreError(OrchestratorError):
-    """The object store failed."""
+class BlobStoreError(ObjectStoreError):
+    """The object store failed (answered 503: retrying may help once it is back or has room again)."""
 
 
 class BlobStore(Protocol):
@@ -44,8 +44,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def _failure(what: str, key: str, exc: OSError) -> BlobStoreError:
+    """The answer to a filesystem error: what failed, on which object; the root directory stays in the
+    server's log (``__cause__``), not in messages that API clients read."""
+    reason = exc.strerror or type(exc).__name__
+    return BlobStoreError(f"object store unavailable: cannot {what} {key!r}: {reason}")
+
+
 class FileBlobStore:
-    """Blobs as files under ``root``; writes are atomic (temporary file, then rename)."""
+    """Blobs as files under ``root``; writes are atomic (temporary file, then rename). Filesystem errors
+    (read-only, disk full, permission denied) are raised as ``BlobStoreError``."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -72,10 +80,20 @@ class FileBlobStore:
             return None
 
     async def put(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self._put, key, data)
+        try:
+            await asyncio.to_thread(self._put, key, data)
+        except OSError as exc:
+            raise _failure("write", key, exc) from exc
 
     async def get(self, key: str) -> bytes | None:
-        return await asyncio.to_thread(self._get, key)
+        try:
+            return await asyncio.to_thread(self._get, key)
+        except OSError as exc:
+            raise _failure("read", key, exc) from exc
 
     async def delete(self, key: str) -> None:
-        await asyncio.to_thread(self._path(key).unlink, missing_ok=True)
+        path = self._path(key)
+        try:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+        except OSError as exc:
+            raise _failure("delete", key, exc) from exc

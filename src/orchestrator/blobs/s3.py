@@ -80,10 +80,12 @@ class S3BlobStore:
             error = exc.response.get("Error", {})
             code, message = error.get("Code", "?"), error.get("Message", "")
             raise BlobStoreError(
-                f"object store: {what} s3://{self.bucket}/{key} failed: {code} {message}".rstrip()
+                f"object store unavailable: {what} s3://{self.bucket}/{key} failed: {code} {message}".rstrip()
             ) from exc
         except botocore.exceptions.BotoCoreError as exc:
-            raise BlobStoreError(f"object store: {what} s3://{self.bucket}/{key} failed: {exc}") from exc
+            raise BlobStoreError(
+                f"object store unavailable: {what} s3://{self.bucket}/{key} failed: {exc}"
+            ) from exc
 
     async def put(self, key: str, data: bytes) -> None:
         name = self._key(key)

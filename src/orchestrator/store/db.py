@@ -1,12 +1,22 @@
-"""Engine creation: the one place that knows SQLite from PostgreSQL connection details."""
+"""Engine creation: the one place that knows SQLite from PostgreSQL connection details.
+
+It is also the edge where the drivers' errors are translated (see :func:`_translate_errors`): a database
+that cannot be reached or written raises ``DatabaseUnavailableError`` (answered 503, retried by the
+dispatcher), and text the database cannot hold (NUL, lone surrogates) ``InvalidInputError``; the API refuses
+such text before it gets here, this is the backstop.
+"""
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from orchestrator.errors import DatabaseUnavailableError, InvalidInputError
 
 READONLY = "po_readonly"
 #: SQLite takes one writer at a time: writers queue for the one pooled connection (in order, without
@@ -46,7 +56,77 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     """An async engine; on SQLite the writers' engine (one connection; see :func:`readonly`)."""
     if is_sqlite(url):
         return _sqlite_engine(url, pool_size=1)
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    _translate_errors(engine)
+    return engine
+
+
+#: PostgreSQL SQLSTATE classes of a server that cannot serve now: connection exception, insufficient
+#: resources (disk full, too many connections), operator intervention (shutdown, starting up), system
+#: error, invalid authorization (the credentials were changed).
+_UNAVAILABLE_SQLSTATE_CLASSES = frozenset({"08", "28", "53", "57", "58"})
+_UNAVAILABLE_SQLSTATES = frozenset({"25006"})  # read-only SQL transaction: a hot standby
+#: SQLite's messages for a database file that cannot be opened or written now.
+_SQLITE_UNAVAILABLE = (
+    "unable to open database file",
+    "readonly database",
+    "database or disk is full",
+    "disk i/o error",
+    "database is locked",
+)
+
+
+def _unavailable_reason(exc: BaseException) -> str | None:
+    """Why the database cannot serve, if ``exc`` says so (a short text without addresses or secrets)."""
+    if isinstance(exc, OSError):  # includes TimeoutError
+        reason = os.strerror(exc.errno) if isinstance(exc.errno, int) and exc.errno > 0 else None
+        return f"cannot connect ({reason or type(exc).__name__})"
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(sqlstate, str) and (
+        sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES or sqlstate in _UNAVAILABLE_SQLSTATES
+    ):
+        return first_line
+    if type(exc).__module__.startswith("sqlite3") and any(
+        text in first_line.lower() for text in _SQLITE_UNAVAILABLE
+    ):
+        return first_line
+    return None
+
+
+def _bad_text(exc: BaseException) -> bool:
+    """The database refused a text value it cannot hold: NUL on PostgreSQL, lone surrogates anywhere."""
+    text = str(exc)
+    return (
+        getattr(exc, "sqlstate", None) == "22021"  # character_not_in_repertoire: a NUL
+        or 'encoding "UTF8": 0x00' in text
+        or "surrogates not allowed" in text
+    )
+
+
+def _translate_errors(engine: AsyncEngine) -> None:
+    @sa.event.listens_for(engine.sync_engine, "do_connect")
+    def _connect(dialect: sa.Dialect, _record: Any, cargs: Any, cparams: Any) -> Any:
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except Exception as exc:
+            reason = _unavailable_reason(exc)
+            if reason is None:
+                raise
+            raise DatabaseUnavailableError(f"database unavailable: {reason}") from exc
+
+    @sa.event.listens_for(engine.sync_engine, "handle_error")
+    def _handle_error(context: ExceptionContext) -> None:
+        if context.is_pre_ping:
+            return  # the pool reconnects on its own after a failed ping
+        original = context.original_exception
+        reason = _unavailable_reason(original)
+        if reason is None and context.is_disconnect:
+            reason = "the connection was lost"
+        if reason is not None:
+            raise DatabaseUnavailableError(f"database unavailable: {reason}") from original
+        if _bad_text(original):
+            raise InvalidInputError("text must not contain NUL characters or lone surrogates") from original
 
 
 def _sqlite_engine(url: str, *, pool_size: int) -> AsyncEngine:
@@ -73,4 +153,5 @@ def _sqlite_engine(url: str, *, pool_size: int) -> AsyncEngine:
         readonly = conn.get_execution_options().get(READONLY, False)
         conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
+    _translate_errors(engine)
     return engine
