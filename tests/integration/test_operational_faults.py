@@ -3,6 +3,7 @@ store, the database and secrets that do not open; a bug answers 500 with an erro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ from fastapi import FastAPI
 from structlog.testing import capture_logs
 
 from orchestrator.errors import DatabaseUnavailableError
+from orchestrator.secretbox import SecretBox
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
+from orchestrator.store.schema import runners
 from tests.conftest import BOOTSTRAP_TOKEN, Org, make_org, tools_required
 from tests.support.postgres import PostgresError, PostgresServer
 from tests.support.readonly import read_only
@@ -73,6 +76,45 @@ async def test_object_store__read_only_on_deploy_answers_503_naming_it(
     assert refused.headers["Retry-After"].isdigit()
     # Nothing of the refused deployment is left: the environment takes the next one.
     assert 201 == created.status_code, created.text
+
+
+async def test_sealed_secret__runner_reads_deploy_fails_with_a_message_update_mends_it(
+    app: FastAPI, org: Org
+) -> None:
+    await make_ready(org)
+    sealed = SecretBox(os.urandom(32)).seal(
+        b'{"job.secrets.API_TOKEN": "x"}', context=f"runner:{org.id}/local"
+    )
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            runners.update()
+            .where(runners.c.org_id == org.id, runners.c.id == "local")
+            .values(config_secret=sealed)
+        )
+    url = f"/orgs/{org.id}/runners/local"
+
+    read = await org.clients["viewer"].get(url)
+    created = await deploy(org)
+    finished = await org.admin.get(
+        f"/orgs/{org.id}/deployments/{created.json()['id']}/actions/wait-for-complete",
+        params={"timeout_in_seconds": 30},
+    )
+    kept = await org.admin.patch(url, json={"runner_configuration": read.json()["runner_configuration"]})
+    config = read.json()["runner_configuration"]
+    config["job"]["secrets"] = {"API_TOKEN": "a-new-value"}
+    mended = await org.admin.patch(url, json={"runner_configuration": config})
+
+    assert 200 == read.status_code, read.text
+    assert "SECRET" == read.json()["runner_configuration"]["job"]["secrets"]["API_TOKEN"]
+    assert 201 == created.status_code, created.text
+    assert "failed" == finished.json()["status"]
+    assert finished.json()["status_message"].startswith(
+        "the secrets of runner 'local' do not open with the server key"
+    )
+    assert 400 == kept.status_code, kept.text
+    assert "does not open with the server key" in kept.json()["message"]
+    assert kept.json()["message"].endswith("send every secret value again")
+    assert 200 == mended.status_code, mended.text
 
 
 async def test_unexpected_error__500_with_an_error_id_the_log_line_has(app: FastAPI) -> None:

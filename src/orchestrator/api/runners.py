@@ -25,7 +25,7 @@ from orchestrator.domain.runner_types import (
     launched_by,
     runner_configuration_to_dict,
 )
-from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.errors import InvalidInputError, NotFoundError, SealedValueError
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
@@ -125,6 +125,23 @@ def _unseal(box: SecretBox, org_id: str, runner_id: str, sealed: str | None) -> 
     return opened
 
 
+def _patched(
+    box: SecretBox, runner: entities.Runner, patch: dict[str, Any], sealed: str | None
+) -> RunnerConfiguration:
+    """The runner's configuration with ``patch`` applied. Stored secrets that do not open with the server
+    key (sealed under another key) can be replaced by sending every secret value again."""
+    try:
+        stored = _unseal(box, runner.org_id, runner.id, sealed)
+    except SealedValueError as exc:
+        try:
+            return apply_runner_patch(runner.type, runner.configuration, patch, stored_secrets={})
+        except InvalidInputError as invalid:
+            raise InvalidInputError(
+                f"{invalid.message}; {exc.message}: send every secret value again", details=invalid.details
+            ) from exc
+    return apply_runner_patch(runner.type, runner.configuration, patch, stored_secrets=stored)
+
+
 def _check_allowed(settings: ServerSettings, config: RunnerConfiguration) -> None:
     if (
         isinstance(config, VmRunnerConfiguration)
@@ -208,12 +225,7 @@ async def update_runner(
             raise NotFoundError(f"runner '{runner_id}' not found")
         configuration, sealed = runner.configuration, await store.get_runner_secret(conn, org_id, runner_id)
         if body.runner_configuration is not None:
-            merged = apply_runner_patch(
-                runner.type,
-                runner.configuration,
-                body.runner_configuration,
-                stored_secrets=_unseal(svc.box, org_id, runner_id, sealed),
-            )
+            merged = _patched(svc.box, runner, body.runner_configuration, sealed)
             _check_allowed(svc.settings, merged)
             configuration, secrets = split_secrets(runner_configuration_to_dict(merged))
             sealed = _seal(svc.box, org_id, runner_id, secrets)

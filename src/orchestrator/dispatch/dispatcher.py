@@ -7,6 +7,17 @@ Agent runners (``kubernetes-agent``, ``vm`` with ``connection: {type: agent}``) 
 here "launch" is enqueueing a ``create-job`` command in the transaction that marks the deployment launched
 (handle ``agent:<command id>``), and checks only enforce the deployment timeout; commands past their TTL
 fail their deployment with ``COMMAND_EXPIRED``.
+
+Faults stay with their deployment: whatever one launch or check raises is caught, logged with the
+deployment id, and never stops the round for the others.
+
+- Launching: a transient fault (the database or object store unavailable, a retryable ``LaunchError``) is
+  retried with backoff; anything else (the runner's secrets do not open with the server key, a runs
+  directory that cannot be written, a bug) fails the deployment with a message naming the cause, which
+  releases its environment. Nothing runs yet, so nothing is lost by failing.
+- Checking: a failing status call or runner lookup is retried at the next check (the run may be alive and
+  still report its results); the deployment timeout is applied before anything that can fail, so every
+  executing deployment ends by its ``timeout_at`` whatever its launcher does.
 """
 
 from __future__ import annotations
@@ -16,10 +27,11 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy.exc
 import structlog
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,8 +41,9 @@ from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, DispatchState, runner_mode
 from orchestrator.domain.runner_secrets import restore_secrets
 from orchestrator.domain.runner_types import launched_by
+from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
 from orchestrator.gateway import tokens
-from orchestrator.launchers.base import Launcher, LaunchError, RunState
+from orchestrator.launchers.base import Launcher, LaunchError, RunState, RunStatus
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
@@ -45,6 +58,28 @@ log = structlog.get_logger(__name__)
 LauncherFor = Callable[[str, dict[str, object]], Launcher | None]
 #: Told (org, runner) after a command for an agent runner was committed: wakes the agent's long poll.
 CommandCommitted = Callable[[str, str], None]
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether retrying later can help: a dependency that is down now (database, object store, a pool
+    with no free connection), or a launch error that says so."""
+    if isinstance(exc, LaunchError):
+        return exc.retryable
+    if isinstance(exc, ServiceUnavailableError):
+        return exc.retryable
+    return isinstance(exc, sqlalchemy.exc.TimeoutError)
+
+
+def describe(exc: BaseException, *, error_id: str) -> str:
+    """What failed, for a status message that deployment viewers read: the messages of our errors and of
+    OS errors say it without secrets; anything else is a bug, named by its class and an error id that
+    the server log's line (with the traceback) carries too."""
+    if isinstance(exc, OrchestratorError):
+        return exc.message
+    if isinstance(exc, OSError):
+        reason = exc.strerror or type(exc).__name__
+        return f"{reason}: {exc.filename}" if exc.filename else reason
+    return f"unexpected {type(exc).__name__} (error id {error_id}; the server log has the details)"
 
 
 class _LeaseLostError(Exception):
@@ -129,14 +164,14 @@ class Dispatcher:
                     conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
                 )
             if pending:
-                await asyncio.gather(*(self._launch(d) for d in pending))
+                await asyncio.gather(*(self._guarded(self._launch, d) for d in pending))
         if checks_due:
             async with self.engine.begin() as conn:
                 due = await store.claim_checks(
                     conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
                 )
             if due:
-                await asyncio.gather(*(self._check(d) for d in due))
+                await asyncio.gather(*(self._guarded(self._check, d) for d in due))
         if expiry_due:
             async with self.engine.begin() as conn:
                 expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
@@ -144,16 +179,25 @@ class Dispatcher:
                 log.info("agent command expired", deployment_id=str(deployment.id))
                 self.on_final(str(deployment.id))
 
+    async def _guarded(self, step: Callable[[Deployment], Awaitable[None]], deployment: Deployment) -> None:
+        """Run one deployment's step; what escapes it is logged and ends there. Its lease runs out and
+        the next round takes the deployment up again (a database that was down is back by then)."""
+        try:
+            await step(deployment)
+        except Exception:
+            log.exception("dispatch step failed", deployment_id=str(deployment.id), step=step.__name__)
+
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:
             await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC), **values)
 
     async def _fail(self, deployment: Deployment, message: str, *, code: str) -> None:
+        now = datetime.now(UTC)
         async with self.engine.begin() as conn:
-            await results_policy.fail(conn, deployment, message, now=datetime.now(UTC), code=code)
-            await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC))
+            await results_policy.fail(conn, deployment, message, now=now, code=code)
+            await store.release(conn, deployment.id, owner=self.owner, now=now)
             await command_store.cancel_for_deployment(
-                conn, deployment.id, now=datetime.now(UTC), reason=f"the deployment failed ({code})"
+                conn, deployment.id, now=now, reason=f"the deployment failed ({code})"
             )
         log.info("deployment failed", deployment_id=str(deployment.id), reason=message)
         self.on_final(str(deployment.id))
@@ -165,11 +209,17 @@ class Dispatcher:
             sealed = await runner_store.get_runner_secret(conn, deployment.org_id, deployment.runner_id)
         if runner is None:
             return f"runner '{deployment.runner_id}' no longer exists"
-        secrets = (
-            json.loads(self.box.open(sealed, context=f"runner:{deployment.org_id}/{runner.id}"))
-            if sealed
-            else {}
-        )
+        try:
+            secrets = (
+                json.loads(self.box.open(sealed, context=f"runner:{deployment.org_id}/{runner.id}"))
+                if sealed
+                else {}
+            )
+        except SealedValueError:
+            return (
+                f"the secrets of runner '{runner.id}' do not open with the server key (they were sealed "
+                "under another key): send every secret value of the runner again (octl update runner)"
+            )
         configuration = restore_secrets(runner.configuration, secrets)
         agent = launched_by(runner.type, configuration) == "agent"
         launcher = None if agent else self.launcher_for(runner.type, configuration)
@@ -226,17 +276,19 @@ class Dispatcher:
         log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
 
     async def _launch(self, deployment: Deployment) -> None:
-        found = await self._spec(deployment)
-        if isinstance(found, str):
-            await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
+        if deployment.timeout_at <= datetime.now(UTC):
+            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
-        if found.launcher is None:
-            await self._enqueue(deployment, found)
-            return
-        spec, launcher = found.spec, found.launcher
         attempts = deployment.dispatch_attempts + 1
         try:
-            handle = await launcher.launch(spec)
+            found = await self._spec(deployment)
+            if isinstance(found, str):
+                await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
+                return
+            if found.launcher is None:
+                await self._enqueue(deployment, found)
+                return
+            handle = await found.launcher.launch(found.spec)
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
                 await self._fail(
@@ -244,17 +296,24 @@ class Dispatcher:
                 )
                 return
             log.warning("launch failed, will retry", deployment_id=str(deployment.id), error=exc.message)
-            backoff = timedelta(seconds=min(60.0, 2.0**attempts))
-            async with self.engine.begin() as conn:
-                await store.release(
-                    conn,
-                    deployment.id,
-                    owner=self.owner,
-                    now=datetime.now(UTC),
-                    dispatch_attempts=attempts,
+            await self._retry_later(deployment, attempts)
+            return
+        except Exception as exc:
+            if transient(exc):
+                # Not counted against launch_attempts: the dependency may take a while to come back;
+                # the deployment timeout bounds the wait.
+                log.warning(
+                    "launch interrupted, will retry", deployment_id=str(deployment.id), error=str(exc)
                 )
-                # Keep it leased to nobody until the backoff has passed.
-                await store.lease_until(conn, deployment.id, datetime.now(UTC) + backoff)
+                await self._retry_later(deployment, attempts)
+                return
+            error_id = uuid.uuid4().hex[:16]
+            log.error("launch failed", deployment_id=str(deployment.id), error_id=error_id, exc_info=exc)
+            await self._fail(
+                deployment,
+                f"the runner could not be launched: {describe(exc, error_id=error_id)}",
+                code="LAUNCH_FAILED",
+            )
             return
         now = datetime.now(UTC)
         await self._release(
@@ -267,32 +326,51 @@ class Dispatcher:
         )
         log.info("runner launched", deployment_id=str(deployment.id), handle=handle)
 
-    async def _check_agent_run(self, deployment: Deployment) -> None:
-        """Agent runs are never polled: only the deployment timeout is enforced here."""
-        if deployment.timeout_at <= datetime.now(UTC):
-            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
-            return
-        await self._release(deployment, next_check_at=deployment.timeout_at)
+    async def _retry_later(self, deployment: Deployment, attempts: int) -> None:
+        """Hold the deployment back from claims for a backoff (never past its timeout), then launch again."""
+        now = datetime.now(UTC)
+        until = min(now + timedelta(seconds=min(60.0, 2.0**attempts)), deployment.timeout_at)
+        async with self.engine.begin() as conn:
+            await store.release(conn, deployment.id, owner=self.owner, now=now, dispatch_attempts=attempts)
+            # Leased to nobody until the backoff has passed.
+            await store.lease_until(conn, deployment.id, until)
 
     async def _check(self, deployment: Deployment) -> None:
-        if agent_policy.is_agent_handle(deployment.handle):
-            await self._check_agent_run(deployment)
-            return
-        found = await self._spec(deployment)
-        launcher = None if isinstance(found, str) else found.launcher
-        now = datetime.now(UTC)
-        if deployment.timeout_at <= now:
-            # Fail first, then stop the run: what the stopped runner still reports changes nothing.
+        if deployment.timeout_at <= datetime.now(UTC):
+            # First, and depending on nothing that can fail: fail, then stop the run (what the stopped
+            # runner still reports changes nothing).
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
-            if launcher is not None and deployment.handle:
-                await launcher.cancel(deployment.handle, grace_seconds=self.settings.cancel_grace_seconds)
+            await self._cancel(deployment)
             return
-        if launcher is None or deployment.handle is None:
-            await self._fail(
-                deployment, str(found) if isinstance(found, str) else "lost runner", code="RUNNER_LOST"
+        if agent_policy.is_agent_handle(deployment.handle):
+            # Agent runs are never polled: only the deployment timeout is enforced here.
+            await self._release(deployment, next_check_at=deployment.timeout_at)
+            return
+        try:
+            found = await self._spec(deployment)
+            if isinstance(found, str) or found.launcher is None or deployment.handle is None:
+                reason = found if isinstance(found, str) else "lost runner"
+                await self._fail(deployment, reason, code="RUNNER_LOST")
+                return
+            status = await found.launcher.status(deployment.handle)
+        except Exception as exc:
+            # The run may be alive and still report its results: check again later; the timeout above
+            # ends the deployment if the checks keep failing.
+            log.warning(
+                "status check failed, will check again",
+                deployment_id=str(deployment.id),
+                error=str(exc),
+                exc_info=not transient(exc),
             )
+            retry_at = datetime.now(UTC) + timedelta(seconds=self.settings.check_interval_seconds)
+            await self._release(deployment, next_check_at=min(retry_at, deployment.timeout_at))
             return
-        status = await launcher.status(deployment.handle)
+        await self._observe(deployment, status)
+
+    async def _observe(self, deployment: Deployment, status: RunStatus) -> None:
+        """Act on a launched run's status: wait while it runs; after it exited, give its results a grace
+        period to arrive, then fail the deployment."""
+        now = datetime.now(UTC)
         interval = timedelta(seconds=self.settings.check_interval_seconds)
         if status.state is not RunState.EXITED:
             await self._release(deployment, next_check_at=now + interval)
@@ -309,3 +387,18 @@ class Dispatcher:
         await self._fail(
             deployment, f"the runner exited{code} without reporting results{detail}", code="RUNNER_EXITED"
         )
+
+    async def _cancel(self, deployment: Deployment) -> None:
+        """Stop a failed deployment's run, if this server launched one; a failure is only logged."""
+        if deployment.handle is None or agent_policy.is_agent_handle(deployment.handle):
+            return
+        try:
+            found = await self._spec(deployment)
+            if not isinstance(found, str) and found.launcher is not None:
+                await found.launcher.cancel(
+                    deployment.handle, grace_seconds=self.settings.cancel_grace_seconds
+                )
+        except Exception:
+            log.exception(
+                "could not stop the run", deployment_id=str(deployment.id), handle=deployment.handle
+            )
