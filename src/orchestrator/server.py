@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, hash_token
+from orchestrator.api.input_checks import InputCheckMiddleware
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation, retention
@@ -181,9 +182,9 @@ def create_app(
     )
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
-    # Outermost of ours: agents' long polls skip the rest of the stack while they wait.
+    # Agents' long polls skip the rest of the stack while they wait.
     app.add_middleware(LongPollMiddleware)
-    for router in (
+    routers = (
         orgs.router,
         projects.router,
         runners.router,
@@ -193,7 +194,11 @@ def create_app(
         gateway_deployments.router,
         gateway_commands.router,
         gateway_state.router,
-    ):
+    )
+    # Outermost of ours: text no database can hold is refused before anything reads it (authentication
+    # included).
+    app.add_middleware(InputCheckMiddleware, routes=[route for router in routers for route in router.routes])
+    for router in routers:
         app.include_router(router)
 
     @app.get("/healthz", tags=["Meta"])

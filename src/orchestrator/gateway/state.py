@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from orchestrator.api import input_checks
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.domain.deployments import Status
 from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
@@ -67,6 +68,7 @@ async def get_state(
 
 
 @router.post("/state")
+@input_checks.opaque_body  # sealed as it is: a state holding any text must never be refused
 async def put_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
