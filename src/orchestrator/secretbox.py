@@ -2,12 +2,17 @@
 
 A sealed value is ``v1.<base64url(nonce ‖ ciphertext)>``; the context (for example ``runner:org/id``) is
 bound as associated data, so a sealed value copied to another row does not open.
+
+The database records a key check value of the server key (:func:`key_check_value`, never the key), so that a
+server started with another key is refused at start, instead of failing on every sealed value later.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
@@ -19,6 +24,7 @@ from orchestrator.errors import ConfigurationError, SealedValueError
 
 _PREFIX = "v1."
 KEY_FILE_NAME = "server.key"
+_KEY_CHECK_LABEL = b"po-key-check-v1"
 
 
 class SecretBox:
@@ -49,6 +55,12 @@ class SecretBox:
                 f"the stored secret of {context} does not open with the server key "
                 "(it was sealed under another key, or damaged)"
             ) from exc
+
+
+def key_check_value(key: bytes) -> str:
+    """What the database keeps to recognise the server key: HMAC-SHA256(key, label), hex. It reveals
+    nothing of the key (nor of the keys derived from it, which use other labels)."""
+    return hmac.new(key, _KEY_CHECK_LABEL, hashlib.sha256).hexdigest()
 
 
 def decode_key(value: str) -> bytes:

@@ -7,12 +7,13 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import pydantic
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, hash_token
@@ -22,6 +23,7 @@ from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import K8sRunnerConfiguration
+from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import receipts, tokens
@@ -30,10 +32,10 @@ from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers.base import Launcher
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.notify import Notifier
-from orchestrator.secretbox import SecretBox, decode_key, load_or_create_key
+from orchestrator.secretbox import KEY_FILE_NAME, SecretBox, decode_key, key_check_value, load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
-from orchestrator.store import db, listener, migrate
+from orchestrator.store import db, key_checks, listener, migrate
 from orchestrator.store import orgs as org_store
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -65,6 +67,47 @@ def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
     return kubernetes.KubernetesLauncher(kubernetes.ClusterAccess.from_cluster(parsed.cluster))
 
 
+def _server_key(settings: ServerSettings) -> bytes:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.encryption_key:
+        return decode_key(settings.encryption_key.get_secret_value())
+    return load_or_create_key(settings.data_dir)
+
+
+async def _check_server_key(engine: AsyncEngine, key: bytes, settings: ServerSettings) -> None:
+    """Refuse a key other than the one the database's sealed values are sealed under (its check value is
+    recorded by the first start); ConfigurationError saying which key is wrong."""
+    expected = key_check_value(key)
+    async with engine.begin() as conn:
+        recorded = await key_checks.record_once(conn, expected, now=datetime.now(UTC))
+    if recorded != expected:
+        source = "PO_ENCRYPTION_KEY" if settings.encryption_key else str(settings.data_dir / KEY_FILE_NAME)
+        raise ConfigurationError(
+            f"{source} is not the key this database was created with: runner secrets and Terraform "
+            "states sealed under the original key would not open; start with the original key "
+            "(PO_ENCRYPTION_KEY, or the server.key file of the original data dir)"
+        )
+
+
+async def prepare(settings: ServerSettings) -> None:
+    """Everything at start that can refuse a configuration: the server key, the database (migrations,
+    the key check) and the object store. ``orchestrator serve`` runs it before serving, so that a wrong
+    configuration ends with a one-line error instead of a traceback from the app's lifespan."""
+    key = _server_key(settings)
+    engine = db.create_engine(settings.resolved_database_url)
+    try:
+        await migrate.upgrade(engine)
+        await _check_server_key(engine, key, settings)
+    finally:
+        await db.dispose(engine)
+    blobs = await open_blob_store(
+        settings.object_store_url, data_dir=settings.data_dir, endpoint_url=settings.object_store_endpoint
+    )
+    close = getattr(blobs, "close", None)
+    if close is not None:
+        close()
+
+
 def create_app(
     settings: ServerSettings,
     *,
@@ -75,12 +118,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        key = (
-            decode_key(settings.encryption_key.get_secret_value())
-            if settings.encryption_key
-            else load_or_create_key(settings.data_dir)
-        )
+        key = _server_key(settings)
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
@@ -88,6 +126,7 @@ def create_app(
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
+            await _check_server_key(engine, key, settings)
             if settings.bootstrap_token is not None:
                 async with engine.begin() as conn:
                     await org_store.replace_platform_token(

@@ -42,12 +42,14 @@ def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
     import uvicorn
 
-    from orchestrator.server import create_app
+    from orchestrator.server import create_app, prepare
 
     settings = _settings(**options)
     logs.configure(settings.log_level)
     try:
-        app = create_app(settings)
+        # Migrations, the key check, the object store: a wrong configuration is one line, not a traceback.
+        asyncio.run(prepare(settings))
+        app = create_app(settings, run_migrations=False)
     except OrchestratorError as exc:
         raise click.ClickException(exc.message) from exc
     uvicorn.run(

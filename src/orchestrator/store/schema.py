@@ -463,3 +463,13 @@ agent_presence = sa.Table(
     _ts("last_seen_at"),
     sa.ForeignKeyConstraint(["org_id", "runner_id"], ["runners.org_id", "runners.id"], ondelete="CASCADE"),
 )
+
+# Key check values of the keys this database's sealed values are sealed under (never the keys): a server
+# started with another key is refused at start. One row, id "server".
+key_checks = sa.Table(
+    "key_checks",
+    metadata,
+    sa.Column("id", sa.String(20), primary_key=True),
+    sa.Column("check_value", sa.String(64), nullable=False),
+    _ts("created_at"),
+)
