@@ -47,11 +47,11 @@ def launcher_for(
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
         return local if settings.allow_local_runners else None
     if runner_type == "kubernetes":
-        return _kubernetes_launcher(config)
+        return _kubernetes_launcher(settings, config)
     return None
 
 
-def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
+def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) -> Launcher | None:
     """The cluster's launcher; None without the ``kubernetes`` extra (lightkube) installed."""
     try:
         from orchestrator.launchers import kubernetes  # the optional extra: imported only when used
@@ -61,7 +61,9 @@ def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
         parsed = K8sRunnerConfiguration.model_validate(config)
     except pydantic.ValidationError:
         return None
-    return kubernetes.KubernetesLauncher(kubernetes.ClusterAccess.from_cluster(parsed.cluster))
+    return kubernetes.KubernetesLauncher(
+        kubernetes.ClusterAccess.from_cluster(parsed.cluster), egress=settings.runner_egress
+    )
 
 
 def create_app(
