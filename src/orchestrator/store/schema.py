@@ -332,6 +332,8 @@ deployments = sa.Table(
     sa.Column("outputs", sa.Text(), nullable=True),
     sa.Column("metrics", JSONType, nullable=False),
     sa.Column("error", JSONType, nullable=True),
+    # SHA-256 of the applied results (canonical JSON): a repeat is recognised, a different result refused.
+    sa.Column("results_digest", sa.String(64), nullable=True),
     sa.Column("logs_key", sa.String(300), nullable=True),
     sa.Column("logs_size", sa.Integer(), nullable=True),
     # Dispatch: pending -> launched -> done; claims are leases, so a crashed replica's work is taken over.
