@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from tests.conftest import Org
@@ -295,6 +296,28 @@ async def test_modules__inline_source_needs_code_and_only_it_may_have_code(org: 
     assert 400 == code_on_git.status_code
     assert code_on_git.json()["message"].startswith("module_source_code: cannot be set without module_source")
     assert whitespace.json()["message"].startswith("module_source:")
+
+
+@pytest.mark.parametrize(
+    "source", ["../../..", "/etc", "git::file:///etc", "file:///var/lib", "./modules/%2e%2e/%2e%2e/x"]
+)
+async def test_modules__sources_reading_the_disk_are_refused(org: Org, source: str) -> None:
+    """Create and update name ``module_source``; nothing is stored (the module keeps its git source)."""
+    await _type(org)
+    base = f"/orgs/{org.id}/modules"
+
+    created = await org.admin.post(
+        base, json={"id": "bad", "resource_type": "postgres", "module_source": source}
+    )
+    await _module(org)
+    updated = await org.admin.patch(f"{base}/pg", json={"module_source": source})
+    stored = (await org.admin.get(f"{base}/pg")).json()
+
+    assert (400, 400) == (created.status_code, updated.status_code)
+    assert created.json()["message"].startswith(f"module_source: '{source}' ")
+    assert updated.json()["message"].startswith(f"module_source: '{source}' ")
+    assert 404 == (await org.admin.get(f"{base}/bad")).status_code
+    assert GIT_SOURCE == stored["module_source"]
 
 
 async def test_modules__inline_code_over_512_kib_is_refused(org: Org) -> None:

@@ -645,7 +645,7 @@ def test_compile__param_types_are_checked(params: dict[str, Any], ok: bool) -> N
 def test_compile__module_sources_and_registry_versions() -> None:
     registry = module("r", "redis", module_source="terraform-aws-modules/elasticache/aws@1.2.0")
     git = module("q", "queue", module_source="git::https://example.com/q.git?ref=v1")
-    local = module("d", "dns", module_source="../shared/dns/x@y")
+    local = module("d", "dns", module_source="./shared/dns/x@y")
     compiled = compile_(
         {
             "workloads": {
@@ -661,10 +661,19 @@ def test_compile__module_sources_and_registry_versions() -> None:
     assert '  source = "git::https://example.com/q.git?ref=v1"\n' in block(
         compiled.main_tf, "module", "wl_api__q__queue"
     )
-    assert 'module "wl_api__d__dns" {\n  source = "../shared/dns/x@y"\n}\n' == block(
+    assert 'module "wl_api__d__dns" {\n  source = "./shared/dns/x@y"\n}\n' == block(
         compiled.main_tf, "module", "wl_api__d__dns"
     )
     assert ["main.tf"] == list(compiled.files)
+
+
+def test_compile__a_stored_source_reading_the_disk_is_refused() -> None:
+    """A module stored before sources were checked is refused when compiled, naming it."""
+    bad = module("q", "queue", module_source="git::file:///etc")
+    message = error_of({"workloads": {"api": {"resources": {"q": {"type": "queue"}}}}}, catalogue(bad))
+
+    assert "module 'q' (version " in message
+    assert "module_source: 'git::file:///etc' reads local files" in message
 
 
 def test_compile__reserved_module_arguments_are_refused() -> None:

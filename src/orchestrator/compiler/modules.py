@@ -21,7 +21,7 @@ from typing import Any, Final
 from orchestrator.compiler import hcl, placeholders
 from orchestrator.compiler.graph import Graph, Node
 from orchestrator.compiler.references import Resolver, Scope
-from orchestrator.domain.catalogue import INLINE_SOURCE, Module, ModuleProvider
+from orchestrator.domain.catalogue import INLINE_SOURCE, Module, ModuleProvider, check_module_source
 from orchestrator.errors import InvalidInputError
 
 #: Arguments Terraform reserves in a module block; no input or param may take these names.
@@ -49,6 +49,11 @@ def inline_path(module: Module) -> str:
 def source_attributes(module: Module) -> list[hcl.Attr]:
     """``source`` (and ``version`` for a registry address written ``address@version``)."""
     source = module.content.module_source
+    try:
+        # Also here: a module stored before sources were checked must not read the runner's disk either.
+        check_module_source(source)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"module '{module.id}' (version {module.version_id}) {exc.message}") from exc
     if source == INLINE_SOURCE:
         return [hcl.Attr("source", hcl.Raw(hcl.quote("./" + inline_path(module))))]
     if match := _REGISTRY_WITH_VERSION.match(source):
