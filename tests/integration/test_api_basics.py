@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 
 from tests.conftest import Org
@@ -183,6 +185,37 @@ async def test_body_limit__413(org: Org) -> None:
 
     assert 413 == response.status_code
     assert "API-413" == response.json()["error"]
+
+
+async def _chunks(total: int, size: int = 64 * 1024) -> AsyncIterator[bytes]:
+    """A JSON body of ``total`` bytes, streamed: httpx sends it chunked, without Content-Length."""
+    yield b"{"
+    for _ in range(total // size):
+        yield b" " * size
+    yield b"}"
+
+
+async def test_body_limit__chunked_body_413(org: Org) -> None:
+    """Without Content-Length the limit is found while reading: still 413, not a 400 parse error."""
+    over = await org.admin.post(
+        f"/orgs/{org.id}/projects",
+        content=_chunks(2 * 1024 * 1024),
+        headers={"content-type": "application/json"},
+    )
+    under = await org.admin.post(
+        f"/orgs/{org.id}/projects",
+        content=_streamed(b'{"id": "streamed"}'),
+        headers={"content-type": "application/json"},
+    )
+
+    assert "chunked" == over.request.headers["transfer-encoding"]
+    assert (413, "API-413") == (over.status_code, over.json()["error"])
+    assert "request body is larger than 1048576 bytes" == over.json()["message"]
+    assert 201 == under.status_code, under.text
+
+
+async def _streamed(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 async def test_malformed_json__400(org: Org) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,19 @@ async def test_logs__stored_and_limited(gateway: Gateway, org: Org) -> None:
     assert deployment["has_logs"] is True
     assert "Y2lwaGVy" == served.text
     assert 413 == huge.status_code
+
+
+async def test_logs__chunked_upload_over_the_limit_413(gateway: Gateway) -> None:
+    """Without Content-Length the gateway finds the limit while reading: 413 all the same."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(protocol.MAX_LOG_BYTES // (1024 * 1024) + 1):
+            yield b"A" * (1024 * 1024)
+
+    response = await gateway.client.put(gateway.path("logs"), content=chunks(), headers=gateway.headers())
+
+    assert "chunked" == response.request.headers["transfer-encoding"]
+    assert (413, "API-413") == (response.status_code, response.json()["error"])
 
 
 async def test_logs__written_once_even_within_the_grace(gateway: Gateway, org: Org) -> None:
