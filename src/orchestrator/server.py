@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
-from orchestrator.api.context import Services, hash_token
+from orchestrator.api.context import Services, api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation, retention
@@ -89,12 +89,13 @@ def create_app(
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
+            api_key = api_token_key(key)
             if settings.bootstrap_token is not None:
                 async with engine.begin() as conn:
                     await org_store.replace_platform_token(
                         conn,
                         token_id=BOOTSTRAP_TOKEN_ID,
-                        token_hash=hash_token(settings.bootstrap_token.get_secret_value()),
+                        token_hash=hash_token(api_key, settings.bootstrap_token.get_secret_value()),
                     )
             box = SecretBox(key)
             token_key = tokens.token_key(key)
@@ -128,6 +129,7 @@ def create_app(
                 box=box,
                 blobs=blobs,
                 token_key=token_key,
+                api_token_key=api_key,
                 notifier=notifier,
                 creation=creation.Context(
                     blobs=blobs,
