@@ -98,6 +98,8 @@ def create_app(
                         token_hash=hash_token(api_key, settings.bootstrap_token.get_secret_value()),
                     )
             box = SecretBox(key)
+            async with engine.begin() as conn:
+                await catalogue.seal_clear_provider_configurations(conn, box)
             token_key = tokens.token_key(key)
             notifier = Notifier()
             local = LocalLauncher(settings.data_dir / "runs", environ=os.environ)
@@ -135,6 +137,7 @@ def create_app(
                     blobs=blobs,
                     public_url=settings.resolved_public_url,
                     timeout=timedelta(seconds=settings.deployment_timeout_seconds),
+                    box=box,
                 ),
                 wake_dispatcher=dispatcher.wake,
             )

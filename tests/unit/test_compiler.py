@@ -968,6 +968,47 @@ def test_compile__providers_are_aliased_configurations_mapped_into_modules() -> 
     assert "google" not in compiled.main_tf
 
 
+def test_compile__provider_credentials_go_to_a_variables_file_not_main_tf() -> None:
+    """Literal credentials of a provider become sensitive variables: main.tf (which viewers read) names
+    them, the bundle's variables file holds the values; references and other values stay in main.tf."""
+    aws = provider(
+        "aws",
+        "main",
+        "hashicorp/aws",
+        region="eu-west-1",
+        access_key="AKIA-CANARY",
+        secret_key="s3cr3t-canary",
+        token="${var.session_token}",
+        **{"assume_role[0]": {"role_arn": "arn:aws:iam::1:role/x", "external_id": "ext"}},
+    )
+    pg = module("pg", "postgres", provider_mapping={"aws": "aws.main"})
+
+    compiled = compile_(
+        {"workloads": {"api": {"resources": {"db": {"type": "postgres"}}}}}, catalogue(pg, providers=(aws,))
+    )
+    values = json.loads(compiled.files["po-provider-secrets.auto.tfvars.json"])
+
+    assert "CANARY" not in compiled.main_tf.upper()
+    assert (
+        'provider "aws" {\n'
+        '  alias      = "main"\n'
+        "  access_key = var.po_aws_main_access_key\n"
+        '  region     = "eu-west-1"\n'
+        "  secret_key = var.po_aws_main_secret_key\n"
+        "  token      = var.session_token\n"
+        "  assume_role {\n"
+        '    external_id = "ext"\n'
+        '    role_arn    = "arn:aws:iam::1:role/x"\n'
+        "  }\n"
+        "}\n"
+    ) in compiled.main_tf
+    assert (
+        'variable "po_aws_main_secret_key" {\n  type      = string\n  sensitive = true\n}\n'
+        in compiled.main_tf
+    )
+    assert {"po_aws_main_access_key": "AKIA-CANARY", "po_aws_main_secret_key": "s3cr3t-canary"} == values
+
+
 def test_compile__a_mapping_to_a_missing_provider_is_an_error() -> None:
     pg = module("pg", "postgres", provider_mapping={"aws": "aws.gone"})
     message = error_of({"workloads": {"api": {"resources": {"db": {"type": "postgres"}}}}}, catalogue(pg))

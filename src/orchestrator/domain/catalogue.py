@@ -64,9 +64,13 @@ class ModuleProvider:
     #: Registry coordinate, ``(hostname/)namespace/type``.
     source: str
     version_constraint: str
+    #: As answered: ``"SECRET"`` for each credential (``domain.provider_secrets``); the compiler gets the
+    #: whole configuration, opened from ``configuration_sealed``.
     configuration: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    #: The whole configuration, sealed with the server key; None in rows from before sealing.
+    configuration_sealed: str | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:

@@ -186,7 +186,10 @@ module_providers = sa.Table(
     sa.Column("description", sa.String(200), nullable=True),
     sa.Column("source", sa.String(100), nullable=False),
     sa.Column("version_constraint", sa.String(100), nullable=False),
+    # As answered: "SECRET" for each credential (domain.provider_secrets). The whole configuration is
+    # sealed with the server key in configuration_sealed (NULL: a row from before; sealed at start-up).
     sa.Column("configuration", JSONType, nullable=False),
+    sa.Column("configuration_sealed", sa.Text(), nullable=True),
     _ts("created_at"),
     _ts("updated_at"),
 )
