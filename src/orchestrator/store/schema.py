@@ -459,6 +459,21 @@ agent_event_inbox = sa.Table(
     _ts("received_at"),
 )
 
+# Agent tokens (JWTs) the gateway replicas accepted, until they expire: a replayed token is refused.
+# ``digest`` is a SHA-256 of the token's ``jti`` (with org and runner), or of the whole token when it has
+# no ``jti``. Written in batches by each replica and read by the others (``gateway.token_uses``).
+agent_token_uses = sa.Table(
+    "agent_token_uses",
+    metadata,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("replica", sa.String(64), nullable=False),
+    _ts("first_used_at"),
+    _ts("expires_at"),
+    _ts("reusable_until", nullable=True),
+)
+sa.Index("ix_agent_token_uses_first_used", agent_token_uses.c.first_used_at)
+sa.Index("ix_agent_token_uses_expires", agent_token_uses.c.expires_at)
+
 # When an agent last asked for a command (written at most every few seconds per runner and replica).
 agent_presence = sa.Table(
     "agent_presence",
