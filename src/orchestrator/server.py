@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
-from orchestrator.api.context import Services, hash_token
+from orchestrator.api.context import Services, api_token_key, hash_token
 from orchestrator.api.input_checks import InputCheckMiddleware
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
@@ -50,11 +50,11 @@ def launcher_for(
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
         return local if settings.allow_local_runners else None
     if runner_type == "kubernetes":
-        return _kubernetes_launcher(config)
+        return _kubernetes_launcher(settings, config)
     return None
 
 
-def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
+def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) -> Launcher | None:
     """The cluster's launcher; None without the ``kubernetes`` extra (lightkube) installed."""
     try:
         from orchestrator.launchers import kubernetes  # the optional extra: imported only when used
@@ -64,7 +64,9 @@ def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
         parsed = K8sRunnerConfiguration.model_validate(config)
     except pydantic.ValidationError:
         return None
-    return kubernetes.KubernetesLauncher(kubernetes.ClusterAccess.from_cluster(parsed.cluster))
+    return kubernetes.KubernetesLauncher(
+        kubernetes.ClusterAccess.from_cluster(parsed.cluster), egress=settings.runner_egress
+    )
 
 
 def _server_key(settings: ServerSettings) -> bytes:
@@ -127,14 +129,17 @@ def create_app(
             if run_migrations:
                 await migrate.upgrade(engine)
             await _check_server_key(engine, key, settings)
+            api_key = api_token_key(key)
             if settings.bootstrap_token is not None:
                 async with engine.begin() as conn:
                     await org_store.replace_platform_token(
                         conn,
                         token_id=BOOTSTRAP_TOKEN_ID,
-                        token_hash=hash_token(settings.bootstrap_token.get_secret_value()),
+                        token_hash=hash_token(api_key, settings.bootstrap_token.get_secret_value()),
                     )
             box = SecretBox(key)
+            async with engine.begin() as conn:
+                await catalogue.seal_clear_provider_configurations(conn, box)
             token_key = tokens.token_key(key)
             notifier = Notifier()
             local = LocalLauncher(settings.data_dir / "runs", environ=os.environ)
@@ -166,11 +171,13 @@ def create_app(
                 box=box,
                 blobs=blobs,
                 token_key=token_key,
+                api_token_key=api_key,
                 notifier=notifier,
                 creation=creation.Context(
                     blobs=blobs,
                     public_url=settings.resolved_public_url,
                     timeout=timedelta(seconds=settings.deployment_timeout_seconds),
+                    box=box,
                 ),
                 wake_dispatcher=dispatcher.wake,
             )

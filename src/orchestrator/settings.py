@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.blobs.location import parse_object_store_url
+from orchestrator.launchers.egress import DEFAULT_DENIED_NETWORKS, EgressPolicy, parse_networks
 
 
 def default_data_dir() -> Path:
@@ -53,6 +54,26 @@ class ServerSettings(BaseSettings):
     )
     deployment_timeout_seconds: float = Field(
         default=3600.0, gt=0, description="A deployment whose runner has not reported by then fails."
+    )
+    deployment_token_grace_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description=(
+            "A deployment token opens its deployment's gateway routes while the deployment executes and "
+            "this long after it finished (the runner's last log upload or result retry); never after."
+        ),
+    )
+    runner_allow_plain_http: bool = Field(
+        default=False,
+        description="Let the server reach a runner's cluster API over plain http (default: https only).",
+    )
+    runner_denied_networks: str = Field(
+        default=DEFAULT_DENIED_NETWORKS,
+        description=(
+            "Comma-separated networks (CIDR) the server never connects to for a runner (its cluster API, "
+            "its proxy): every address a host resolves to is checked when connecting; IPv4-mapped IPv6 "
+            "addresses count as IPv4. Empty: none."
+        ),
     )
     status_check_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often launched runners are checked on."
@@ -112,6 +133,15 @@ class ServerSettings(BaseSettings):
             raise ValueError("PO_LISTEN must be host:port")
         return value
 
+    @field_validator("runner_denied_networks")
+    @classmethod
+    def _check_denied_networks(cls, value: str) -> str:
+        try:
+            parse_networks(value)
+        except ValueError as exc:
+            raise ValueError(f"PO_RUNNER_DENIED_NETWORKS: {exc}") from exc
+        return value
+
     @field_validator("object_store_url")
     @classmethod
     def _check_object_store_url(cls, value: str | None) -> str | None:
@@ -127,6 +157,14 @@ class ServerSettings(BaseSettings):
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError("PO_OBJECT_STORE_ENDPOINT must be an http(s) URL")
         return value or None
+
+    @property
+    def runner_egress(self) -> EgressPolicy:
+        """Where the server may connect for a runner (``launchers.egress``)."""
+        return EgressPolicy(
+            allow_plain_http=self.runner_allow_plain_http,
+            denied_networks=parse_networks(self.runner_denied_networks),
+        )
 
     @property
     def resolved_database_url(self) -> str:

@@ -13,12 +13,19 @@ from typing import Any
 import pytest
 
 from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
+from orchestrator.settings import ServerSettings
 from tests.acceptance.conftest import build_stack
 from tests.support.kube_api import KubeApiServer, runner_image
 
 pytestmark = pytest.mark.slow
 
 NAMESPACE = "platform-orchestrator-runner"
+
+
+@pytest.fixture
+def settings(settings: ServerSettings) -> ServerSettings:
+    """The stand-in API listens on 127.0.0.1, which the server refuses by default: allowed here."""
+    return settings.model_copy(update={"runner_denied_networks": ""})
 
 
 def kubernetes_runner(api: KubeApiServer, tf_config: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 import sqlalchemy as sa
 import time_machine
@@ -24,7 +25,8 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
-from orchestrator.store.schema import agent_commands, deployments
+from orchestrator.store import agent_tokens as token_store
+from orchestrator.store.schema import agent_commands, agent_token_uses, deployments
 from tests.conftest import Org
 from tests.support.agent_gateway import AgentHarness, gateway_settings
 from tests.support.deployments import insert_deployment
@@ -497,6 +499,93 @@ async def test_auth__tokens_within_the_skew_are_accepted(agent: AgentHarness) ->
     behind = await agent.next(now=now - 300 - 25)
 
     assert (204, 204) == (ahead.status_code, behind.status_code)
+
+
+async def test_auth__a_replayed_token_is_refused(agent: AgentHarness) -> None:
+    """Each of our agent's tokens (with jti) opens one request: the same token again is 401, at once,
+    on the long poll (served by the middleware) and on the routes alike."""
+    headers = agent.headers()
+    path = protocol.next_command_path("acme", "agent1")
+    events = protocol.events_path("acme", "agent1")
+
+    first = await agent.client.post(path, headers=headers)
+    replayed = await agent.client.post(path, headers=headers)
+    replayed_elsewhere = await agent.client.post(events, headers=headers, json={})
+    fresh = await agent.next()
+
+    assert (204, 401, 401, 204) == (
+        first.status_code,
+        replayed.status_code,
+        replayed_elsewhere.status_code,
+        fresh.status_code,
+    )
+    assert UNAUTHENTICATED == replayed.json()["message"]
+
+
+async def test_auth__upstream_token_without_jti_reused_only_within_seconds(
+    agent: AgentHarness, app: FastAPI
+) -> None:
+    """An upstream agent's token has no jti: two of its requests in one second carry the same token, so
+    the same token is accepted again for REUSE_WITHOUT_JTI_SECONDS after its first use, then never."""
+    now = time.time()
+    claims = {
+        "aud": agent_auth.AUDIENCE,
+        "org_id": "acme",
+        "runner_id": "agent1",
+        "iat": int(now),
+        "exp": int(now) + agent_auth.TOKEN_LIFETIME_SECONDS,
+    }
+    token = jwt.encode(claims, agent.key, algorithm="EdDSA", headers={"typ": "JWT"})
+    headers = {"Authorization": f"Bearer {token}"}
+    path = protocol.next_command_path("acme", "agent1")
+    uses = app.state.agent_gateway.token_uses
+    real = uses.clock
+
+    first = await agent.client.post(path, headers=headers)
+    again = await agent.client.post(path, headers=headers)
+    uses.clock = lambda: real() + timedelta(seconds=agent_auth.REUSE_WITHOUT_JTI_SECONDS + 1)
+    later = await agent.client.post(path, headers=headers)
+
+    assert (204, 204, 401) == (first.status_code, again.status_code, later.status_code)
+
+
+async def test_auth__a_token_replayed_to_another_replica_or_after_a_restart_is_refused(
+    agent: AgentHarness, app: FastAPI, agent_settings: ServerSettings
+) -> None:
+    """Each replica writes the uses it accepted and reads the others' (``TokenUses.sync``, every
+    PO_AGENT_POLL_FALLBACK_SECONDS): once that ran, a second server on the database, or this one
+    restarted, refuses the token too."""
+    headers = agent.headers()
+    path = protocol.next_command_path("acme", "agent1")
+    first = await agent.client.post(path, headers=headers)
+    await app.state.agent_gateway.token_uses.sync(app.state.services.engine, app.state.services.reader)
+    replica = create_app(agent_settings)
+
+    async with replica.router.lifespan_context(replica):
+        await replica.state.agent_gateway.token_uses.sync(
+            replica.state.services.engine, replica.state.services.reader
+        )
+        transport = httpx.ASGITransport(app=replica)
+        async with httpx.AsyncClient(transport=transport, base_url="http://replica.test") as client:
+            replayed = await client.post(path, headers=headers)
+            fresh = await client.post(path, headers=agent.headers())
+
+    assert (204, 401, 204) == (first.status_code, replayed.status_code, fresh.status_code)
+
+
+async def test_auth__expired_token_uses_are_forgotten_and_deleted(agent: AgentHarness, app: FastAPI) -> None:
+    uses = app.state.agent_gateway.token_uses
+    await agent.next()
+    await uses.sync(app.state.services.engine, app.state.services.reader)
+    later = datetime.now(UTC) + timedelta(seconds=agent_auth.TOKEN_LIFETIME_SECONDS + 60)
+    async with app.state.services.engine.begin() as conn:
+        stored = (await conn.execute(sa.select(sa.func.count()).select_from(agent_token_uses))).scalar_one()
+        deleted = await token_store.prune(conn, now=later)
+
+    assert (1, 1) == (len(uses), stored)
+    assert 1 == deleted
+    assert 1 == uses.forget_expired(later)
+    assert 0 == len(uses)
 
 
 async def test_auth__kubernetes_agent_runner_key_is_used(app: FastAPI, org: Org) -> None:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-import httpx
+import hashlib
+from collections.abc import AsyncIterator
 
-from tests.conftest import Org
+import httpx
+import sqlalchemy as sa
+from fastapi import FastAPI
+
+from orchestrator.api.context import hash_token
+from orchestrator.store import orgs as org_store
+from orchestrator.store.schema import api_tokens
+from tests.conftest import BOOTSTRAP_TOKEN, Org
 
 
 async def test_healthz__answers_without_auth(admin: httpx.AsyncClient) -> None:
@@ -68,6 +76,50 @@ async def test_tokens__answered_once_listed_without_secret_and_revoked(org: Org)
     assert 200 == before.status_code
     assert 204 == revoked.status_code
     assert 401 == after.status_code
+
+
+async def test_tokens__stored_as_keyed_hashes_never_bare_sha256(app: FastAPI, org: Org) -> None:
+    """Org tokens and the bootstrap token are stored as HMAC-SHA256 under a key derived from the server
+    key: the table alone holds no bare SHA-256 of any token."""
+    secret = (await org.admin.post(f"/orgs/{org.id}/tokens", json={"role": "viewer"})).json()["token"]
+    async with app.state.services.engine.connect() as conn:
+        stored = set((await conn.execute(sa.select(api_tokens.c.token_hash))).scalars())
+
+    assert _sha256(secret) not in stored
+    assert _sha256(BOOTSTRAP_TOKEN) not in stored
+    assert hash_token(app.state.services.api_token_key, secret) in stored
+    assert hash_token(app.state.services.api_token_key, BOOTSTRAP_TOKEN) in stored
+
+
+async def test_tokens__legacy_sha256_row_authenticates_and_is_upgraded(app: FastAPI, org: Org) -> None:
+    """A row written before keyed hashes (bare SHA-256) still admits its token, and on that first use
+    is rewritten to the keyed hash."""
+    secret = "pot_legacy-token-0123456789abcdef0123456789abcdef"
+    async with app.state.services.engine.begin() as conn:
+        legacy = await org_store.create_token(
+            conn, org_id=org.id, role="viewer", description="old", token_hash=_sha256(secret), prefix="pot_le"
+        )
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://po.test",
+        headers={"Authorization": f"Bearer {secret}"},
+    )
+
+    async with client:
+        first = await client.get(f"/orgs/{org.id}/projects")
+        async with app.state.services.engine.connect() as conn:
+            stored = (
+                await conn.execute(sa.select(api_tokens.c.token_hash).where(api_tokens.c.id == legacy.id))
+            ).scalar_one()
+        second = await client.get(f"/orgs/{org.id}/projects")
+        wrong = await client.get(f"/orgs/{org.id}/projects", headers={"Authorization": f"Bearer {secret}x"})
+
+    assert (200, 200, 401) == (first.status_code, second.status_code, wrong.status_code)
+    assert hash_token(app.state.services.api_token_key, secret) == stored
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 async def test_tokens__platform_role_cannot_be_given(org: Org) -> None:
@@ -183,6 +235,37 @@ async def test_body_limit__413(org: Org) -> None:
 
     assert 413 == response.status_code
     assert "API-413" == response.json()["error"]
+
+
+async def _chunks(total: int, size: int = 64 * 1024) -> AsyncIterator[bytes]:
+    """A JSON body of ``total`` bytes, streamed: httpx sends it chunked, without Content-Length."""
+    yield b"{"
+    for _ in range(total // size):
+        yield b" " * size
+    yield b"}"
+
+
+async def test_body_limit__chunked_body_413(org: Org) -> None:
+    """Without Content-Length the limit is found while reading: still 413, not a 400 parse error."""
+    over = await org.admin.post(
+        f"/orgs/{org.id}/projects",
+        content=_chunks(2 * 1024 * 1024),
+        headers={"content-type": "application/json"},
+    )
+    under = await org.admin.post(
+        f"/orgs/{org.id}/projects",
+        content=_streamed(b'{"id": "streamed"}'),
+        headers={"content-type": "application/json"},
+    )
+
+    assert "chunked" == over.request.headers["transfer-encoding"]
+    assert (413, "API-413") == (over.status_code, over.json()["error"])
+    assert "request body is larger than 1048576 bytes" == over.json()["message"]
+    assert 201 == under.status_code, under.text
+
+
+async def _streamed(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 async def test_malformed_json__400(org: Org) -> None:

@@ -3,12 +3,25 @@ module rules, and the resource types available in an environment."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+import sqlalchemy as sa
+import yaml
 from fastapi import FastAPI
 
+from orchestrator.domain import provider_secrets
+from orchestrator.domain.module_rules import Placement
+from orchestrator.server import create_app
+from orchestrator.settings import ServerSettings
+from orchestrator.store import module_providers as provider_store
+from orchestrator.store import module_rules
+from orchestrator.store.schema import module_providers
 from tests.conftest import Org
 
 GIT_SOURCE = "git::https://github.com/acme/modules.git//postgres?ref=v1"
@@ -162,6 +175,137 @@ async def test_module_providers__crud(org: Org) -> None:
     assert 404 == (await org.admin.patch(f"{base}/aws/default", json={})).status_code
 
 
+CREDENTIALS = {
+    "region": "eu-west-1",
+    "access_key": "AKIA-CANARY-ACCESS",
+    "secret_key": "canary-secret-value",
+    "token": "${var.session_token}",
+    "assume_role[0]": {"role_arn": "arn:aws:iam::1:role/deploy", "session_name": "po"},
+    "skip_credentials_validation": True,
+}
+MASKED = {
+    **CREDENTIALS,
+    "access_key": "SECRET",
+    "secret_key": "SECRET",
+}
+
+
+async def test_module_providers__credentials_answered_as_secret_to_every_role(app: FastAPI, org: Org) -> None:
+    """Literal credentials are never answered in clear, to a viewer or an admin; references and other
+    values are. At rest the configuration is sealed (no credential in any column)."""
+    body = {"provider_type": "aws", "id": "main", "source": "hashicorp/aws", "version_constraint": "~> 5.0"}
+    created = await org.admin.post(
+        f"/orgs/{org.id}/module-providers", json={**body, "configuration": CREDENTIALS}
+    )
+    path = f"/orgs/{org.id}/module-providers/aws/main"
+    as_viewer = await org.clients["viewer"].get(path)
+    as_admin = await org.admin.get(path)
+    async with app.state.services.engine.connect() as conn:
+        row = (await conn.execute(sa.select(module_providers))).one()
+
+    assert 201 == created.status_code, created.text
+    assert MASKED == created.json()["configuration"]
+    assert (MASKED, MASKED) == (as_viewer.json()["configuration"], as_admin.json()["configuration"])
+    assert "canary" not in as_viewer.text.lower() and "canary" not in as_admin.text.lower()
+    assert "canary" not in json.dumps(row.configuration).lower()
+    assert "canary" not in row.configuration_sealed.lower()
+    assert MASKED == row.configuration
+
+
+async def test_module_providers__secret_keeps_the_stored_value_and_deploys_it(app: FastAPI, org: Org) -> None:
+    """An admin edits the configuration as answered ("SECRET" kept): the deployment's bundle still gets
+    the real credentials, in its variables file; main.tf, which a viewer reads, does not."""
+    body = {"provider_type": "aws", "id": "main", "source": "hashicorp/aws", "version_constraint": "~> 5.0"}
+    await org.admin.post(f"/orgs/{org.id}/module-providers", json={**body, "configuration": CREDENTIALS})
+    path = f"/orgs/{org.id}/module-providers/aws/main"
+    answered = (await org.admin.get(path)).json()["configuration"]
+    patched = await org.admin.patch(path, json={"configuration": {**answered, "region": "us-east-1"}})
+    unknown = await org.admin.patch(path, json={"configuration": {**answered, "password": "SECRET"}})
+    created_with_placeholder = await org.admin.post(
+        f"/orgs/{org.id}/module-providers",
+        json={**body, "id": "other", "configuration": {"secret_key": "SECRET"}},
+    )
+    await _type(org)
+    await _module(org, provider_mapping={"aws": "aws.main"})
+    await _rule(org)
+    await _env(org)
+    runner = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
+    await _ok(await org.admin.post(f"/orgs/{org.id}/runners", json={"id": "local", **runner}))
+    await _ok(await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "local"}))
+    dry_run = await org.clients["deployer"].post(
+        f"/orgs/{org.id}/deployments",
+        json={
+            "project_id": "shop",
+            "env_id": "dev",
+            "mode": "deploy",
+            "is_dry_run": True,
+            "manifest": {"workloads": {"api": {"resources": {"db": {"type": "postgres"}}}}},
+        },
+    )
+    async with app.state.services.engine.connect() as conn:
+        catalogue = await module_rules.load_env_catalogue(
+            conn, org.id, Placement(project_id="shop", env_type_id="development", env_id="dev")
+        )
+    opened = provider_secrets.open_configuration(app.state.services.box, catalogue.providers["aws.main"])
+
+    assert 200 == patched.status_code, patched.text
+    assert {**MASKED, "region": "us-east-1"} == patched.json()["configuration"]
+    assert {**CREDENTIALS, "region": "us-east-1"} == opened
+    assert 400 == unknown.status_code
+    assert unknown.json()["message"].startswith(
+        "configuration.password: the placeholder 'SECRET' keeps a stored"
+    )
+    assert 400 == created_with_placeholder.status_code
+    assert created_with_placeholder.json()["message"].startswith("configuration.secret_key:")
+    assert 200 == dry_run.status_code, dry_run.text
+    assert "canary" not in dry_run.json()["tf"].lower()
+    assert re.search(r"\n  secret_key +\= var\.po_aws_main_secret_key\n", dry_run.json()["tf"])
+
+
+async def test_module_providers__clear_rows_from_before_are_sealed_at_start(
+    app: FastAPI, org: Org, settings: ServerSettings
+) -> None:
+    """A configuration stored in clear (before sealing) is answered masked, and sealed when a server
+    starts on the database."""
+    now = datetime.now(UTC)
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            sa.insert(module_providers).values(
+                org_id=org.id,
+                provider_type="aws",
+                id="old",
+                description=None,
+                source="hashicorp/aws",
+                version_constraint="",
+                configuration=CREDENTIALS,
+                configuration_sealed=None,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    answered_before = (await org.clients["viewer"].get(f"/orgs/{org.id}/module-providers/aws/old")).json()
+    restarted = create_app(settings)
+    async with restarted.router.lifespan_context(restarted):
+        async with restarted.state.services.engine.connect() as conn:
+            row = (await conn.execute(sa.select(module_providers))).one()
+            left_in_clear = await provider_store.unsealed(conn)
+        opened = provider_secrets.open_configuration(
+            restarted.state.services.box,
+            (await _load_provider(restarted, org.id, "aws", "old")),
+        )
+
+    assert MASKED == answered_before["configuration"]
+    assert MASKED == row.configuration
+    assert row.configuration_sealed is not None and "canary" not in row.configuration_sealed.lower()
+    assert [] == left_in_clear
+    assert CREDENTIALS == opened
+
+
+async def _load_provider(app: FastAPI, org_id: str, provider_type: str, provider_id: str) -> Any:
+    async with app.state.services.engine.connect() as conn:
+        return await provider_store.get_provider(conn, org_id, provider_type, provider_id)
+
+
 async def test_module_providers__bad_input_and_duplicate(org: Org) -> None:
     base = f"/orgs/{org.id}/module-providers"
     await _provider(org)
@@ -295,6 +439,28 @@ async def test_modules__inline_source_needs_code_and_only_it_may_have_code(org: 
     assert 400 == code_on_git.status_code
     assert code_on_git.json()["message"].startswith("module_source_code: cannot be set without module_source")
     assert whitespace.json()["message"].startswith("module_source:")
+
+
+@pytest.mark.parametrize(
+    "source", ["../../..", "/etc", "git::file:///etc", "file:///var/lib", "./modules/%2e%2e/%2e%2e/x"]
+)
+async def test_modules__sources_reading_the_disk_are_refused(org: Org, source: str) -> None:
+    """Create and update name ``module_source``; nothing is stored (the module keeps its git source)."""
+    await _type(org)
+    base = f"/orgs/{org.id}/modules"
+
+    created = await org.admin.post(
+        base, json={"id": "bad", "resource_type": "postgres", "module_source": source}
+    )
+    await _module(org)
+    updated = await org.admin.patch(f"{base}/pg", json={"module_source": source})
+    stored = (await org.admin.get(f"{base}/pg")).json()
+
+    assert (400, 400) == (created.status_code, updated.status_code)
+    assert created.json()["message"].startswith(f"module_source: '{source}' ")
+    assert updated.json()["message"].startswith(f"module_source: '{source}' ")
+    assert 404 == (await org.admin.get(f"{base}/bad")).status_code
+    assert GIT_SOURCE == stored["module_source"]
 
 
 async def test_modules__inline_code_over_512_kib_is_refused(org: Org) -> None:

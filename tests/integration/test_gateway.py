@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ from fastapi import FastAPI
 
 from orchestrator.gateway import tokens
 from orchestrator.protocol import results as protocol
-from orchestrator.store.schema import tf_states
+from orchestrator.store.schema import deployments, tf_states
 from tests.conftest import Org
 from tests.support.deployments import insert_deployment
 
@@ -94,15 +97,41 @@ async def test_results__applied_once_repeats_change_nothing(gateway: Gateway, or
     }
     first = await gateway.client.post(gateway.path("results"), json=body, headers=gateway.headers())
     after_first = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+    # The same results again, as a runner retrying after a lost answer sends them (keys in another order).
     repeat = await gateway.client.post(
+        gateway.path("results"), json=dict(reversed(body.items())), headers=gateway.headers()
+    )
+    different = await gateway.client.post(
         gateway.path("results"), json={"status": "failure"}, headers=gateway.headers()
     )
-    after_repeat = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+    after_repeats = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
 
-    assert (202, 202) == (first.status_code, repeat.status_code)
+    assert (202, 202, 409) == (first.status_code, repeat.status_code, different.status_code)
+    assert "already has other results (succeeded); results are written once" in different.json()["message"]
     assert "succeeded" == after_first["status"]
     assert 2 == after_first["metrics"]["num_tf_resources_added"]
-    assert after_first == after_repeat
+    assert after_first == after_repeats
+
+
+async def test_results__refused_once_the_deployment_ended_without_them(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
+    """A deployment the orchestrator failed (timeout, runner gone) takes no late results."""
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            sa.update(deployments)
+            .where(deployments.c.id == uuid.UUID(gateway.deployment_id))
+            .values(status="failed", status_message="deployment timeout", completed_at=datetime.now(UTC))
+        )
+
+    late = await gateway.client.post(
+        gateway.path("results"), json={"status": "success"}, headers=gateway.headers()
+    )
+    deployment = (await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}")).json()
+
+    assert 409 == late.status_code
+    assert "already ended without results (failed: deployment timeout)" in late.json()["message"]
+    assert ("failed", "deployment timeout") == (deployment["status"], deployment["status_message"])
 
 
 async def test_results__failure_message_from_runner_error(gateway: Gateway, org: Org) -> None:
@@ -152,6 +181,115 @@ async def test_logs__stored_and_limited(gateway: Gateway, org: Org) -> None:
     assert deployment["has_logs"] is True
     assert "Y2lwaGVy" == served.text
     assert 413 == huge.status_code
+
+
+async def test_logs__chunked_upload_over_the_limit_413(gateway: Gateway) -> None:
+    """Without Content-Length the gateway finds the limit while reading: 413 all the same."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(protocol.MAX_LOG_BYTES // (1024 * 1024) + 1):
+            yield b"A" * (1024 * 1024)
+
+    response = await gateway.client.put(gateway.path("logs"), content=chunks(), headers=gateway.headers())
+
+    assert "chunked" == response.request.headers["transfer-encoding"]
+    assert (413, "API-413") == (response.status_code, response.json()["error"])
+
+
+async def test_logs__written_once_even_within_the_grace(gateway: Gateway, org: Org) -> None:
+    """Logs uploaded, then the results: a second upload is refused (409), before and after the results."""
+    first = await gateway.client.put(gateway.path("logs"), content=b"Zmlyc3Q=", headers=gateway.headers())
+    again = await gateway.client.put(gateway.path("logs"), content=b"c2Vjb25k", headers=gateway.headers())
+    await gateway.client.post(gateway.path("results"), json={"status": "success"}, headers=gateway.headers())
+    after_results = await gateway.client.put(
+        gateway.path("logs"), content=b"dGhpcmQ=", headers=gateway.headers()
+    )
+    served = await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}/actions/get-logs")
+
+    assert (202, 409, 409) == (first.status_code, again.status_code, after_results.status_code)
+    assert "logs are written once" in again.json()["message"]
+    assert "Zmlyc3Q=" == served.text
+
+
+async def test_logs__final_upload_within_the_grace_then_never(gateway: Gateway, org: Org) -> None:
+    """The runner may report first and upload its logs a moment later: accepted once, within the grace."""
+    await gateway.client.post(gateway.path("results"), json={"status": "success"}, headers=gateway.headers())
+    late = await gateway.client.put(gateway.path("logs"), content=b"bG9ncw==", headers=gateway.headers())
+    served = await org.admin.get(f"/orgs/{org.id}/deployments/{gateway.deployment_id}/actions/get-logs")
+
+    assert 202 == late.status_code
+    assert "bG9ncw==" == served.text
+
+
+async def test_logs__a_succeeded_deployments_logs_are_never_replaced(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
+    """The issue's case: a succeeded deployment's logs, replaced with its token. Refused."""
+    finished = await insert_deployment(app, org.id, gateway.env, status="succeeded")
+
+    replaced = await gateway.client.put(
+        protocol.logs_path(org.id, "vm1", gateway.env["uuid"], finished),
+        content=b"Zm9yZ2Vk",
+        headers=gateway.headers(gateway.token(finished)),
+    )
+    served = await org.admin.get(f"/orgs/{org.id}/deployments/{finished}/actions/get-logs")
+
+    assert 409 == replaced.status_code
+    assert base64.b64encode(b"ciphertext").decode() == served.text
+
+
+async def test_tokens__expire_after_the_grace_on_every_route(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
+    """A deployment that finished longer ago than PO_DEPLOYMENT_TOKEN_GRACE_SECONDS (300 s): its token
+    opens nothing any more, with a message saying why."""
+    finished = await insert_deployment(app, org.id, gateway.env, status="succeeded")
+    grace = app.state.services.settings.deployment_token_grace_seconds
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            sa.update(deployments)
+            .where(deployments.c.id == uuid.UUID(finished))
+            .values(completed_at=datetime.now(UTC) - timedelta(seconds=grace + 60), logs_key=None)
+        )
+    headers = gateway.headers(gateway.token(finished))
+    client = gateway.client
+
+    bundle = await client.get(protocol.bundle_path(org.id, "vm1", finished), headers=headers)
+    results = await client.post(
+        protocol.results_path(org.id, "vm1", finished), json={"status": "failure"}, headers=headers
+    )
+    logs = await client.put(
+        protocol.logs_path(org.id, "vm1", gateway.env["uuid"], finished), content=b"eA==", headers=headers
+    )
+    state = await client.get(gateway.state_url(), auth=gateway.basic(finished))
+    lock = await client.request(
+        "LOCK", gateway.state_url("/lock"), json={"ID": "l"}, auth=gateway.basic(finished)
+    )
+    deployment = (await org.admin.get(f"/orgs/{org.id}/deployments/{finished}")).json()
+
+    answers = [bundle, results, logs, state, lock]
+    assert [401] * 5 == [a.status_code for a in answers]
+    for answer in answers:
+        assert "the deployment token has expired" in answer.json()["message"], answer.text
+        assert "PO_DEPLOYMENT_TOKEN_GRACE_SECONDS" in answer.json()["message"]
+    assert ("succeeded", False) == (deployment["status"], deployment["has_logs"])
+
+
+async def test_tokens__a_finished_deployment_within_the_grace_keeps_its_token(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
+    """Within the grace the token still authenticates: the bundle of a finished deployment is simply not
+    served any more (404), the state backend needs an executing one (401, as before)."""
+    finished = await insert_deployment(app, org.id, gateway.env, status="succeeded")
+    headers = gateway.headers(gateway.token(finished))
+
+    bundle = await gateway.client.get(protocol.bundle_path(org.id, "vm1", finished), headers=headers)
+    state = await gateway.client.get(gateway.state_url(), auth=gateway.basic(finished))
+
+    assert 404 == bundle.status_code
+    assert "its bundle is not available" in bundle.json()["message"]
+    assert 401 == state.status_code
+    assert "may not use this environment's state" in state.json()["message"]
 
 
 async def test_state__versions_kept_lock_refuses_a_second_holder(gateway: Gateway, app: FastAPI) -> None:

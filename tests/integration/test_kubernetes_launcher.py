@@ -2,7 +2,9 @@
 cluster CA and a client certificate as in seed 001, unless a test says otherwise.
 
 The stand-in is not Kubernetes: it implements the Jobs, Pods, Events and Secrets endpoints the launcher
-uses with their real semantics, and a kubelet that runs the pod's container as a local process.
+uses with their real semantics, and a kubelet that runs the pod's container as a local process. It listens
+on 127.0.0.1, so these launchers allow loopback (and plain http) explicitly (``STAND_IN_EGRESS``); the
+server's default policy refuses both (tests/integration/test_runner_egress.py).
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ import pytest
 from pydantic import SecretStr
 
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
 from tests.support.kube_api import CertificateAuthority, KubeApiServer, LocalImage
 
 IMAGE = "registry.example.com/runner-stand-in:1.0"
+#: The stand-in API server is on 127.0.0.1: these tests allow loopback and plain http on purpose.
+STAND_IN_EGRESS = EgressPolicy(allow_plain_http=True, denied_networks=())
 NAMESPACE = "runners"
 TOKEN = "deployment-token-0123456789"
 #: The "image": records its TOKEN, then waits for a file ``go`` holding the exit code (written by ``release``
@@ -95,6 +100,7 @@ def access(api: KubeApiServer, **changes: Any) -> ClusterAccess:
 def launcher(api: KubeApiServer, **options: Any) -> KubernetesLauncher:
     access_changes = options.pop("access", {})
     options.setdefault("image", IMAGE)
+    options.setdefault("egress", STAND_IN_EGRESS)
     return KubernetesLauncher(access(api, **access_changes), **options)
 
 

@@ -34,6 +34,7 @@ def test_sign__upstream_header_and_claims(key: Ed25519PrivateKey) -> None:
     raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
     assert ("EdDSA", "JWT", hashlib.sha256(raw).hexdigest()) == (header["alg"], header["typ"], header["kid"])
+    jti = claims.pop("jti")
     assert {
         "aud": "platform-orchestrator-runner-gateway",
         "org_id": "acme",
@@ -41,6 +42,38 @@ def test_sign__upstream_header_and_claims(key: Ed25519PrivateKey) -> None:
         "iat": int(NOW),
         "exp": int(NOW) + 300,
     } == claims
+    assert isinstance(jti, str) and len(jti) >= 20
+
+
+def test_sign__tokens_of_one_second_differ_by_their_jti(key: Ed25519PrivateKey) -> None:
+    """Without jti two tokens signed in the same second are byte for byte equal (EdDSA is deterministic):
+    the gateway could not tell a replay from the next request."""
+    first, second = agent_auth.sign(key, "acme", "r1", now=NOW), agent_auth.sign(key, "acme", "r1", now=NOW)
+    upstream_first, upstream_second = _forge(key, BASE), _forge(key, BASE)
+
+    assert first != second
+    assert upstream_first == upstream_second
+
+
+def test_use_key__jti_with_its_runner_or_the_whole_token(key: Ed25519PrivateKey) -> None:
+    token = agent_auth.sign(key, "acme", "r1", now=NOW)
+    claims = agent_auth.verify(token, key.public_key(), org_id="acme", runner_id="r1", now=NOW)
+    upstream = _forge(key, BASE)
+    upstream_claims = agent_auth.verify(upstream, key.public_key(), org_id="acme", runner_id="r1", now=NOW)
+
+    digest, has_jti = agent_auth.use_key(token, claims)
+    other_runner, _ = agent_auth.use_key(token, {**claims, "runner_id": "r2"})
+    upstream_digest, upstream_has_jti = agent_auth.use_key(upstream, upstream_claims)
+
+    assert has_jti and not upstream_has_jti
+    assert digest != other_runner
+    assert upstream_digest == agent_auth.use_key(upstream, upstream_claims)[0] != digest
+
+
+@pytest.mark.parametrize("jti", ["", 5, "x" * 257])
+def test_verify__malformed_jti_refused(key: Ed25519PrivateKey, jti: object) -> None:
+    with pytest.raises(agent_auth.AgentTokenError, match=r"(?i)jti|JWT ID"):
+        _verify(_forge(key, {**BASE, "jti": jti}), key)
 
 
 def test_verify__accepts_its_own_token_and_a_generated_pem_pair() -> None:

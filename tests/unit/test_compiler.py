@@ -645,7 +645,7 @@ def test_compile__param_types_are_checked(params: dict[str, Any], ok: bool) -> N
 def test_compile__module_sources_and_registry_versions() -> None:
     registry = module("r", "redis", module_source="terraform-aws-modules/elasticache/aws@1.2.0")
     git = module("q", "queue", module_source="git::https://example.com/q.git?ref=v1")
-    local = module("d", "dns", module_source="../shared/dns/x@y")
+    local = module("d", "dns", module_source="./shared/dns/x@y")
     compiled = compile_(
         {
             "workloads": {
@@ -661,10 +661,19 @@ def test_compile__module_sources_and_registry_versions() -> None:
     assert '  source = "git::https://example.com/q.git?ref=v1"\n' in block(
         compiled.main_tf, "module", "wl_api__q__queue"
     )
-    assert 'module "wl_api__d__dns" {\n  source = "../shared/dns/x@y"\n}\n' == block(
+    assert 'module "wl_api__d__dns" {\n  source = "./shared/dns/x@y"\n}\n' == block(
         compiled.main_tf, "module", "wl_api__d__dns"
     )
     assert ["main.tf"] == list(compiled.files)
+
+
+def test_compile__a_stored_source_reading_the_disk_is_refused() -> None:
+    """A module stored before sources were checked is refused when compiled, naming it."""
+    bad = module("q", "queue", module_source="git::file:///etc")
+    message = error_of({"workloads": {"api": {"resources": {"q": {"type": "queue"}}}}}, catalogue(bad))
+
+    assert "module 'q' (version " in message
+    assert "module_source: 'git::file:///etc' reads local files" in message
 
 
 def test_compile__reserved_module_arguments_are_refused() -> None:
@@ -957,6 +966,47 @@ def test_compile__providers_are_aliased_configurations_mapped_into_modules() -> 
         compiled.main_tf, "module", "wl_api__db__postgres"
     )
     assert "google" not in compiled.main_tf
+
+
+def test_compile__provider_credentials_go_to_a_variables_file_not_main_tf() -> None:
+    """Literal credentials of a provider become sensitive variables: main.tf (which viewers read) names
+    them, the bundle's variables file holds the values; references and other values stay in main.tf."""
+    aws = provider(
+        "aws",
+        "main",
+        "hashicorp/aws",
+        region="eu-west-1",
+        access_key="AKIA-CANARY",
+        secret_key="s3cr3t-canary",
+        token="${var.session_token}",
+        **{"assume_role[0]": {"role_arn": "arn:aws:iam::1:role/x", "external_id": "ext"}},
+    )
+    pg = module("pg", "postgres", provider_mapping={"aws": "aws.main"})
+
+    compiled = compile_(
+        {"workloads": {"api": {"resources": {"db": {"type": "postgres"}}}}}, catalogue(pg, providers=(aws,))
+    )
+    values = json.loads(compiled.files["po-provider-secrets.auto.tfvars.json"])
+
+    assert "CANARY" not in compiled.main_tf.upper()
+    assert (
+        'provider "aws" {\n'
+        '  alias      = "main"\n'
+        "  access_key = var.po_aws_main_access_key\n"
+        '  region     = "eu-west-1"\n'
+        "  secret_key = var.po_aws_main_secret_key\n"
+        "  token      = var.session_token\n"
+        "  assume_role {\n"
+        '    external_id = "ext"\n'
+        '    role_arn    = "arn:aws:iam::1:role/x"\n'
+        "  }\n"
+        "}\n"
+    ) in compiled.main_tf
+    assert (
+        'variable "po_aws_main_secret_key" {\n  type      = string\n  sensitive = true\n}\n'
+        in compiled.main_tf
+    )
+    assert {"po_aws_main_access_key": "AKIA-CANARY", "po_aws_main_secret_key": "s3cr3t-canary"} == values
 
 
 def test_compile__a_mapping_to_a_missing_provider_is_an_error() -> None:

@@ -162,7 +162,9 @@ class AgentCluster:
 
     def launcher(self) -> KubernetesLauncher:
         access = cluster_access(self.environ, service_account=self.service_account)
-        return KubernetesLauncher(access, scheduling_delay_seconds=self.scheduling_delay_seconds)
+        # No egress policy: the agent reaches its own cluster's API, where its operator pointed it (the
+        # server's PO_RUNNER_DENIED_NETWORKS guard the server's network, not the agent's).
+        return KubernetesLauncher(access, egress=None, scheduling_delay_seconds=self.scheduling_delay_seconds)
 
     def __call__(self, payload: CreateJobPayload) -> Launcher:
         return self.launcher()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import creation
+from orchestrator.domain.entities import ApiToken
 from orchestrator.domain.roles import Permission, Role, allows
 from orchestrator.errors import ForbiddenError, NotFoundError, UnauthenticatedError
 from orchestrator.notify import Notifier
@@ -33,6 +35,8 @@ class Services:
     blobs: BlobStore
     #: Key of the per-deployment tokens (derived from the server key).
     token_key: bytes
+    #: Key of the stored API token hashes (derived from the server key; :func:`api_token_key`).
+    api_token_key: bytes
     notifier: Notifier
     creation: creation.Context
     #: Tells the dispatcher that a deployment was committed.
@@ -61,8 +65,23 @@ async def transaction(svc: Services) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
-def hash_token(token: str) -> str:
-    # API tokens carry 256 random bits: a fast hash is enough, a slow KDF would only cost latency.
+_API_TOKEN_PURPOSE = b"po-api-token-hash-v1"
+
+
+def api_token_key(server_key: bytes) -> bytes:
+    """The key of stored API token hashes, derived from the server key (as ``gateway.tokens.token_key``)."""
+    return hmac.new(server_key, _API_TOKEN_PURPOSE, hashlib.sha256).digest()
+
+
+def hash_token(key: bytes, token: str) -> str:
+    """What the tokens table stores for an API token: HMAC-SHA256 keyed with :func:`api_token_key`, so a
+    copy of the table alone does not let anyone test guesses. API tokens carry 256 random bits: a fast
+    MAC is enough, a slow KDF would only cost latency."""
+    return hmac.new(key, token.encode(), hashlib.sha256).hexdigest()
+
+
+def legacy_hash_token(token: str) -> str:
+    """The bare SHA-256 that rows written before keyed hashes hold; upgraded on their first use."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -71,11 +90,27 @@ async def principal(request: Request, svc: Services = Depends(services)) -> Prin
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthenticatedError("missing bearer token in the Authorization header")
+    keyed = hash_token(svc.api_token_key, token.strip())
     async with svc.reader.connect() as conn:
-        found = await org_store.find_token(conn, hash_token(token.strip()))
+        found = await org_store.find_token(conn, keyed)
+    if found is None:
+        found = await _upgrade_legacy(svc, token.strip(), keyed)
     if found is None or (found.expires_at is not None and found.expires_at <= datetime.now(UTC)):
         raise UnauthenticatedError("invalid or expired token")
     return Principal(token_id=str(found.id), org_id=found.org_id, role=Role(found.role))
+
+
+async def _upgrade_legacy(svc: Services, token: str, keyed: str) -> ApiToken | None:
+    """A row with the token's bare SHA-256 (written before keyed hashes) is rewritten to the keyed hash
+    and admitted. Done here, on first use, because only the token itself gives the keyed hash."""
+    legacy = legacy_hash_token(token)
+    async with svc.reader.connect() as conn:
+        found = await org_store.find_token(conn, legacy)
+    if found is None:
+        return None
+    async with transaction(svc) as conn:
+        await org_store.rehash_token(conn, found.id, old_hash=legacy, new_hash=keyed)
+    return found
 
 
 def org_access(permission: Permission) -> Callable[..., Awaitable[Principal]]:

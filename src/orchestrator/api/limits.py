@@ -26,28 +26,33 @@ class BodyLimitMiddleware:
                 await self._reject(send)
                 return
         received = 0
-        started = False
+        too_large = started = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    too_large = True
                     raise _TooLargeError
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
+            # A body without Content-Length (chunked) is found too large while the app reads it: whatever
+            # the app answers then (FastAPI makes it a 400 "error parsing the body") gives way to our 413.
+            if too_large:
+                return
+            started = True
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, guarded_send)
         except _TooLargeError:
-            if not started:
-                await self._reject(send)
+            pass
+        if too_large and not started:
+            await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
         body = json.dumps(

@@ -83,7 +83,7 @@ async def create_token(
             org_id=org_id,
             role=body.role,
             description=body.description,
-            token_hash=hash_token(secret),
+            token_hash=hash_token(svc.api_token_key, secret),
             prefix=secret[: len(TOKEN_PREFIX) + 6],
             expires_at=body.expires_at,
         )

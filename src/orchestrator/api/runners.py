@@ -17,6 +17,7 @@ from orchestrator.domain import entities
 from orchestrator.domain.runner_requests import RunnerCreateBody, RunnerUpdateBody, apply_runner_patch
 from orchestrator.domain.runner_secrets import split_secrets
 from orchestrator.domain.runner_types import (
+    K8sRunnerConfiguration,
     RunnerConfiguration,
     RunnerType,
     VmRunnerConfiguration,
@@ -26,6 +27,7 @@ from orchestrator.domain.runner_types import (
     runner_configuration_to_dict,
 )
 from orchestrator.errors import InvalidInputError, NotFoundError, SealedValueError
+from orchestrator.launchers.egress import EgressDeniedError
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
@@ -154,6 +156,24 @@ def _check_allowed(settings: ServerSettings, config: RunnerConfiguration) -> Non
         )
 
 
+def _check_egress(settings: ServerSettings, config: RunnerConfiguration) -> None:
+    """A cluster URL this server will not connect to (plain http, a denied IP address) is refused now;
+    host names are checked again at every connection (``launchers.egress``)."""
+    if not isinstance(config, K8sRunnerConfiguration):
+        return
+    policy, data = settings.runner_egress, config.cluster.cluster_data
+    for name, url, plain_http in (("server", data.server, None), ("proxy_url", data.proxy_url, True)):
+        if url is None:
+            continue
+        try:
+            policy.check_url(url, plain_http=plain_http)
+        except EgressDeniedError as exc:
+            field = f"runner_configuration.cluster.cluster_data.{name}"
+            raise InvalidInputError(
+                f"{field}: {exc.message}", details={"errors": [{"field": field, "message": exc.message}]}
+            ) from exc
+
+
 def _storage_dict(storage: BaseModel) -> dict[str, Any]:
     return storage.model_dump(mode="json", exclude_none=True)
 
@@ -170,6 +190,7 @@ async def create_runner(
 ) -> RunnerOut:
     _check_allowed(svc.settings, body.runner_configuration)
     public, secrets = split_secrets(runner_configuration_to_dict(body.runner_configuration))
+    _check_egress(svc.settings, body.runner_configuration)
     async with transaction(svc) as conn:
         runner = await store.create_runner(
             conn,
@@ -229,6 +250,7 @@ async def update_runner(
             _check_allowed(svc.settings, merged)
             configuration, secrets = split_secrets(runner_configuration_to_dict(merged))
             sealed = _seal(svc.box, org_id, runner_id, secrets)
+            _check_egress(svc.settings, merged)
         state_type, state_configuration = runner.state_type, runner.state_configuration
         if body.state_storage_configuration is not None:
             state_type = body.state_storage_configuration.type

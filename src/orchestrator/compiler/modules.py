@@ -8,7 +8,9 @@ A module's ``provider_mapping`` becomes the module block's ``providers = { NAME 
 
 Provider configuration values may use ``${context.KEY}`` and ``${var.KEY}`` (a sensitive variable the
 runner's environment sets as ``TF_VAR_KEY``). A key ending in ``[N]`` with an object value is written
-as a nested block (``assume_role[0] = {...}`` → ``assume_role { ... }``), as upstream does.
+as a nested block (``assume_role[0] = {...}`` → ``assume_role { ... }``), as upstream does. Literal
+credentials (``domain.provider_secrets``) become sensitive variables too, whose values the bundle's
+``po-provider-secrets.auto.tfvars.json`` holds: ``main.tf``, which viewers may read, never shows them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any, Final
 from orchestrator.compiler import hcl, placeholders
 from orchestrator.compiler.graph import Graph, Node
 from orchestrator.compiler.references import Resolver, Scope
-from orchestrator.domain.catalogue import INLINE_SOURCE, Module, ModuleProvider
+from orchestrator.domain import provider_secrets
+from orchestrator.domain.catalogue import INLINE_SOURCE, Module, ModuleProvider, check_module_source
 from orchestrator.errors import InvalidInputError
 
 #: Arguments Terraform reserves in a module block; no input or param may take these names.
@@ -49,6 +52,11 @@ def inline_path(module: Module) -> str:
 def source_attributes(module: Module) -> list[hcl.Attr]:
     """``source`` (and ``version`` for a registry address written ``address@version``)."""
     source = module.content.module_source
+    try:
+        # Also here: a module stored before sources were checked must not read the runner's disk either.
+        check_module_source(source)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"module '{module.id}' (version {module.version_id}) {exc.message}") from exc
     if source == INLINE_SOURCE:
         return [hcl.Attr("source", hcl.Raw(hcl.quote("./" + inline_path(module))))]
     if match := _REGISTRY_WITH_VERSION.match(source):
@@ -125,17 +133,26 @@ class Providers:
             entries.append(hcl.Attr(provider_type, hcl.Obj(tuple(items))))
         return hcl.Block("required_providers", (), tuple(entries))
 
-    def blocks(self, resolver: Resolver, context: Mapping[str, str]) -> tuple[list[hcl.Block], set[str]]:
-        """One aliased ``provider`` block per module provider, and the variables their configurations use."""
+    def blocks(
+        self, resolver: Resolver, context: Mapping[str, str]
+    ) -> tuple[list[hcl.Block], set[str], dict[str, Any]]:
+        """One aliased ``provider`` block per module provider, the variables their configurations use, and
+        the values of the variables that stand for their credentials (``provider_secrets``): those go to a
+        variables file of the bundle, never into ``main.tf``."""
         blocks: list[hcl.Block] = []
         variables: set[str] = set()
+        secret_values: dict[str, Any] = {}
         for key, provider in sorted(self.by_key.items()):
             where = f"module provider '{key}' configuration"
             scope = Scope(owner=where, aliases=None, shared=None, context=context, allow_variables=True)
+            configuration, values = provider_secrets.extract_secrets(
+                provider.provider_type, provider.id, provider.configuration
+            )
+            secret_values.update(values)
             body: list[hcl.Item] = [hcl.Attr("alias", hcl.Raw(hcl.quote(provider.id)))]
-            body.extend(_configuration(resolver, provider.configuration, scope, where, variables))
+            body.extend(_configuration(resolver, configuration, scope, where, variables))
             blocks.append(hcl.Block("provider", (provider.provider_type,), tuple(body)))
-        return blocks, variables
+        return blocks, variables, secret_values
 
 
 def _configuration(

@@ -6,6 +6,7 @@ failed commit leaves an unreferenced object behind, never a deployment without i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import uuid
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator import compiler
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import links
+from orchestrator.domain import provider_secrets
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
     Deployment,
@@ -76,6 +78,8 @@ class Context:
     blobs: BlobStore
     public_url: str
     timeout: timedelta
+    #: Opens module providers' sealed configurations for the compiler.
+    box: provider_secrets.Box
 
 
 def _digest(*parts: str) -> str:
@@ -188,6 +192,16 @@ async def create(
         conn,
         org_id,
         Placement(project_id=env.project_id, env_type_id=env.env_type_id, env_id=env.id),
+    )
+    # The compiler gets the providers' whole configurations (the stored ones answer "SECRET").
+    catalogue = dataclasses.replace(
+        catalogue,
+        providers={
+            key: dataclasses.replace(
+                provider, configuration=provider_secrets.open_configuration(ctx.box, provider)
+            )
+            for key, provider in catalogue.providers.items()
+        },
     )
     backend = compiler.render_backend(
         runner.state_type,

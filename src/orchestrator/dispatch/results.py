@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,10 +23,26 @@ def failure_message(results: DeploymentResults) -> str:
     return f"runner failed with code {results.error.error}: {results.error.message}"
 
 
+def results_digest(results: DeploymentResults) -> str:
+    """SHA-256 of the results as canonical JSON: equal for a repeat of the same results."""
+    canonical = json.dumps(
+        results.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def is_repeat(deployment: Deployment, results: DeploymentResults) -> bool:
+    """True if ``results`` are the ones the deployment was finished with (a retry whose answer was lost)."""
+    if deployment.results_digest is None:
+        return False
+    return hmac.compare_digest(deployment.results_digest, results_digest(results))
+
+
 async def apply_results(
     conn: AsyncConnection, deployment: Deployment, results: DeploymentResults, *, now: datetime
 ) -> bool:
-    """Finish the deployment from the runner's results, exactly once; False if it was already final."""
+    """Finish the deployment from the runner's results, exactly once (the first results win); False if it
+    was already final."""
     metrics = dict(deployment.metrics)
     if results.tf_resource_counts is not None:
         counts = results.tf_resource_counts
@@ -43,6 +62,7 @@ async def apply_results(
         outputs=results.outputs,
         metrics=metrics,
         error=None if results.error is None else results.error.model_dump(mode="json", exclude_none=True),
+        results_digest=results_digest(results),
     )
     if applied:
         await after_final(conn, deployment, succeeded=succeeded, message=failure_message(results), now=now)

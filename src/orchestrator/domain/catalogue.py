@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
 from orchestrator.errors import InvalidInputError, PayloadTooLargeError
@@ -28,6 +29,14 @@ PARAM_TYPES = ("string", "number", "bool", "list", "map", "any")
 
 # Input and parameter names become OpenTofu variable names (upstream validTerraformIdentifier).
 _VARIABLE_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]*$")
+#: Forced getters (``git::...``) a module source may name; ``file`` and any other are refused.
+SOURCE_GETTERS = ("git", "hg", "s3", "gcs")
+#: URL schemes a module source may use.
+SOURCE_SCHEMES = ("https", "http", "ssh", "git", "oci")
+_GETTER = re.compile(r"^([A-Za-z0-9+.-]+)::(.*)$", re.DOTALL)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# ``user@host:path``: git's scp-like address (what ``git@github.com:org/repo.git`` is).
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._~-]+@[A-Za-z0-9.-]+:")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,9 +64,13 @@ class ModuleProvider:
     #: Registry coordinate, ``(hostname/)namespace/type``.
     source: str
     version_constraint: str
+    #: As answered: ``"SECRET"`` for each credential (``domain.provider_secrets``); the compiler gets the
+    #: whole configuration, opened from ``configuration_sealed``.
     configuration: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    #: The whole configuration, sealed with the server key; None in rows from before sealing.
+    configuration_sealed: str | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
@@ -148,11 +161,69 @@ class ModuleRule:
     created_at: datetime
 
 
+def check_module_source(source: str) -> None:
+    """InvalidInputError naming ``module_source`` for a source that reads the disk of whatever runs the
+    runner (a local runner runs on the server's host) instead of fetching a module.
+
+    Allowed: ``inline``; registry addresses (``ns/name/system``, with a host, ``@version`` or ``//subdir``);
+    scheme-less remote shorthands (``github.com/org/repo``, ``bucket.s3.amazonaws.com/key``); URLs of the
+    schemes in :data:`SOURCE_SCHEMES`, with an optional forced getter of :data:`SOURCE_GETTERS`
+    (``git::https://...``, ``s3::https://...``); git's ``git@host:path``; and ``./path`` inside the bundle.
+    Refused: absolute paths, ``~``, any ``..`` segment (also percent-encoded), backslashes, ``file:`` anywhere
+    (``file://``, ``git::file://``, a ``checksum=file:`` parameter), and any other getter or scheme.
+    """
+    if source == INLINE_SOURCE:
+        return
+    problem = _disk_problem(source) or _form_problem(source)
+    if problem is not None:
+        raise InvalidInputError(f"module_source: '{source}' {problem}")
+
+
+def _disk_problem(source: str) -> str | None:
+    """Why ``source`` would read local files, if it would (checked on the text and percent-decoded)."""
+    if "\\" in source:
+        return "contains a backslash"
+    decoded = unquote(source)
+    if "file:" in source.lower() or "file:" in decoded.lower():
+        return "reads local files (file:); use a registry address, a git or https URL"
+    if any(segment == ".." for segment in re.split(r"[/?&=]", decoded)):
+        return "has a '..' path segment; module sources may not leave their directory"
+    return None
+
+
+def _form_problem(source: str) -> str | None:
+    """Why ``source`` is none of the allowed forms, if it is not."""
+    rest = source
+    getter = _GETTER.match(source)
+    if getter is not None:
+        if getter[1].lower() not in SOURCE_GETTERS:
+            return f"uses the getter '{getter[1]}::'; allowed: {', '.join(g + '::' for g in SOURCE_GETTERS)}"
+        rest = getter[2]
+        if not (_SCHEME.match(rest) or _SCP_LIKE.match(rest)):
+            return f"needs a URL after '{getter[1]}::' (e.g. {getter[1]}::https://host/path)"
+    if rest.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[/\\]", rest):
+        return "is an absolute local path; use a registry address, a git or https URL"
+    if _SCP_LIKE.match(rest):
+        return None
+    scheme = _SCHEME.match(rest)
+    if scheme is not None:
+        name = scheme[1].lower()
+        if name not in SOURCE_SCHEMES:
+            return f"uses the scheme '{name}://'; allowed: {', '.join(SOURCE_SCHEMES)}"
+        return None if urlsplit(rest).netloc else f"names no host after '{name}://'"
+    if rest.startswith("."):
+        return None if rest.startswith("./") else "is a relative path; a path in the bundle starts with './'"
+    if not rest[:1].isalnum():
+        return "is neither a registry address, a URL nor a path in the bundle"
+    return None
+
+
 def check_content(content: ModuleContent) -> None:
     """Raise InvalidInputError (naming the field) for content no version may hold.
 
     Field formats (identifier patterns, lengths) are the API schema's job; this checks what spans fields.
     """
+    check_module_source(content.module_source)
     code = content.module_source_code
     if content.module_source == INLINE_SOURCE and code is None:
         raise InvalidInputError(f"module_source_code: required when module_source is '{INLINE_SOURCE}'")

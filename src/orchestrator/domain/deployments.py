@@ -8,7 +8,8 @@ stateDiagram-v2
     executing --> failed: runner result "failure", runner error, exited without results, timeout
 ```
 
-Only ``executing`` changes; ``succeeded`` and ``failed`` are final, so a repeated result changes nothing.
+Only ``executing`` changes; ``succeeded`` and ``failed`` are final: results and logs are written once (an
+identical repeat of the results changes nothing, anything else is refused).
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class Deployment:
     outputs: str | None
     metrics: dict[str, Any]
     error: dict[str, Any] | None
+    #: SHA-256 of the results the runner reported (None while executing, or when it ended without).
+    results_digest: str | None
     logs_key: str | None
     logs_size: int | None
     dispatch_state: str

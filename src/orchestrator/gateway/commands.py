@@ -3,7 +3,8 @@
 Routes under ``/runner-gateway/v1/orgs/{org}/runners/{runner}``, each authenticated by the agent's JWT
 (``protocol.agent_auth``) verified against the runner's registered Ed25519 key: ``runner_configuration.key``
 of a ``kubernetes-agent`` runner, ``runner_configuration.connection.key`` of a ``vm`` runner with an agent
-connection. Any authentication failure is the same 401.
+connection; each token is accepted once (``gateway.token_uses``). Any authentication failure is the
+same 401.
 
 A waiting long poll holds no database connection: it waits on an in-process event of its runner
 (``CommandWaker``). It is woken by ``CommandWaker.notify(org, runner)``, called
@@ -44,6 +45,7 @@ from orchestrator.domain.runner_types import agent_public_key
 from orchestrator.errors import InvalidInputError, UnauthenticatedError
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway.deployments import read_limited
+from orchestrator.gateway.token_uses import TokenUses
 from orchestrator.notify import sleep_unless_stopped
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
@@ -144,6 +146,8 @@ class AgentGateway:
     on_final: Callable[[str], None] = lambda _deployment_id: None
     #: Set once this replica hears other replicas' announcements (PostgreSQL only).
     listening: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The agent tokens accepted so far, by this replica and (a second later) by the others.
+    token_uses: TokenUses = field(default_factory=TokenUses)
     _keys: dict[tuple[str, str], tuple[float, Ed25519PublicKey]] = field(default_factory=dict)
     _seen: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
@@ -196,10 +200,21 @@ class AgentGateway:
             log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason="no agent key")
             raise UnauthenticatedError(UNAUTHENTICATED)
         try:
-            agent_auth.verify(token.strip(), key, org_id=org_id, runner_id=runner_id)
+            claims = agent_auth.verify(token.strip(), key, org_id=org_id, runner_id=runner_id)
         except agent_auth.AgentTokenError as exc:
             log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason=exc.message)
             raise UnauthenticatedError(UNAUTHENTICATED) from None
+        if not self.first_use(token.strip(), claims):
+            log.warning(
+                "agent authentication failed", org_id=org_id, runner_id=runner_id, reason="replayed token"
+            )
+            raise UnauthenticatedError(UNAUTHENTICATED)
+
+    def first_use(self, token: str, claims: dict[str, Any]) -> bool:
+        """Note a verified token's use; False for a replay (``gateway.token_uses``)."""
+        digest, has_jti = agent_auth.use_key(token, claims)
+        expires_at = datetime.fromtimestamp(int(claims["exp"]) + agent_auth.CLOCK_SKEW_SECONDS, UTC)
+        return self.token_uses.accept(digest, has_jti=has_jti, expires_at=expires_at)
 
     async def next_command(
         self, svc: Services, org_id: str, runner_id: str, disconnected: Callable[[], Awaitable[bool]]
@@ -291,13 +306,15 @@ class AgentGateway:
         )
 
     async def run(self, svc: Services, stop: asyncio.Event) -> None:
-        """Background work: the polling fallback every ``PO_AGENT_POLL_FALLBACK_SECONDS`` and the presence
-        flush every ``PO_AGENT_PRESENCE_INTERVAL_SECONDS`` (and once more when stopping)."""
+        """Background work: the polling fallback and the exchange of agent token uses with the other
+        replicas every ``PO_AGENT_POLL_FALLBACK_SECONDS``, the presence flush every
+        ``PO_AGENT_PRESENCE_INTERVAL_SECONDS`` (both once more when stopping)."""
         loop = asyncio.get_running_loop()
         next_flush = loop.time() + self.settings.agent_presence_interval_seconds
         while not stop.is_set():
             try:
                 await self.wake_ready(svc)
+                await self.token_uses.sync(svc.engine, svc.reader)
                 if loop.time() >= next_flush:
                     next_flush = loop.time() + self.settings.agent_presence_interval_seconds
                     await self.flush_presence(svc)
@@ -306,8 +323,9 @@ class AgentGateway:
             await sleep_unless_stopped(stop, self.settings.agent_poll_fallback_seconds)
         try:
             await self.flush_presence(svc)
+            await self.token_uses.sync(svc.engine, svc.reader)
         except Exception:
-            log.exception("writing agent presence failed")
+            log.exception("writing agent presence or token uses failed")
 
     async def wake_ready(self, svc: Services) -> None:
         """The polling fallback: wake the long polls waiting here whose runner has a deliverable command."""

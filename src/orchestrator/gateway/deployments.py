@@ -1,20 +1,24 @@
 """The deployment side of the runner gateway: bundle download, results and log upload.
 
-Each route is authorized by the deployment's token (``X-Deployment-Token``), checked before any database
-access; a token opens only its own deployment.
+Each route is authorized by the deployment's token (``X-Deployment-Token``), through
+:func:`authorized_deployment`: the token is checked before any database access, opens only its own
+deployment, and only while that deployment executes or finished at most
+``PO_DEPLOYMENT_TOKEN_GRACE_SECONDS`` ago (the runner's last log upload, a result retry). Results and logs
+are written once: an identical repeat of the results is answered success, anything else 409.
 """
 
 from __future__ import annotations
 
+import secrets
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from fastapi import APIRouter, Depends, Request, Response
 
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
-from orchestrator.errors import NotFoundError, PayloadTooLargeError, UnauthenticatedError
+from orchestrator.errors import ConflictError, NotFoundError, PayloadTooLargeError, UnauthenticatedError
 from orchestrator.gateway import tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
@@ -37,16 +41,47 @@ async def read_limited(request: Request, limit: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
-def _authorize(svc: Services, request: Request, org_id: str, deployment_id: uuid.UUID) -> None:
-    presented = request.headers.get(protocol.DEPLOYMENT_TOKEN_HEADER)
+async def authorized_deployment(
+    svc: Services,
+    org_id: str,
+    deployment_id: uuid.UUID,
+    presented: str | None,
+    *,
+    now: datetime | None = None,
+) -> Deployment:
+    """The deployment whose token ``presented`` is, if the token still works: while the deployment
+    executes, and ``PO_DEPLOYMENT_TOKEN_GRACE_SECONDS`` after it finished. UnauthenticatedError otherwise.
+
+    Every gateway route a deployment token opens calls this first; it checks nothing else (the route's
+    runner or environment, what the deployment's status allows).
+    """
     if not tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
         raise UnauthenticatedError("invalid deployment token")
-
-
-async def _load(svc: Services, org_id: str, runner_id: str, deployment_id: uuid.UUID) -> Deployment:
     async with svc.reader.connect() as conn:
         deployment = await store.get(conn, org_id, deployment_id)
-    if deployment is None or deployment.runner_id != runner_id:
+    if deployment is None:
+        raise UnauthenticatedError(
+            f"the deployment token is no longer valid: deployment '{deployment_id}' is gone"
+        )
+    if deployment.status == Status.EXECUTING:
+        return deployment
+    finished = deployment.completed_at or deployment.updated_at
+    grace = svc.settings.deployment_token_grace_seconds
+    if (now or datetime.now(UTC)) > finished + timedelta(seconds=grace):
+        raise UnauthenticatedError(
+            f"the deployment token has expired: deployment '{deployment_id}' {deployment.status} at "
+            f"{finished.isoformat(timespec='seconds')}, and its token works {grace:g} s after the "
+            "deployment ends (PO_DEPLOYMENT_TOKEN_GRACE_SECONDS)"
+        )
+    return deployment
+
+
+async def _authorize(
+    svc: Services, request: Request, org_id: str, runner_id: str, deployment_id: uuid.UUID
+) -> Deployment:
+    presented = request.headers.get(protocol.DEPLOYMENT_TOKEN_HEADER)
+    deployment = await authorized_deployment(svc, org_id, deployment_id, presented)
+    if deployment.runner_id != runner_id:
         raise NotFoundError(f"deployment '{deployment_id}' not found")
     return deployment
 
@@ -55,8 +90,7 @@ async def _load(svc: Services, org_id: str, runner_id: str, deployment_id: uuid.
 async def get_bundle(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    _authorize(svc, request, org_id, deployment_id)
-    deployment = await _load(svc, org_id, runner_id, deployment_id)
+    deployment = await _authorize(svc, request, org_id, runner_id, deployment_id)
     if deployment.status != Status.EXECUTING:
         raise NotFoundError(
             f"deployment '{deployment_id}' is {deployment.status}: its bundle is not available"
@@ -71,17 +105,34 @@ async def get_bundle(
 async def post_results(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    _authorize(svc, request, org_id, deployment_id)
+    await _authorize(svc, request, org_id, runner_id, deployment_id)
     body = await read_limited(request, protocol.MAX_RESULTS_BYTES, "the results body")
     results = protocol.parse_results(body)
     async with transaction(svc) as conn:
         deployment = await store.get(conn, org_id, deployment_id, for_update=True)
         if deployment is None or deployment.runner_id != runner_id:
             raise NotFoundError(f"deployment '{deployment_id}' not found")
-        # A repeated result (a retry whose answer was lost) changes nothing and is answered success.
+        if deployment.status != Status.EXECUTING:
+            # A repeat of the applied results (a retry whose answer was lost) is answered success;
+            # different results never replace them.
+            if results_policy.is_repeat(deployment, results):
+                return Response(status_code=202)
+            raise ConflictError(_final_message(deployment))
         await results_policy.apply_results(conn, deployment, results, now=datetime.now(UTC))
     svc.notifier.notify(str(deployment_id))
     return Response(status_code=202)
+
+
+def _final_message(deployment: Deployment) -> str:
+    if deployment.results_digest is not None:
+        return (
+            f"deployment '{deployment.id}' already has other results ({deployment.status}); results are "
+            "written once"
+        )
+    return (
+        f"deployment '{deployment.id}' already ended without results ({deployment.status}: "
+        f"{deployment.status_message}); results are no longer accepted"
+    )
 
 
 @router.put("/environments/{env_uuid}/deployments/{deployment_id}/logs", status_code=202)
@@ -93,13 +144,25 @@ async def put_logs(
     request: Request,
     svc: Services = Depends(services),
 ) -> Response:
-    _authorize(svc, request, org_id, deployment_id)
-    body = await read_limited(request, protocol.MAX_LOG_BYTES, "the log upload")
-    deployment = await _load(svc, org_id, runner_id, deployment_id)
+    deployment = await _authorize(svc, request, org_id, runner_id, deployment_id)
     if deployment.env_uuid != env_uuid:
         raise NotFoundError(f"deployment '{deployment_id}' not found in environment '{env_uuid}'")
-    key = f"logs/{org_id}/{env_uuid}/{deployment_id}"
+    body = await read_limited(request, protocol.MAX_LOG_BYTES, "the log upload")
+    if deployment.logs_key is not None:
+        raise ConflictError(_logs_stored(deployment_id))
+    # Each upload under its own key: of two racing uploads one is recorded, and the other's object is
+    # deleted again; stored logs are never overwritten.
+    key = f"logs/{org_id}/{env_uuid}/{deployment_id}.{secrets.token_hex(8)}"
     await svc.blobs.put(key, body)
     async with transaction(svc) as conn:
-        await store.record_logs(conn, deployment_id, key=key, size=len(body), now=datetime.now(UTC))
+        recorded = await store.record_logs(
+            conn, deployment_id, key=key, size=len(body), now=datetime.now(UTC)
+        )
+    if not recorded:
+        await svc.blobs.delete(key)
+        raise ConflictError(_logs_stored(deployment_id))
     return Response(status_code=202)
+
+
+def _logs_stored(deployment_id: uuid.UUID) -> str:
+    return f"deployment '{deployment_id}' already has its logs; logs are written once"

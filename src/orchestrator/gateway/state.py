@@ -22,9 +22,7 @@ from orchestrator.api import input_checks
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.domain.deployments import Status
 from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
-from orchestrator.gateway import tokens
-from orchestrator.gateway.deployments import read_limited
-from orchestrator.store import deployments as deployment_store
+from orchestrator.gateway.deployments import authorized_deployment, read_limited
 from orchestrator.store import states as store
 
 router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}", tags=["State backend"])
@@ -45,11 +43,11 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
         deployment_id = uuid.UUID(user)
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise UnauthenticatedError("state backend requires basic auth: deployment id and token") from exc
-    if scheme.lower() != "basic" or not tokens.verify(svc.token_key, org_id, str(deployment_id), password):
-        raise UnauthenticatedError("invalid deployment token")
-    async with svc.reader.connect() as conn:
-        deployment = await deployment_store.get(conn, org_id, deployment_id)
-    if deployment is None or deployment.env_uuid != env_uuid or deployment.status != Status.EXECUTING:
+    if scheme.lower() != "basic":
+        raise UnauthenticatedError("state backend requires basic auth: deployment id and token")
+    deployment = await authorized_deployment(svc, org_id, deployment_id, password)
+    # Stricter than the token: only an executing deployment reads or writes the state.
+    if deployment.env_uuid != env_uuid or deployment.status != Status.EXECUTING:
         raise UnauthenticatedError("the deployment may not use this environment's state")
     return deployment_id
 

@@ -14,6 +14,12 @@ outlives the call).
 - ``cancel`` deletes the Job with ``propagationPolicy: Background`` (its pods and Secret are
   garbage-collected; the pods get their own ``terminationGracePeriodSeconds``).
 
+The server passes its egress policy (``launchers.egress``): the cluster URL must be https unless plain
+http is allowed, and every address the API's host (or the proxy's, and through a proxy the API's too)
+resolves to is checked against the denied networks when connecting; the connection goes to the address
+that was checked. Errors never carry a body the cluster URL answered: only its HTTP status, and the
+``message`` of a real Kubernetes ``Status`` (``kind: Status``, ``apiVersion: v1``), shortened.
+
 RBAC the orchestrator needs in ``job.namespace``: ``batch/jobs`` create, get, delete; ``secrets`` create,
 get, update; ``pods`` and ``events`` list (without them, stuck runs are only noticed by the deployment
 timeout).
@@ -24,15 +30,19 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import json
+import http
 import os
+import re
+import socket
 import ssl
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn, cast
 
+import anyio
+import httpcore2
 import httpx2
 import pydantic
 from lightkube import ApiError, AsyncClient, KubeConfig
@@ -45,9 +55,16 @@ from lightkube.types import CascadeType
 from orchestrator.domain.runner_types import K8sRunnerJobConfig, K8sRunnerK8sCluster
 from orchestrator.launchers import kubernetes_job
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy
 from orchestrator.protocol.launch import RunSpec
 
-__all__ = ["DEFAULT_SCHEDULING_DELAY_SECONDS", "ClusterAccess", "KubernetesLauncher", "parse_handle"]
+__all__ = [
+    "DEFAULT_SCHEDULING_DELAY_SECONDS",
+    "ClusterAccess",
+    "KubernetesLauncher",
+    "answer_summary",
+    "parse_handle",
+]
 
 #: Upstream ``K8S_RUNNER_POD_SCHEDULING_DELAY``.
 DEFAULT_SCHEDULING_DELAY_SECONDS: Final = 300.0
@@ -56,6 +73,9 @@ NOT_RETRYABLE: Final = frozenset({400, 401, 403, 404, 422})
 FIELD_MANAGER: Final = "platform-orchestrator"
 CONTROLLER_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
 MAX_WARNINGS: Final = 5
+#: Longest ``Status.message`` of an API answer quoted in an error.
+MAX_STATUS_MESSAGE: Final = 300
+_STATUS_REASON: Final = re.compile(r"^[A-Za-z]{1,64}$")
 #: Waiting reasons that mean the container will not start by itself.
 FAILED_WAITING: Final = frozenset(
     {
@@ -157,6 +177,138 @@ def _is_certificate_problem(exc: BaseException) -> bool:
     return "CERTIFICATE" in str(exc).upper() or "UNKNOWN_CA" in str(exc).upper()
 
 
+def _status_code(exc: ApiError) -> int:
+    """The HTTP status of the answer (not a ``code`` its body claims)."""
+    if exc.response is not None:
+        return int(exc.response.status_code)
+    return int(exc.status.code or 0)
+
+
+def answer_summary(exc: ApiError) -> str:
+    """``403 Forbidden: <Status.message>`` for an API error, never echoing a body that is not a Kubernetes
+    ``Status``: whatever the cluster URL answered (an HTML page of some internal service, say) stays out of
+    status messages and logs. The reason phrase is the standard one for the code, not the server's."""
+    code = _status_code(exc)
+    try:
+        phrase = http.HTTPStatus(code).phrase
+    except ValueError:
+        phrase = ""
+    status = _kubernetes_status(exc.response) if exc.response is not None else None
+    if status is None:
+        return f"{code} {phrase}".strip() + " (not a Kubernetes Status; the answer is not shown)"
+    reason = status.get("reason")
+    message = status.get("message")
+    parts = [str(code), reason if isinstance(reason, str) and _STATUS_REASON.match(reason) else phrase]
+    text = " ".join(part for part in parts if part)
+    if isinstance(message, str) and message.strip():
+        return f"{text}: {_shortened(message)}"
+    return f"{text}: no message"
+
+
+def _kubernetes_status(response: httpx2.Response) -> dict[str, Any] | None:
+    """The body if it is a ``metav1.Status`` (``kind: Status``, ``apiVersion: v1``)."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError, httpx2.ResponseNotRead):
+        return None
+    if isinstance(body, dict) and body.get("kind") == "Status" and body.get("apiVersion") == "v1":
+        return body
+    return None
+
+
+def _shortened(text: str) -> str:
+    cleaned = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    if len(cleaned) <= MAX_STATUS_MESSAGE:
+        return cleaned
+    return cleaned[: MAX_STATUS_MESSAGE - 1] + "…"
+
+
+class _GuardedBackend(httpcore2.AsyncNetworkBackend):
+    """Connects only to addresses the egress policy allows: resolves the host, checks every address, then
+    connects to a checked address (never resolving the name again). ``also`` are host names checked at
+    every connection too (the API server's, when the connection goes to a proxy)."""
+
+    def __init__(self, policy: EgressPolicy, *, also: Iterable[str] = ()) -> None:
+        self._policy = policy
+        self._also = tuple(also)
+        self._inner = httpcore2.AnyIOBackend()
+
+    async def _checked(self, host: str, port: int, deadline_seconds: float | None) -> list[str]:
+        try:
+            with anyio.fail_after(deadline_seconds):
+                found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except TimeoutError as exc:
+            raise httpcore2.ConnectTimeout(f"resolving {host} timed out") from exc
+        except OSError as exc:
+            raise httpcore2.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        if not addresses:
+            raise httpcore2.ConnectError(f"{host} resolves to no address")
+        for address in addresses:
+            self._policy.check_address(host, address)
+        return addresses
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's AsyncNetworkBackend signature)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        addresses = await self._checked(host, port, timeout)
+        for other in self._also:
+            await self._checked(other, port, timeout)
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's AsyncNetworkBackend signature)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise EgressDeniedError("runners may not target unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx2.AsyncHTTPTransport):
+    """httpx2's transport over a connection pool whose network backend is :class:`_GuardedBackend`.
+
+    httpx2 takes no network backend, so the pool it builds is replaced by the same pool with ours (the
+    lockfile pins httpx2; the SSRF tests fail if this stops taking effect)."""
+
+    def __init__(self, policy: EgressPolicy, *, verify: ssl.SSLContext, server: str, proxy: str | None):
+        super().__init__(verify=verify, trust_env=False)
+        if proxy is None:
+            self._pool = httpcore2.AsyncConnectionPool(
+                ssl_context=verify, network_backend=_GuardedBackend(policy)
+            )
+            return
+        proxy_url = httpx2.URL(proxy)
+        target = httpx2.URL(server).host
+        self._pool = httpcore2.AsyncHTTPProxy(
+            proxy_url=httpcore2.URL(
+                scheme=proxy_url.raw_scheme,
+                host=proxy_url.raw_host,
+                port=proxy_url.port,
+                target=proxy_url.raw_path,
+            ),
+            ssl_context=verify,
+            network_backend=_GuardedBackend(policy, also=[target] if target else []),
+        )
+
+
 class KubernetesLauncher:
     """Launcher for one cluster; any namespace (each run's comes from its ``job`` configuration)."""
 
@@ -164,11 +316,14 @@ class KubernetesLauncher:
         self,
         api: ClusterAccess,
         *,
+        egress: EgressPolicy | None,
         image: str = kubernetes_job.DEFAULT_RUNNER_IMAGE,
         scheduling_delay_seconds: float = DEFAULT_SCHEDULING_DELAY_SECONDS,
         token_in_secret: bool = True,
     ) -> None:
         self.api = api
+        #: What the server may connect to (``launchers.egress``); None for an agent in its own cluster.
+        self.egress = egress
         self.image = image
         self.scheduling_delay_seconds = scheduling_delay_seconds
         #: False puts ``TOKEN`` in the Job as a plain value (for RBAC without ``secrets`` access).
@@ -178,13 +333,10 @@ class KubernetesLauncher:
     # --- plumbing -----------------------------------------------------------------------------------
 
     def _client(self) -> AsyncClient:
-        if self._ssl is None:
-            self._ssl = self.api.ssl_context()
+        transport = self._transport()
         config = KubeConfig.from_one(
             cluster=Cluster(server=self.api.server), user=User(token=self.api.token), namespace="default"
         )
-        # Our own transport: lightkube's would write the CA and key to temporary files for its lifetime.
-        transport = httpx2.AsyncHTTPTransport(verify=self._ssl, proxy=self.api.proxy_url)
         return AsyncClient(
             config,
             timeout=httpx2.Timeout(self.api.timeout_seconds),
@@ -193,26 +345,46 @@ class KubernetesLauncher:
             transport=transport,
         )
 
+    def _transport(self) -> httpx2.AsyncHTTPTransport:
+        """Our own transport: lightkube's would write the CA and key to temporary files for its lifetime;
+        with an egress policy, one that connects only where the policy allows (a LaunchError if the URLs
+        themselves are refused)."""
+        if self.egress is not None:
+            try:
+                self.egress.check_url(self.api.server)
+                if self.api.proxy_url:
+                    self.egress.check_url(self.api.proxy_url, plain_http=True)
+            except EgressDeniedError as exc:
+                _fail(f"the Kubernetes API of this runner is not reachable: {exc.message}", retryable=False)
+        if self._ssl is None:
+            self._ssl = self.api.ssl_context()
+        if self.egress is None:
+            return httpx2.AsyncHTTPTransport(verify=self._ssl, proxy=self.api.proxy_url)
+        return _GuardedTransport(
+            self.egress, verify=self._ssl, server=self.api.server, proxy=self.api.proxy_url
+        )
+
     @contextlib.contextmanager
     def _translated(self, action: str) -> Iterator[None]:
         """Client errors to :class:`LaunchError`, ``retryable`` False when asking again cannot help."""
         try:
             yield
         except ApiError as exc:
-            code = exc.status.code or exc.response.status_code
-            answer = " ".join(str(part) for part in (code, exc.status.reason) if part)
             _fail(
-                f"the Kubernetes API refused to {action}: {answer}: {exc.status.message or 'no message'}",
-                retryable=code not in NOT_RETRYABLE,
+                f"the Kubernetes API refused to {action}: {answer_summary(exc)}",
+                retryable=_status_code(exc) not in NOT_RETRYABLE,
                 cause=exc,
             )
+        except EgressDeniedError as exc:
+            _fail(f"cannot {action}: {exc.message}", retryable=False, cause=exc)
         except httpx2.HTTPError as exc:
             _fail(
                 f"cannot {action}: the Kubernetes API at {self.api.server} is unreachable: {exc}",
                 retryable=not _is_certificate_problem(exc),
                 cause=exc,
             )
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
+            # Not JSON, or JSON that is not the object asked for (lightkube's decoding): never quoted.
             _fail(
                 f"cannot {action}: {self.api.server} did not answer like a Kubernetes API",
                 retryable=True,
@@ -240,7 +412,7 @@ class KubernetesLauncher:
                 try:
                     job = await client.create(cast(Job, Job.from_dict(manifest)))
                 except ApiError as exc:
-                    if exc.status.code != 409:
+                    if _status_code(exc) != 409:
                         raise
                     # Launched before (the orchestrator restarted in between): the same run.
                     job = await client.get(Job, name, namespace=namespace)
@@ -259,7 +431,7 @@ class KubernetesLauncher:
                 try:
                     await client.create(cast(Secret, Secret.from_dict(body)))
                 except ApiError as exc:
-                    if exc.status.code != 409:
+                    if _status_code(exc) != 409:
                         raise
                     existing = await client.get(Secret, name, namespace=namespace)
                     if existing.data == body["data"] and _owned_by(existing, job_uid):
@@ -292,7 +464,7 @@ class KubernetesLauncher:
         try:
             job = await client.get(Job, name, namespace=namespace)
         except ApiError as exc:
-            if exc.status.code == 404:
+            if _status_code(exc) == 404:
                 return RunStatus(
                     state=RunState.EXITED, detail=f"the Kubernetes Job {namespace}/{name} is gone"
                 )
@@ -340,7 +512,7 @@ class KubernetesLauncher:
                 async for pod in client.list(Pod, namespace=namespace, labels={CONTROLLER_UID_LABEL: job_uid})
             ]
         except ApiError as exc:
-            if exc.status.code == 403:  # degraded: no permission to list pods
+            if _status_code(exc) == 403:  # degraded: no permission to list pods
                 return []
             raise
 
@@ -354,7 +526,7 @@ class KubernetesLauncher:
                 fields: dict[str, Any] = {"involvedObject.uid": uid, "type": "Warning"}
                 events += [event async for event in client.list(Event, namespace=namespace, fields=fields)]
             except ApiError as exc:
-                if exc.status.code == 403:  # degraded: no permission to list events
+                if _status_code(exc) == 403:  # degraded: no permission to list events
                     return []
                 raise
         events.sort(key=_event_time)
@@ -373,7 +545,7 @@ class KubernetesLauncher:
                 try:
                     await client.delete(Job, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
                 except ApiError as exc:
-                    if exc.status.code != 404:
+                    if _status_code(exc) != 404:
                         raise
 
 

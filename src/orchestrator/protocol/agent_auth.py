@@ -5,16 +5,22 @@ public key (PKIX PEM). Every request carries ``Authorization: Bearer <compact JW
 
 - header ``{"alg": "EdDSA", "typ": "JWT", "kid": hex(sha256(raw 32-byte public key))}``
 - claims ``{"aud": "platform-orchestrator-runner-gateway", "org_id", "runner_id", "iat", "exp"}`` with
-  ``exp = iat + 300``
+  ``exp = iat + 300``, and (ours, not upstream's) a random ``jti``
 
 The gateway accepts 30 s of clock skew; the org and runner must match the request path. Upstream:
 ``RUN:internal/gatewayapi/auth.go``. Shared by the agent (signing) and the gateway (verifying); imports
 no server code.
+
+Replays: the gateway accepts each token once (:func:`use_key`). Without ``jti`` two tokens signed in the
+same second are identical (``iat`` has whole seconds and EdDSA signatures are deterministic), so a token
+without ``jti`` (an upstream agent's) may be used again for a few seconds after its first use
+(:data:`REUSE_WITHOUT_JTI_SECONDS`); one with ``jti`` exactly once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from typing import Any, Final
 
@@ -37,6 +43,9 @@ TOKEN_LIFETIME_SECONDS: Final = 300
 #: Clock skew the gateway tolerates on ``iat`` and ``exp``.
 CLOCK_SKEW_SECONDS: Final = 30
 ALGORITHM: Final = "EdDSA"
+#: How long after its first use a token without ``jti`` is still accepted (see the module docstring).
+REUSE_WITHOUT_JTI_SECONDS: Final = 5
+MAX_JTI_LENGTH: Final = 256
 
 
 class AgentKeyError(errors.ConfigurationError):
@@ -86,6 +95,8 @@ def sign(private_key: Ed25519PrivateKey, org_id: str, runner_id: str, *, now: fl
         "runner_id": runner_id,
         "iat": issued,
         "exp": issued + TOKEN_LIFETIME_SECONDS,
+        # Unique per token: the gateway refuses a token it has seen (tokens of one second would be equal).
+        "jti": secrets.token_urlsafe(16),
     }
     headers = {"kid": key_id(private_key.public_key()), "typ": "JWT"}
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers=headers)
@@ -141,4 +152,17 @@ def verify(
         raise AgentTokenError("the token has expired")
     if claims.get("org_id") != org_id or claims.get("runner_id") != runner_id:
         raise AgentTokenError("the token is for another runner")
+    jti = claims.get("jti")
+    if jti is not None and (not isinstance(jti, str) or not jti or len(jti) > MAX_JTI_LENGTH):
+        raise AgentTokenError(f"claim jti is not a string of 1..{MAX_JTI_LENGTH} characters")
     return claims
+
+
+def use_key(token: str, claims: dict[str, Any]) -> tuple[str, bool]:
+    """What identifies one use of a verified token, and whether it has a ``jti``: a SHA-256 of its ``jti``
+    with its org and runner, or of the whole token when it has none."""
+    jti = claims.get("jti")
+    if isinstance(jti, str) and jti:
+        text = f"jti\x00{claims.get('org_id')}\x00{claims.get('runner_id')}\x00{jti}"
+        return hashlib.sha256(text.encode()).hexdigest(), True
+    return hashlib.sha256(f"token\x00{token}".encode()).hexdigest(), False

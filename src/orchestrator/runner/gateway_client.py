@@ -130,7 +130,8 @@ class GatewayClient:
         return ResultsReceipt.ALREADY_REPORTED if response.status_code == 409 else ResultsReceipt.ACCEPTED
 
     def put_logs(self, env_uuid: str, deployment_id: str, encrypted_b64: bytes) -> None:
-        """Upload the encrypted logs (standard base64 text of the age ciphertext)."""
+        """Upload the encrypted logs (standard base64 text of the age ciphertext); a 409 means the gateway
+        has them already (logs are written once: a retry whose answer was lost)."""
         path = results.logs_path(
             self._org_id, self._runner_id, env_uuid, deployment_id, base_path=self._base_path
         )
@@ -138,7 +139,13 @@ class GatewayClient:
             raise GatewayError(
                 f"encrypted logs are {len(encrypted_b64)} bytes, over the gateway limit", retryable=False
             )
-        self._send("PUT", path, content=encrypted_b64, content_type="application/octet-stream")
+        self._send(
+            "PUT",
+            path,
+            content=encrypted_b64,
+            content_type="application/octet-stream",
+            ok_statuses=frozenset({409}),
+        )
 
     def _send(
         self,

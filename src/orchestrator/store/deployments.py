@@ -155,6 +155,7 @@ async def complete(
     outputs: str | None = None,
     metrics: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
+    results_digest: str | None = None,
 ) -> bool:
     """Finish an executing deployment; False (and nothing changed) if it was already final."""
     values: dict[str, Any] = {
@@ -165,6 +166,7 @@ async def complete(
         "dispatch_state": DispatchState.DONE,
         "next_check_at": None,
         "error": error,
+        "results_digest": results_digest,
     }
     if outputs is not None:
         values["outputs"] = outputs
@@ -180,12 +182,19 @@ async def complete(
 
 async def record_logs(
     conn: AsyncConnection, deployment_id: uuid.UUID, *, key: str, size: int, now: datetime
-) -> None:
-    await conn.execute(
+) -> bool:
+    """Record the deployment's logs, once: False (nothing changed) if it has logs already, or had them
+    before the retention worker deleted them."""
+    result = await conn.execute(
         deployments.update()
-        .where(deployments.c.id == deployment_id)
+        .where(
+            deployments.c.id == deployment_id,
+            deployments.c.logs_key.is_(None),
+            deployments.c.objects_deleted_at.is_(None),
+        )
         .values(logs_key=key, logs_size=size, updated_at=now)
     )
+    return result.rowcount > 0
 
 
 # --- dispatch claims ------------------------------------------------------------------------------------

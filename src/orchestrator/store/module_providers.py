@@ -39,7 +39,9 @@ async def create_provider(
     source: str,
     version_constraint: str,
     configuration: dict[str, Any],
+    configuration_sealed: str | None,
 ) -> ModuleProvider:
+    """``configuration`` as answered (credentials as "SECRET"), ``configuration_sealed`` the whole one."""
     now = datetime.now(UTC)
     values = {
         "org_id": org_id,
@@ -49,6 +51,7 @@ async def create_provider(
         "source": source,
         "version_constraint": version_constraint,
         "configuration": configuration,
+        "configuration_sealed": configuration_sealed,
         "created_at": now,
         "updated_at": now,
     }
@@ -107,7 +110,8 @@ async def list_providers(
 async def update_provider(
     conn: AsyncConnection, org_id: str, provider_type: str, provider_id: str, **changes: Any
 ) -> ModuleProvider | None:
-    """Change ``description``, ``version_constraint`` or ``configuration`` (type, id and source are fixed)."""
+    """Change ``description``, ``version_constraint`` or ``configuration`` with ``configuration_sealed``
+    (type, id and source are fixed)."""
     if changes:
         await conn.execute(
             module_providers.update()
@@ -115,6 +119,30 @@ async def update_provider(
             .values(**changes, updated_at=datetime.now(UTC))
         )
     return await get_provider(conn, org_id, provider_type, provider_id)
+
+
+async def unsealed(conn: AsyncConnection) -> list[ModuleProvider]:
+    """Providers whose configuration is stored in clear (rows from before sealing), every organization's."""
+    rows = (
+        await conn.execute(module_providers.select().where(module_providers.c.configuration_sealed.is_(None)))
+    ).all()
+    return [_provider(row) for row in rows]
+
+
+async def seal(
+    conn: AsyncConnection, provider: ModuleProvider, *, configuration: dict[str, Any], sealed: str
+) -> bool:
+    """Replace a clear configuration by its answered form and the sealed whole; False if another server
+    sealed it first."""
+    result = await conn.execute(
+        module_providers.update()
+        .where(
+            _key(provider.org_id, provider.provider_type, provider.id),
+            module_providers.c.configuration_sealed.is_(None),
+        )
+        .values(configuration=configuration, configuration_sealed=sealed)
+    )
+    return result.rowcount > 0
 
 
 async def delete_provider(conn: AsyncConnection, org_id: str, provider_type: str, provider_id: str) -> bool:

@@ -111,6 +111,17 @@ async def replace_platform_token(conn: AsyncConnection, *, token_id: uuid.UUID, 
     )
 
 
+async def rehash_token(conn: AsyncConnection, token_id: uuid.UUID, *, old_hash: str, new_hash: str) -> bool:
+    """Replace a token's stored hash (an upgrade to another hash of the same token); False if the row
+    no longer holds ``old_hash`` (another request upgraded it first, or it was deleted)."""
+    result = await conn.execute(
+        api_tokens.update()
+        .where(api_tokens.c.id == token_id, api_tokens.c.token_hash == old_hash)
+        .values(token_hash=new_hash)
+    )
+    return result.rowcount > 0
+
+
 async def find_token(conn: AsyncConnection, token_hash: str) -> ApiToken | None:
     row = (await conn.execute(api_tokens.select().where(api_tokens.c.token_hash == token_hash))).first()
     return _token(row) if row else None

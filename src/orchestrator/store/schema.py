@@ -186,7 +186,10 @@ module_providers = sa.Table(
     sa.Column("description", sa.String(200), nullable=True),
     sa.Column("source", sa.String(100), nullable=False),
     sa.Column("version_constraint", sa.String(100), nullable=False),
+    # As answered: "SECRET" for each credential (domain.provider_secrets). The whole configuration is
+    # sealed with the server key in configuration_sealed (NULL: a row from before; sealed at start-up).
     sa.Column("configuration", JSONType, nullable=False),
+    sa.Column("configuration_sealed", sa.Text(), nullable=True),
     _ts("created_at"),
     _ts("updated_at"),
 )
@@ -332,6 +335,8 @@ deployments = sa.Table(
     sa.Column("outputs", sa.Text(), nullable=True),
     sa.Column("metrics", JSONType, nullable=False),
     sa.Column("error", JSONType, nullable=True),
+    # SHA-256 of the applied results (canonical JSON): a repeat is recognised, a different result refused.
+    sa.Column("results_digest", sa.String(64), nullable=True),
     sa.Column("logs_key", sa.String(300), nullable=True),
     sa.Column("logs_size", sa.Integer(), nullable=True),
     # Dispatch: pending -> launched -> done; claims are leases, so a crashed replica's work is taken over.
@@ -453,6 +458,21 @@ agent_event_inbox = sa.Table(
     sa.Column("deployment_id", sa.Uuid(), nullable=False),
     _ts("received_at"),
 )
+
+# Agent tokens (JWTs) the gateway replicas accepted, until they expire: a replayed token is refused.
+# ``digest`` is a SHA-256 of the token's ``jti`` (with org and runner), or of the whole token when it has
+# no ``jti``. Written in batches by each replica and read by the others (``gateway.token_uses``).
+agent_token_uses = sa.Table(
+    "agent_token_uses",
+    metadata,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("replica", sa.String(64), nullable=False),
+    _ts("first_used_at"),
+    _ts("expires_at"),
+    _ts("reusable_until", nullable=True),
+)
+sa.Index("ix_agent_token_uses_first_used", agent_token_uses.c.first_used_at)
+sa.Index("ix_agent_token_uses_expires", agent_token_uses.c.expires_at)
 
 # When an agent last asked for a command (written at most every few seconds per runner and replica).
 agent_presence = sa.Table(
