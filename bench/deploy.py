@@ -189,7 +189,8 @@ def set_up(
     post(f"{base}/projects", {"id": PROJECT})
     for env in [OVERHEAD_ENV, *dispatch_env_ids(max(options.dispatch_envs))]:
         post(f"{base}/projects/{PROJECT}/envs", {"id": env, "env_type_id": ENV_TYPE})
-    post(f"{base}/runners", runner_body(engine, tf_config))
+    # A runner with a local connection is the platform admin's to create.
+    post(f"{base}/runners", runner_body(engine, tf_config), {"authorization": f"Bearer {bootstrap_token}"})
     post(f"{base}/runner-rules", {"runner_id": RUNNER})
     post(
         f"{base}/resource-types",

@@ -109,6 +109,8 @@ class Org:
     id: str
     #: Clients of this organization by role: admin, deployer, viewer.
     clients: dict[str, httpx.AsyncClient]
+    #: The platform admin (bootstrap token): the only one who may create local runners.
+    platform: httpx.AsyncClient
 
     @property
     def admin(self) -> httpx.AsyncClient:
@@ -123,7 +125,7 @@ async def make_org(app: FastAPI, platform: httpx.AsyncClient, org_id: str) -> Or
         created = await platform.post(f"/orgs/{org_id}/tokens", json={"role": role, "description": role})
         assert created.status_code == 201, created.text
         clients[role] = _client(app, created.json()["token"])
-    return Org(id=org_id, clients=clients)
+    return Org(id=org_id, clients=clients, platform=platform)
 
 
 @pytest.fixture
