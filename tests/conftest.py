@@ -79,6 +79,10 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
         database_url=database_url,
         bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
         allow_local_runners=True,
+        # Local runs as the test's own user: tests/acceptance/test_local_isolation.py runs them as an
+        # unprivileged user (the default), whose reach tmp_path (0700) is not in.
+        local_run_user="",
+        local_runs_dir=tmp_path / "runs",
         listen="127.0.0.1:0",
     )
 

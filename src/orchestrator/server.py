@@ -11,9 +11,11 @@ from datetime import timedelta
 from functools import partial
 
 import pydantic
+import structlog
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from orchestrator import data_dir
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
@@ -26,14 +28,18 @@ from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.long_poll import LongPollMiddleware
-from orchestrator.launchers.base import Launcher
+from orchestrator.launchers import run_user
+from orchestrator.launchers.base import Launcher, LaunchError
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_user import RunUser
 from orchestrator.notify import Notifier
 from orchestrator.secretbox import SecretBox, decode_key, load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import db, listener, migrate
 from orchestrator.store import orgs as org_store
+
+log = structlog.get_logger(__name__)
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
@@ -49,6 +55,27 @@ def launcher_for(
     if runner_type == "kubernetes":
         return _kubernetes_launcher(config)
     return None
+
+
+def local_launcher(settings: ServerSettings) -> LocalLauncher:
+    """The launcher of local runs, with its runs dir ready when local runners are allowed."""
+    user = (
+        RunUser.resolve(settings.local_run_user, setting="PO_LOCAL_RUN_USER")
+        if settings.allow_local_runners
+        else None
+    )
+    if settings.allow_local_runners:
+        run_user.prepare_runs_dir(settings.local_runs_dir, user, setting="PO_LOCAL_RUNS_DIR")
+    return LocalLauncher(settings.local_runs_dir, environ=os.environ, run_user=user)
+
+
+async def _check_run_user(local: LocalLauncher) -> None:
+    """Tell the operator at start, not at the first deployment, that the run user cannot run the runner
+    (local launches fail with the same message until it is fixed)."""
+    try:
+        await local.check_runnable()
+    except LaunchError as exc:
+        log.warning("local runs cannot start", problem=exc.message)
 
 
 def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
@@ -72,9 +99,13 @@ def create_app(
 ) -> FastAPI:
     """The whole server as one ASGI app; its lifespan opens and closes the database."""
 
+    # A run user that does not exist, or a runs dir of someone else's, stops the server here.
+    local = local_launcher(settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.prepare(settings.data_dir)
+        data_dir.private_sqlite_file(settings.resolved_database_url)
         key = (
             decode_key(settings.encryption_key.get_secret_value())
             if settings.encryption_key
@@ -83,6 +114,7 @@ def create_app(
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
+        check: asyncio.Task[None] | None = None
         background: list[asyncio.Task[None]] = []
         try:
             if run_migrations:
@@ -97,7 +129,6 @@ def create_app(
             box = SecretBox(key)
             token_key = tokens.token_key(key)
             notifier = Notifier()
-            local = LocalLauncher(settings.data_dir / "runs", environ=os.environ)
             blobs = await open_blob_store(
                 settings.object_store_url,
                 data_dir=settings.data_dir,
@@ -161,9 +192,13 @@ def create_app(
             background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
+            if settings.allow_local_runners and local.run_user is not None:
+                check = asyncio.create_task(_check_run_user(local), name="run-user-check")
             yield
         finally:
             stop.set()
+            if check is not None:
+                check.cancel()
             if worker is not None:
                 dispatcher.wake()
                 await worker

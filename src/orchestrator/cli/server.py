@@ -8,7 +8,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from orchestrator import logs
+from orchestrator import data_dir, logs
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import ServerSettings
 
@@ -19,7 +19,8 @@ def _settings(**overrides: Any) -> ServerSettings:
         return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise click.UsageError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        where = ".".join(map(str, first["loc"]))
+        raise click.UsageError(f"{where}: {first['msg']}" if where else first["msg"]) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +37,17 @@ def main() -> None:
     "--allow-local-runners/--no-allow-local-runners",
     default=None,
     help="Accept `vm` runners with a local connection [env PO_ALLOW_LOCAL_RUNNERS, default off]",
+)
+@click.option(
+    "--local-run-user",
+    help="When serving as root, local runs execute as this unprivileged user; empty: as the server's "
+    "user [env PO_LOCAL_RUN_USER, default nobody]",
+)
+@click.option(
+    "--local-runs-dir",
+    type=click.Path(file_okay=False),
+    help="Working directories of local runs, outside the data dir [env PO_LOCAL_RUNS_DIR, default "
+    "<temp dir>/platform-orchestrator-runs-<uid>]",
 )
 @click.option("--log-level", help="debug, info, warning, error [env PO_LOG_LEVEL]")
 def serve(**options: Any) -> None:
@@ -69,7 +81,8 @@ def migrate(**options: Any) -> None:
     from orchestrator.store import migrate as migrations
 
     settings = _settings(**options)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.prepare(settings.data_dir)
+    data_dir.private_sqlite_file(settings.resolved_database_url)
 
     async def run() -> None:
         engine = db.create_engine(settings.resolved_database_url)
