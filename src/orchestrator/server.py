@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import socket
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from functools import partial
 
 import pydantic
 import structlog
+import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
@@ -40,6 +45,9 @@ from orchestrator.store import db, listener, migrate
 from orchestrator.store import orgs as org_store
 
 log = structlog.get_logger(__name__)
+
+#: The signals that stop ``orchestrator serve`` gracefully.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
@@ -89,6 +97,48 @@ def _kubernetes_launcher(config: dict[str, object]) -> Launcher | None:
     except pydantic.ValidationError:
         return None
     return kubernetes.KubernetesLauncher(kubernetes.ClusterAccess.from_cluster(parsed.cluster))
+
+
+def stop_long_polls(app: FastAPI) -> None:
+    """The server is stopping: open long polls answer now (agents' ``commands/next`` 204,
+    ``wait-for-complete`` 408: call again) instead of holding the shutdown for their whole wait."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is not None:
+        services.notifier.close()
+    gateway: gateway_commands.AgentGateway | None = getattr(app.state, "agent_gateway", None)
+    if gateway is not None:
+        gateway.stop_polls()
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which tells the app when it begins to stop, and exits normally after a stop.
+
+    uvicorn's graceful shutdown closes the listening sockets, then waits for every open request before
+    the lifespan's shutdown: the app hears of it only after the last long poll has ended (up to
+    ``PO_AGENT_FETCH_WAIT_SECONDS`` and 60 s). Here the long polls are told first. And after a graceful
+    stop on SIGTERM or SIGINT, uvicorn raises the signal again, which kills the process with it (exit
+    143, or a KeyboardInterrupt); a server that stopped as asked exits with 0."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.app = app
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Signals can only be handled in the main thread (tests serve in others).
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {signum: signal.signal(signum, self.handle_exit) for signum in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stop_long_polls(self.app)
+        await super().shutdown(sockets)
 
 
 def create_app(

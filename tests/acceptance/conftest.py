@@ -17,7 +17,7 @@ import uvicorn
 import yaml
 
 from orchestrator.protocol import age
-from orchestrator.server import create_app
+from orchestrator.server import Server, create_app
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN
 
@@ -32,7 +32,7 @@ def running_server(make_settings: Callable[[int], ServerSettings]) -> Iterator[s
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(make_settings(port))
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False))
+    server = Server(uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False), app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"

@@ -12,6 +12,9 @@ from orchestrator import data_dir, logs
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import ServerSettings
 
+#: Exit code when the server could not start (as ``uvicorn.run``'s).
+STARTUP_FAILURE = 3
+
 
 def _settings(**overrides: Any) -> ServerSettings:
     """Flags override PO_* environment variables, which override defaults."""
@@ -54,7 +57,7 @@ def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
     import uvicorn
 
-    from orchestrator.server import create_app
+    from orchestrator.server import Server, create_app
 
     settings = _settings(**options)
     logs.configure(settings.log_level)
@@ -62,7 +65,7 @@ def serve(**options: Any) -> None:
         app = create_app(settings)
     except OrchestratorError as exc:
         raise click.ClickException(exc.message) from exc
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.listen_host,
         port=settings.listen_port,
@@ -70,6 +73,11 @@ def serve(**options: Any) -> None:
         access_log=settings.log_level == "debug",
         lifespan="on",
     )
+    # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server).
+    server = Server(config, app)
+    server.run()
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)
 
 
 @main.command()
