@@ -79,6 +79,10 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
         database_url=database_url,
         bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
         allow_local_runners=True,
+        # Local runs as the test's own user: tests/acceptance/test_local_isolation.py runs them as an
+        # unprivileged user (the default), whose reach tmp_path (0700) is not in.
+        local_run_user="",
+        local_runs_dir=tmp_path / "runs",
         listen="127.0.0.1:0",
     )
 
@@ -109,6 +113,8 @@ class Org:
     id: str
     #: Clients of this organization by role: admin, deployer, viewer.
     clients: dict[str, httpx.AsyncClient]
+    #: The platform admin (bootstrap token): the only one who may create local runners.
+    platform: httpx.AsyncClient
 
     @property
     def admin(self) -> httpx.AsyncClient:
@@ -123,7 +129,7 @@ async def make_org(app: FastAPI, platform: httpx.AsyncClient, org_id: str) -> Or
         created = await platform.post(f"/orgs/{org_id}/tokens", json={"role": role, "description": role})
         assert created.status_code == 201, created.text
         clients[role] = _client(app, created.json()["token"])
-    return Org(id=org_id, clients=clients)
+    return Org(id=org_id, clients=clients, platform=platform)
 
 
 @pytest.fixture

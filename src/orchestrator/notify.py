@@ -15,14 +15,25 @@ class Notifier:
 
     def __init__(self) -> None:
         self._events: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        #: Set by ``close``: the process is stopping, nobody waits any more.
+        self.closed = False
 
     def notify(self, key: str) -> None:
         event = self._events.pop(key, None)
         if event is not None:
             event.set()
 
+    def close(self) -> None:
+        """The process is stopping: wake every waiter now, and let no one wait from now on."""
+        self.closed = True
+        events, self._events = self._events, defaultdict(asyncio.Event)
+        for event in events.values():
+            event.set()
+
     async def wait(self, key: str, seconds: float) -> bool:
-        """True if notified within ``seconds``."""
+        """True if notified within ``seconds`` (or closed)."""
+        if self.closed:
+            return True
         event = self._events[key]
         try:
             await asyncio.wait_for(event.wait(), seconds)

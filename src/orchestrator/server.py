@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import socket
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import pydantic
+import structlog
+import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from orchestrator import data_dir
 from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
 from orchestrator.api.context import Services, api_token_key, hash_token
 from orchestrator.api.input_checks import InputCheckMiddleware
@@ -29,14 +36,21 @@ from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.long_poll import LongPollMiddleware
-from orchestrator.launchers.base import Launcher
+from orchestrator.launchers import run_user
+from orchestrator.launchers.base import Launcher, LaunchError
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_user import RunUser
 from orchestrator.notify import Notifier
 from orchestrator.secretbox import KEY_FILE_NAME, SecretBox, decode_key, key_check_value, load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import db, key_checks, listener, migrate
 from orchestrator.store import orgs as org_store
+
+log = structlog.get_logger(__name__)
+
+#: The signals that stop ``orchestrator serve`` gracefully.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
@@ -52,6 +66,27 @@ def launcher_for(
     if runner_type == "kubernetes":
         return _kubernetes_launcher(settings, config)
     return None
+
+
+def local_launcher(settings: ServerSettings) -> LocalLauncher:
+    """The launcher of local runs, with its runs dir ready when local runners are allowed."""
+    user = (
+        RunUser.resolve(settings.local_run_user, setting="PO_LOCAL_RUN_USER")
+        if settings.allow_local_runners
+        else None
+    )
+    if settings.allow_local_runners:
+        run_user.prepare_runs_dir(settings.local_runs_dir, user, setting="PO_LOCAL_RUNS_DIR")
+    return LocalLauncher(settings.local_runs_dir, environ=os.environ, run_user=user)
+
+
+async def _check_run_user(local: LocalLauncher) -> None:
+    """Tell the operator at start, not at the first deployment, that the run user cannot run the runner
+    (local launches fail with the same message until it is fixed)."""
+    try:
+        await local.check_runnable()
+    except LaunchError as exc:
+        log.warning("local runs cannot start", problem=exc.message)
 
 
 def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) -> Launcher | None:
@@ -70,7 +105,7 @@ def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) ->
 
 
 def _server_key(settings: ServerSettings) -> bytes:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.prepare(settings.data_dir)
     if settings.encryption_key:
         return decode_key(settings.encryption_key.get_secret_value())
     return load_or_create_key(settings.data_dir)
@@ -96,6 +131,7 @@ async def prepare(settings: ServerSettings) -> None:
     the key check) and the object store. ``orchestrator serve`` runs it before serving, so that a wrong
     configuration ends with a one-line error instead of a traceback from the app's lifespan."""
     key = _server_key(settings)
+    data_dir.private_sqlite_file(settings.resolved_database_url)
     engine = db.create_engine(settings.resolved_database_url)
     try:
         await migrate.upgrade(engine)
@@ -110,6 +146,48 @@ async def prepare(settings: ServerSettings) -> None:
         close()
 
 
+def stop_long_polls(app: FastAPI) -> None:
+    """The server is stopping: open long polls answer now (agents' ``commands/next`` 204,
+    ``wait-for-complete`` 408: call again) instead of holding the shutdown for their whole wait."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is not None:
+        services.notifier.close()
+    gateway: gateway_commands.AgentGateway | None = getattr(app.state, "agent_gateway", None)
+    if gateway is not None:
+        gateway.stop_polls()
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which tells the app when it begins to stop, and exits normally after a stop.
+
+    uvicorn's graceful shutdown closes the listening sockets, then waits for every open request before
+    the lifespan's shutdown: the app hears of it only after the last long poll has ended (up to
+    ``PO_AGENT_FETCH_WAIT_SECONDS`` and 60 s). Here the long polls are told first. And after a graceful
+    stop on SIGTERM or SIGINT, uvicorn raises the signal again, which kills the process with it (exit
+    143, or a KeyboardInterrupt); a server that stopped as asked exits with 0."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.app = app
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Signals can only be handled in the main thread (tests serve in others).
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {signum: signal.signal(signum, self.handle_exit) for signum in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stop_long_polls(self.app)
+        await super().shutdown(sockets)
+
+
 def create_app(
     settings: ServerSettings,
     *,
@@ -118,12 +196,17 @@ def create_app(
 ) -> FastAPI:
     """The whole server as one ASGI app; its lifespan opens and closes the database."""
 
+    # A run user that does not exist, or a runs dir of someone else's, stops the server here.
+    local = local_launcher(settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        data_dir.private_sqlite_file(settings.resolved_database_url)
         key = _server_key(settings)
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
+        check: asyncio.Task[None] | None = None
         background: list[asyncio.Task[None]] = []
         try:
             if run_migrations:
@@ -142,7 +225,6 @@ def create_app(
                 await catalogue.seal_clear_provider_configurations(conn, box)
             token_key = tokens.token_key(key)
             notifier = Notifier()
-            local = LocalLauncher(settings.data_dir / "runs", environ=os.environ)
             blobs = await open_blob_store(
                 settings.object_store_url,
                 data_dir=settings.data_dir,
@@ -208,9 +290,13 @@ def create_app(
             background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
+            if settings.allow_local_runners and local.run_user is not None:
+                check = asyncio.create_task(_check_run_user(local), name="run-user-check")
             yield
         finally:
             stop.set()
+            if check is not None:
+                check.cancel()
             if worker is not None:
                 dispatcher.wake()
                 await worker

@@ -6,10 +6,11 @@ Nothing below ``cli/`` and ``server.py`` reads ``os.environ``; tests build setti
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.blobs.location import parse_object_store_url
@@ -20,6 +21,12 @@ def default_data_dir() -> Path:
     """The per-user data directory (XDG on Linux)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "platform-orchestrator"
+
+
+def default_local_runs_dir() -> Path:
+    """Working directories of local runs: in the system temp dir, one per server user, outside the data
+    dir (which the run user must not reach)."""
+    return Path(tempfile.gettempdir()) / f"platform-orchestrator-runs-{os.geteuid()}"
 
 
 class ServerSettings(BaseSettings):
@@ -50,7 +57,18 @@ class ServerSettings(BaseSettings):
     )
     allow_local_runners: bool = Field(
         default=False,
-        description="Accept `vm` runners with connection type `local` (runs deployments on this host).",
+        description="Accept `vm` runners with connection type `local` (runs deployments on this host); "
+        "only platform admins may create or change them.",
+    )
+    local_run_user: str = Field(
+        default="nobody",
+        description="When the server runs as root, local runs (runtime `process`) execute as this "
+        "unprivileged user, its primary group only, without capabilities. Empty: as the server's user.",
+    )
+    local_runs_dir: Path = Field(
+        default_factory=default_local_runs_dir,
+        description="Working directories of local runs; outside the data dir. "
+        "Default: <temp dir>/platform-orchestrator-runs-<server uid>.",
     )
     deployment_timeout_seconds: float = Field(
         default=3600.0, gt=0, description="A deployment whose runner has not reported by then fails."
@@ -157,6 +175,16 @@ class ServerSettings(BaseSettings):
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError("PO_OBJECT_STORE_ENDPOINT must be an http(s) URL")
         return value or None
+
+    @model_validator(mode="after")
+    def _runs_outside_data_dir(self) -> ServerSettings:
+        runs, data = self.local_runs_dir.absolute(), self.data_dir.absolute()
+        if runs == data or data in runs.parents or runs in data.parents:
+            raise ValueError(
+                f"PO_LOCAL_RUNS_DIR ({runs}) must be outside PO_DATA_DIR ({data}): local runs must not "
+                "reach the server's key and database"
+            )
+        return self
 
     @property
     def runner_egress(self) -> EgressPolicy:

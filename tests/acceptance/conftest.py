@@ -17,7 +17,7 @@ import uvicorn
 import yaml
 
 from orchestrator.protocol import age
-from orchestrator.server import create_app
+from orchestrator.server import Server, create_app
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN
 
@@ -32,7 +32,7 @@ def running_server(make_settings: Callable[[int], ServerSettings]) -> Iterator[s
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(make_settings(port))
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False))
+    server = Server(uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False), app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -138,18 +138,20 @@ def runner_body(tf_config: Path, state: dict[str, Any] | None = None, **environm
 def build_stack(
     base_url: str, tmp_path: Path, *, org: str = "acme", runner: dict[str, Any] | None = None
 ) -> Stack:
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}) as admin:
-        assert admin.post("/orgs", json={"id": org}).status_code == 201
-        token = admin.post(f"/orgs/{org}/tokens", json={"role": "admin"}).json()["token"]
-    client = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
     tf_config = tmp_path / "terraformrc"
     tf_config.touch()
     base = f"/orgs/{org}"
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}) as admin:
+        assert admin.post("/orgs", json={"id": org}).status_code == 201
+        token = admin.post(f"/orgs/{org}/tokens", json={"role": "admin"}).json()["token"]
+        # A runner with a local connection is the platform admin's to create.
+        created = admin.post(f"{base}/runners", json={"id": "local", **(runner or runner_body(tf_config))})
+        assert created.status_code == 201, created.text
+    client = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
     for path, body in [
         ("/env-types", {"id": "development"}),
         ("/projects", {"id": "shop"}),
         ("/projects/shop/envs", {"id": "dev", "env_type_id": "development"}),
-        ("/runners", {"id": "local", **(runner or runner_body(tf_config))}),
         ("/runner-rules", {"runner_id": "local"}),
         (
             "/resource-types",

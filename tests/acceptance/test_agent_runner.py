@@ -47,6 +47,8 @@ class AgentProcess:
             "PRIVATE_KEY": private_pem,
             "RUNNER_GATEWAY_URL": gateway_url,
             "AGENT_RUNS_DIR": str(self.runs_dir),
+            # Runs as the test's user: tmp_path (0700) is out of an unprivileged run user's reach.
+            "AGENT_RUN_USER": "root",
             "AGENT_MAX_BACKOFF_SECONDS": "2",
         }
         self.process: subprocess.Popen[bytes] | None = None

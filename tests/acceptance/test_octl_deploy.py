@@ -26,6 +26,7 @@ import yaml
 from orchestrator.client import ApiClient
 from orchestrator.protocol import age
 from orchestrator.settings import ServerSettings
+from tests.conftest import BOOTSTRAP_TOKEN
 from tests.support.octl import ORG, OctlProcess, Ran, org_admin_token, serve
 
 pytestmark = pytest.mark.slow
@@ -119,11 +120,15 @@ def platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
     with serve(settings, status_check_interval_seconds=0.5) as base_url:
         token = org_admin_token(base_url)
         octl = OctlProcess(base_url=base_url, token=token, config_path=tmp_path / "octl.yaml")
+        # A runner with a local connection is the platform admin's to create.
+        platform_octl = OctlProcess(
+            base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl-platform.yaml"
+        )
+        _ok(platform_octl("create", "runner", "local", "--set-json", json.dumps(runner)))
         for args in (
             ("create", "env-type", "development"),
             ("create", "project", "shop"),
             ("create", "env", "shop", "dev", "--set", "env_type_id=development"),
-            ("create", "runner", "local", "--set-json", json.dumps(runner)),
             ("create", "runner-rule", "--set", "runner_id=local"),
             ("create", "resource-type", "greeting", "--set-json", json.dumps(schema)),
             ("create", "module", "hello", "--set-json", json.dumps(module)),

@@ -28,11 +28,15 @@ SLOW_MODULE["module_source_code"] = SLOW_MODULE["module_source_code"].replace(
 
 
 class ServerProcess:
-    """`orchestrator serve` as a real process, killed with SIGKILL (no graceful shutdown)."""
+    """`orchestrator serve` as a real process, killed with SIGKILL (no graceful shutdown).
 
-    def __init__(self, database_url: str, data_dir: Path) -> None:
+    Local runs execute as the test's user in ``<data dir>/../runs``, unless ``environment`` says
+    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``)."""
+
+    def __init__(self, database_url: str, data_dir: Path, **environment: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.runs_dir = Path(environment.get("PO_LOCAL_RUNS_DIR", data_dir.parent / "runs"))
         self.env = {
             **os.environ,
             "PO_DATABASE_URL": database_url,
@@ -41,8 +45,11 @@ class ServerProcess:
             "PO_PUBLIC_URL": self.url,
             "PO_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
             "PO_ALLOW_LOCAL_RUNNERS": "true",
+            "PO_LOCAL_RUN_USER": "",
+            "PO_LOCAL_RUNS_DIR": str(self.runs_dir),
             "PO_STATUS_CHECK_INTERVAL_SECONDS": "0.5",
             "PO_LOG_LEVEL": "warning",
+            **environment,
         }
         self.log = data_dir.parent / "server.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -108,7 +115,7 @@ def _start_slow_deploy(stack: Stack) -> str:
 
 def _runner_pid(server: ServerProcess, deployment_id: str) -> int:
     # The local launcher's handle: local:<host>:<pid>:<start ticks>:<run dir>
-    pid_file = Path(server.env["PO_DATA_DIR"]) / "runs" / deployment_id / "runner.pid"
+    pid_file = server.runs_dir / deployment_id / "runner.pid"
     return int(pid_file.read_text().split(":")[2])
 
 

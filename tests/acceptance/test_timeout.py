@@ -44,7 +44,7 @@ def test_timeout__fails_with_a_message_and_stops_the_runner(
     ).json()
     finished = stack.wait(created["id"], timeout=60)
     # The local launcher's handle: local:<host>:<pid>:<start ticks>:<run dir>
-    pid = int((settings.data_dir / "runs" / created["id"] / "runner.pid").read_text().split(":")[2])
+    pid = int((settings.local_runs_dir / created["id"] / "runner.pid").read_text().split(":")[2])
     stack.client.close()
 
     assert "failed" == finished["status"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -24,12 +26,14 @@ from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent, Outcome
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.gateway import tokens
+from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from tests.conftest import Org
 from tests.support.agent_gateway import AgentHarness, gateway_settings
+from tests.support.run_user import nobody
 
 GATEWAY = "http://po.test"
 
@@ -57,14 +61,17 @@ def make_agent(
     gateway_url: str = GATEWAY,
     transport: httpx.AsyncBaseTransport | None = None,
     environ: dict[str, str] | None = None,
+    runs_dir: Path | None = None,
+    run_user: RunUser | None = None,
     **overrides: Any,
 ) -> Agent:
+    runs_dir = runs_dir or tmp_path / "runs"
     settings = AgentSettings(
         org_id=harness.org.id,
         runner_id=runner,
         private_key=SecretStr(harness.private_pem),
         runner_gateway_url=gateway_url,
-        agent_runs_dir=tmp_path / "runs",
+        agent_runs_dir=runs_dir,
         agent_max_backoff_seconds=0.2,
         **overrides,
     )
@@ -76,7 +83,7 @@ def make_agent(
         transport=transport if transport is not None else httpx.ASGITransport(app=harness.app),
         poll_timeout_seconds=10,
     )
-    launchers = AgentLaunchers(runs_dir=tmp_path / "runs", environ=environ or dict(os.environ))
+    launchers = AgentLaunchers(runs_dir=runs_dir, environ=environ or dict(os.environ), run_user=run_user)
     return Agent(settings=settings, client=client, launchers=launchers)
 
 
@@ -121,6 +128,49 @@ async def test_agent__launches_the_run_reports_job_created_and_acks(
     )
     assert "PRIVATE_KEY" not in runner_env and "AGENT_SECRET" not in runner_env
     assert not any("PRIVATE KEY" in value for value in runner_env.values())
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+
+
+async def test_agent__as_root_runs_local_runs_as_its_run_user_apart_from_its_own_files(
+    harness: AgentHarness, tmp_path: Path
+) -> None:
+    """AGENT_RUN_USER (nobody) runs the vm run: its uid and only group, no capabilities, a working
+    directory of its own, and nothing of the agent's environment."""
+    user = nobody()
+    runs_dir = Path(tempfile.mkdtemp(prefix="po-agent-runs-"))
+    prepare_runs_dir(runs_dir, user, setting="AGENT_RUNS_DIR")
+    deployment_id = await harness.deployment()
+    agent = make_agent(
+        harness,
+        tmp_path,
+        environ={**os.environ, "PRIVATE_KEY": harness.private_pem, "AWS_SECRET_ACCESS_KEY": "canary"},
+        runs_dir=runs_dir,
+        run_user=user,
+    )
+    try:
+        outcome = await agent.handle(await _delivered(agent))
+        handle = (runs_dir / deployment_id / "runner.pid").read_text()
+        pid = int(handle.split(":")[2])
+        try:
+            status, runner_env = _status(pid), _environ(pid)
+        finally:
+            await agent.launchers.local.cancel(handle, grace_seconds=2)
+        work = runs_dir / deployment_id / "work"
+        await agent.client.aclose()
+    finally:
+        shutil.rmtree(runs_dir, ignore_errors=True)
+
+    assert Outcome.ACKED == outcome
+    assert [str(user.uid)] * 4 == status["Uid"].split()
+    assert [str(user.gid)] * 4 == status["Gid"].split()
+    assert [] == status["Groups"].split()  # none of root's supplementary groups
+    assert 0 == int(status["CapEff"], 16) == int(status["CapPrm"], 16)
+    assert (str(work / "home"), str(work / "tmp")) == (runner_env["HOME"], runner_env["TMPDIR"])
+    assert "PRIVATE_KEY" not in runner_env and "AWS_SECRET_ACCESS_KEY" not in runner_env
 
 
 async def test_agent__redelivered_command_adopts_the_run_already_launched(

@@ -13,7 +13,8 @@ from fastapi import FastAPI
 from tests.conftest import Org
 from tests.support.deployments import insert_deployment
 
-RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
+# Not a local runner: those are the platform admin's alone (tests/integration/test_runners_api.py).
+RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-agent.yaml").read_text())
 
 # (method, path, body, permission needed); {rule} and {token} are filled with ids of real objects of `org`.
 ROUTES: list[tuple[str, str, Any, str]] = [

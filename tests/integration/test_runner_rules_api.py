@@ -19,6 +19,7 @@ RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm
 
 
 async def setup_org(client: httpx.AsyncClient, org_id: str, runners: list[str]) -> None:
+    """``client``: a platform admin's (runners with a local connection are theirs to create)."""
     for runner in runners:
         response = await client.post(f"/orgs/{org_id}/runners", json={"id": runner, **RUNNER})
         assert 201 == response.status_code, response.text
@@ -38,7 +39,7 @@ def refresh_url(org_id: str, project: str = "shop", env: str = "dev") -> str:
 
 
 async def test_rules__seed_example_empty_rule_matches_everything(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["my-runner"])
+    await setup_org(org.platform, org.id, ["my-runner"])
     rule = await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "my-runner"})
     refreshed = await org.admin.post(refresh_url(org.id, "blog", "prod"), json={"dry_run": False})
     env = await org.admin.get(f"/orgs/{org.id}/projects/blog/envs/prod")
@@ -50,7 +51,7 @@ async def test_rules__seed_example_empty_rule_matches_everything(org: Org) -> No
 
 
 async def test_rules__duplicate_and_missing_references_conflict(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1", "r2"])
+    await setup_org(org.platform, org.id, ["r1", "r2"])
     first = await org.admin.post(
         f"/orgs/{org.id}/runner-rules", json={"runner_id": "r1", "project_id": "shop"}
     )
@@ -77,7 +78,7 @@ async def test_rules__duplicate_and_missing_references_conflict(org: Org) -> Non
 
 
 async def test_rules__immutable_get_delete(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1"])
+    await setup_org(org.platform, org.id, ["r1"])
     rule = (await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "r1"})).json()
     url = f"/orgs/{org.id}/runner-rules/{rule['id']}"
 
@@ -95,7 +96,7 @@ async def test_rules__immutable_get_delete(org: Org) -> None:
 
 
 async def test_rules__list_filters_mean_effective_in(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1", "r2"])
+    await setup_org(org.platform, org.id, ["r1", "r2"])
     ids = {}
     for name, body in {
         "empty": {"runner_id": "r1"},
@@ -117,7 +118,7 @@ async def test_rules__list_filters_mean_effective_in(org: Org) -> None:
 
 
 async def test_refresh__dry_run_by_query_and_body_changes_nothing(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1"])
+    await setup_org(org.platform, org.id, ["r1"])
     await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "r1"})
 
     by_query = await org.admin.post(refresh_url(org.id), params={"dry_run": "true"})
@@ -132,7 +133,7 @@ async def test_refresh__dry_run_by_query_and_body_changes_nothing(org: Org) -> N
 
 
 async def test_refresh__link_is_sticky_until_refreshed(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1", "r2"])
+    await setup_org(org.platform, org.id, ["r1", "r2"])
     await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "r1"})
     await org.admin.post(refresh_url(org.id))
     await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "r2", "project_id": "shop"})
@@ -149,7 +150,7 @@ async def test_refresh__link_is_sticky_until_refreshed(org: Org) -> None:
 
 
 async def test_refresh__no_match_is_409_and_keeps_previous_link(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1"])
+    await setup_org(org.platform, org.id, ["r1"])
     rule = (
         await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "r1", "project_id": "shop"})
     ).json()
@@ -165,7 +166,7 @@ async def test_refresh__no_match_is_409_and_keeps_previous_link(org: Org) -> Non
 
 
 async def test_refresh__unknown_env_is_404_and_deployer_may_not(org: Org) -> None:
-    await setup_org(org.admin, org.id, ["r1"])
+    await setup_org(org.platform, org.id, ["r1"])
 
     missing = await org.admin.post(refresh_url(org.id, "shop", "nope"))
     deployer = await org.clients["deployer"].post(refresh_url(org.id))
@@ -188,7 +189,7 @@ async def test_refresh__matches_reference_selection(
     """Through the API and the database, refresh_runner picks what the reference implementation picks."""
     made = await make_org(app, admin, f"prop-{next(_orgs)}")
     client = made.admin
-    await setup_org(client, made.id, ["r1", "r2", "r3"])
+    await setup_org(admin, made.id, ["r1", "r2", "r3"])
     for (project, env_type), runner in rules.items():
         body: dict[str, Any] = {"runner_id": runner, "project_id": project, "env_type_id": env_type}
         assert 201 == (await client.post(f"/orgs/{made.id}/runner-rules", json=body)).status_code

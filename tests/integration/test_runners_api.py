@@ -34,7 +34,8 @@ async def create(
 @pytest.mark.parametrize("name", EXAMPLES)
 async def test_runners__every_example_is_accepted_and_read_back(org: Org, name: str) -> None:
     body = example(name)
-    created = await create(org.admin, org.id, "r1", body)
+    # A runner with a local connection is the platform admin's to create.
+    created = await create(org.platform if name == "vm-local.yaml" else org.admin, org.id, "r1", body)
     got = await org.admin.get(f"/orgs/{org.id}/runners/r1")
 
     assert 201 == created.status_code, created.text
@@ -184,6 +185,56 @@ async def test_runners__local_vm_refused_unless_allowed(org: Org, app: FastAPI) 
     assert "PO_ALLOW_LOCAL_RUNNERS" in response.json()["message"]
 
 
+async def test_runners__local_vm_only_by_a_platform_admin(org: Org) -> None:
+    """A local runner runs deployments on the orchestrator's host: an organization admin may not create
+    one (403 saying why); the platform admin may."""
+    refused = await create(org.admin, org.id, "local", example("vm-local.yaml"))
+    created = await create(org.platform, org.id, "local", example("vm-local.yaml"))
+
+    assert 403 == refused.status_code
+    assert refused.json()["message"] == (
+        "runner_configuration.connection.type: only a platform admin may create or change a runner with a "
+        "local connection: its deployments run on the orchestrator's own host"
+    )
+    assert 201 == created.status_code, created.text
+
+
+async def test_runners__changing_a_runner_to_local_only_by_a_platform_admin(org: Org) -> None:
+    await create(org.admin, org.id, "vm1", example("vm-agent.yaml"))
+    patch = {"runner_configuration": {"type": "vm", "connection": {"type": "local"}}}
+
+    refused = await org.admin.patch(f"/orgs/{org.id}/runners/vm1", json=patch)
+    unchanged = (await org.admin.get(f"/orgs/{org.id}/runners/vm1")).json()
+    changed = await org.platform.patch(f"/orgs/{org.id}/runners/vm1", json=patch)
+
+    assert 403 == refused.status_code
+    assert "only a platform admin" in refused.json()["message"]
+    assert "agent" == unchanged["runner_configuration"]["connection"]["type"]
+    assert 200 == changed.status_code, changed.text
+    assert "local" == changed.json()["runner_configuration"]["connection"]["type"]
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"runner_configuration": {"type": "vm", "job": {"runtime": "process", "work_dir": "/root"}}},
+        {"description": "mine now"},
+    ],
+    ids=["job", "description"],
+)
+async def test_runners__an_existing_local_runner_is_changed_only_by_a_platform_admin(
+    org: Org, patch: dict[str, Any]
+) -> None:
+    await create(org.platform, org.id, "local", example("vm-local.yaml"))
+
+    refused = await org.admin.patch(f"/orgs/{org.id}/runners/local", json=patch)
+    changed = await org.platform.patch(f"/orgs/{org.id}/runners/local", json=patch)
+
+    assert 403 == refused.status_code
+    assert "only a platform admin" in refused.json()["message"]
+    assert 200 == changed.status_code, changed.text
+
+
 async def test_runners__list_is_a_summary_with_paging(org: Org) -> None:
     for i in range(5):
         await create(org.admin, org.id, f"r{i}", example("seed000-agent.yaml"))
@@ -202,7 +253,7 @@ async def test_runners__list_is_a_summary_with_paging(org: Org) -> None:
 
 
 async def test_runners__delete_refused_while_an_environment_is_linked(org: Org) -> None:
-    await create(org.admin, org.id, "vm1", example("vm-local.yaml"))
+    await create(org.platform, org.id, "vm1", example("vm-local.yaml"))
     await org.admin.post(f"/orgs/{org.id}/env-types", json={"id": "development"})
     await org.admin.post(f"/orgs/{org.id}/projects", json={"id": "shop"})
     await org.admin.post(

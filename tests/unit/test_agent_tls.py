@@ -203,9 +203,11 @@ def test_agent_settings__runners_get_the_ca_never_a_key(tmp_path: Path, ca: Cert
     )
 
     local, kubernetes = settings.runner_environment(), settings.kubernetes_runner_environment()
+    # A local run as another user (AGENT_RUN_USER) may not read the agent's files: the PEM text.
+    other_user = settings.runner_environment(other_user=True)
 
     assert local == {"RUNNER_GATEWAY_CA_FILE": str(tmp_path / "ca.pem")}
-    assert kubernetes == {"RUNNER_GATEWAY_CA": ca.pem.decode()}
+    assert kubernetes == other_user == {"RUNNER_GATEWAY_CA": ca.pem.decode()}
     for value in [*local.values(), *kubernetes.values()]:
         assert "PRIVATE KEY" not in value and private_pem not in value
         assert client.cert_pem.decode() not in value and str(tmp_path / "client.key") not in value

@@ -1,7 +1,8 @@
 """Which launcher runs a command: the seam between the agent loop and the compute it launches on.
 
 ``vm`` runners (``connection: {type: agent}``) run ``po-runner standard`` as a local process, the same
-``LocalLauncher`` the orchestrator uses for ``connection: {type: local}``. ``kubernetes-agent`` runners get
+``LocalLauncher`` the orchestrator uses for ``connection: {type: local}`` (as ``AGENT_RUN_USER`` when the
+agent runs as root). ``kubernetes-agent`` runners get
 their Job in the agent's cluster: ``kubernetes`` is a factory called with the command's payload
 (``agent.kubernetes.kubernetes_launchers``); without it such commands are rejected as permanent errors.
 ``cluster`` (the same object, in ``po-runner remote``) finds the runs launched before a restart that have
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from orchestrator.launchers.base import Launcher, LaunchError
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.commands import CreateJobPayload
 
 #: Builds the launcher for one ``create-job`` payload (namespace, Job configuration).
@@ -56,10 +58,13 @@ class AgentLaunchers:
         *,
         runs_dir: Path,
         environ: Mapping[str, str],
+        run_user: RunUser | None = None,
         kubernetes: LauncherFactory | None = None,
         cluster: LaunchedRuns | None = None,
     ) -> None:
-        self.local = LocalLauncher(runs_dir, environ=environ)
+        self.local = LocalLauncher(
+            runs_dir, environ=environ, run_user=run_user, user_setting="AGENT_RUN_USER"
+        )
         self._kubernetes = kubernetes
         self.cluster = cluster
 

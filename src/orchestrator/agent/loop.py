@@ -244,7 +244,9 @@ class Agent:
         Kubernetes Jobs the CA's PEM text on the runner's container and the command id as an annotation."""
         description, environment = payload.spec, None
         if self.launchers.local_environment(payload):
-            environment = self.settings.runner_environment()
+            environment = self.settings.runner_environment(
+                other_user=self.launchers.local.run_user is not None
+            )
         elif self.launchers.watches_start(payload):
             job = job_with_agent_additions(
                 description.job,

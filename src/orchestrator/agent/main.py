@@ -11,13 +11,15 @@ from orchestrator.agent.kubernetes import kubernetes_launchers
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import agent_auth
 
 
 async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -> None:
     """Run the agent until SIGTERM/SIGINT (or ``stop``); ``ConfigurationError`` if it cannot start."""
     key = agent_auth.load_private_key(settings.private_key.get_secret_value())
-    settings.agent_runs_dir.mkdir(parents=True, exist_ok=True)
+    run_user = RunUser.resolve(settings.agent_run_user, setting="AGENT_RUN_USER")
+    prepare_runs_dir(settings.agent_runs_dir, run_user, setting="AGENT_RUNS_DIR")
     # ConfigurationError here when the gateway CA or the mTLS pair cannot be loaded.
     client = AgentClient(
         gateway_url=settings.runner_gateway_url,
@@ -39,7 +41,11 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
             namespaces=settings.job_namespaces(),
         )
         launchers = AgentLaunchers(
-            runs_dir=settings.agent_runs_dir, environ=os.environ, kubernetes=cluster, cluster=cluster
+            runs_dir=settings.agent_runs_dir,
+            environ=os.environ,
+            run_user=run_user,
+            kubernetes=cluster,
+            cluster=cluster,
         )
         await Agent(settings=settings, client=client, launchers=launchers).run(stop)
     finally:

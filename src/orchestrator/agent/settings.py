@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ RUNNER_GATEWAY_CA_ENV = "RUNNER_GATEWAY_CA"
 
 
 def default_runs_dir() -> Path:
-    """Where local runs get their working directories (XDG data dir)."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "po-agent" / "runs"
+    """Where local runs get their working directories: in the system temp dir, one per agent user (the
+    run user must reach it, which it cannot under the agent's home)."""
+    return Path(tempfile.gettempdir()) / f"po-agent-runs-{os.geteuid()}"
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -70,7 +71,14 @@ class AgentSettings(BaseSettings):
     runner_gateway_client_key_file: Path | None = Field(default=None, description="mTLS client key.")
 
     agent_runs_dir: Path = Field(
-        default_factory=default_runs_dir, description="Working directories of local runs (vm runners)."
+        default_factory=default_runs_dir,
+        description="Working directories of local runs (vm runners). Default: "
+        "<temp dir>/po-agent-runs-<agent uid>.",
+    )
+    agent_run_user: str = Field(
+        default="nobody",
+        description="When the agent runs as root, local runs (vm, runtime process) execute as this "
+        "unprivileged user (AGENT_RUN_USER); root: as root, without isolation.",
     )
     agent_request_timeout_seconds: float = Field(
         default=30.0, gt=0, description="Timeout of a request other than the long poll."
@@ -151,11 +159,14 @@ class AgentSettings(BaseSettings):
             client_key_file=self.runner_gateway_client_key_file,
         )
 
-    def runner_environment(self) -> dict[str, str]:
+    def runner_environment(self, *, other_user: bool = False) -> dict[str, str]:
         """What local (vm) runs get from the agent besides their spec: the gateway's CA file, which they
-        can read (same file system). Never the private key, nor the agent's mTLS identity."""
+        can read (same file system), or its PEM text when they execute as another user (``other_user``),
+        who may not read the agent's files. Never the private key, nor the agent's mTLS identity."""
         if self.runner_gateway_ca_file is None:
             return {}
+        if other_user:
+            return self.kubernetes_runner_environment()
         return {"RUNNER_GATEWAY_CA_FILE": str(self.runner_gateway_ca_file)}
 
     def kubernetes_runner_environment(self) -> dict[str, str]:

@@ -235,7 +235,8 @@ async def wait_for_complete(
         if is_final(deployment.status):
             return JSONResponse(DeploymentOut.of(deployment).model_dump(mode="json"))
         remaining = deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
+        # A stopping server answers at once rather than hold its shutdown: the client calls again.
+        if remaining <= 0 or svc.notifier.closed:
             return JSONResponse(
                 error_body("API-408", f"deployment '{deployment_id}' is still executing"), status_code=408
             )

@@ -26,7 +26,7 @@ from orchestrator.domain.runner_types import (
     launched_by,
     runner_configuration_to_dict,
 )
-from orchestrator.errors import InvalidInputError, NotFoundError, SealedValueError
+from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError, SealedValueError
 from orchestrator.launchers.egress import EgressDeniedError
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
@@ -144,15 +144,28 @@ def _patched(
     return apply_runner_patch(runner.type, runner.configuration, patch, stored_secrets=stored)
 
 
-def _check_allowed(settings: ServerSettings, config: RunnerConfiguration) -> None:
-    if (
-        isinstance(config, VmRunnerConfiguration)
-        and config.connection.type == "local"
-        and not settings.allow_local_runners
-    ):
+def _is_local(config: RunnerConfiguration) -> bool:
+    return isinstance(config, VmRunnerConfiguration) and config.connection.type == "local"
+
+
+def _check_allowed(settings: ServerSettings, config: RunnerConfiguration, caller: Principal) -> None:
+    if not _is_local(config):
+        return
+    if not settings.allow_local_runners:
         raise InvalidInputError(
             "runner_configuration.connection.type: local runners are disabled on this server "
             "(start it with PO_ALLOW_LOCAL_RUNNERS=true)"
+        )
+    _check_platform_admin(caller)
+
+
+def _check_platform_admin(caller: Principal) -> None:
+    # A local runner runs deployments on the orchestrator's own host: whoever configures it decides what
+    # runs there (job environment, work_dir), so it is the platform's decision, not an organization's.
+    if caller.org_id is not None:
+        raise ForbiddenError(
+            "runner_configuration.connection.type: only a platform admin may create or change a runner "
+            "with a local connection: its deployments run on the orchestrator's own host"
         )
 
 
@@ -186,9 +199,9 @@ async def get_compatibility() -> CompatibilityOut:
 
 @router.post("/orgs/{org_id}/runners", status_code=201, response_model=RunnerOut)
 async def create_runner(
-    org_id: str, body: RunnerCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
+    org_id: str, body: RunnerCreateBody, caller: Principal = MANAGE, svc: Services = Depends(services)
 ) -> RunnerOut:
-    _check_allowed(svc.settings, body.runner_configuration)
+    _check_allowed(svc.settings, body.runner_configuration, caller)
     public, secrets = split_secrets(runner_configuration_to_dict(body.runner_configuration))
     _check_egress(svc.settings, body.runner_configuration)
     async with transaction(svc) as conn:
@@ -237,17 +250,21 @@ async def update_runner(
     org_id: str,
     runner_id: str,
     body: RunnerUpdateBody,
-    _: Principal = MANAGE,
+    caller: Principal = MANAGE,
     svc: Services = Depends(services),
 ) -> RunnerOut:
     async with transaction(svc) as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
         if runner is None:
             raise NotFoundError(f"runner '{runner_id}' not found")
+        connection = runner.configuration.get("connection")
+        if runner.type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
+            # Any change of an existing local runner, even of its state storage or description.
+            _check_platform_admin(caller)
         configuration, sealed = runner.configuration, await store.get_runner_secret(conn, org_id, runner_id)
         if body.runner_configuration is not None:
             merged = _patched(svc.box, runner, body.runner_configuration, sealed)
-            _check_allowed(svc.settings, merged)
+            _check_allowed(svc.settings, merged, caller)
             configuration, secrets = split_secrets(runner_configuration_to_dict(merged))
             sealed = _seal(svc.box, org_id, runner_id, secrets)
             _check_egress(svc.settings, merged)

@@ -8,9 +8,12 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from orchestrator import logs
+from orchestrator import data_dir, logs
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import ServerSettings
+
+#: Exit code when the server could not start (as ``uvicorn.run``'s).
+STARTUP_FAILURE = 3
 
 
 def _settings(**overrides: Any) -> ServerSettings:
@@ -19,7 +22,8 @@ def _settings(**overrides: Any) -> ServerSettings:
         return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise click.UsageError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        where = ".".join(map(str, first["loc"]))
+        raise click.UsageError(f"{where}: {first['msg']}" if where else first["msg"]) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,12 +41,23 @@ def main() -> None:
     default=None,
     help="Accept `vm` runners with a local connection [env PO_ALLOW_LOCAL_RUNNERS, default off]",
 )
+@click.option(
+    "--local-run-user",
+    help="When serving as root, local runs execute as this unprivileged user; empty: as the server's "
+    "user [env PO_LOCAL_RUN_USER, default nobody]",
+)
+@click.option(
+    "--local-runs-dir",
+    type=click.Path(file_okay=False),
+    help="Working directories of local runs, outside the data dir [env PO_LOCAL_RUNS_DIR, default "
+    "<temp dir>/platform-orchestrator-runs-<uid>]",
+)
 @click.option("--log-level", help="debug, info, warning, error [env PO_LOG_LEVEL]")
 def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
     import uvicorn
 
-    from orchestrator.server import create_app, prepare
+    from orchestrator.server import Server, create_app, prepare
 
     settings = _settings(**options)
     logs.configure(settings.log_level)
@@ -52,7 +67,7 @@ def serve(**options: Any) -> None:
         app = create_app(settings, run_migrations=False)
     except OrchestratorError as exc:
         raise click.ClickException(exc.message) from exc
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.listen_host,
         port=settings.listen_port,
@@ -60,6 +75,11 @@ def serve(**options: Any) -> None:
         access_log=settings.log_level == "debug",
         lifespan="on",
     )
+    # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server).
+    server = Server(config, app)
+    server.run()
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)
 
 
 @main.command()
@@ -71,7 +91,8 @@ def migrate(**options: Any) -> None:
     from orchestrator.store import migrate as migrations
 
     settings = _settings(**options)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.prepare(settings.data_dir)
+    data_dir.private_sqlite_file(settings.resolved_database_url)
 
     async def run() -> None:
         engine = db.create_engine(settings.resolved_database_url)

@@ -148,8 +148,16 @@ class AgentGateway:
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     #: The agent tokens accepted so far, by this replica and (a second later) by the others.
     token_uses: TokenUses = field(default_factory=TokenUses)
+    #: Set by ``stop_polls``: the server is stopping, long polls answer 204 at once.
+    stopping: bool = False
     _keys: dict[tuple[str, str], tuple[float, Ed25519PublicKey]] = field(default_factory=dict)
     _seen: dict[tuple[str, str], datetime] = field(default_factory=dict)
+
+    def stop_polls(self) -> None:
+        """The server is stopping: waiting long polls answer 204 now (the agents poll again, elsewhere or
+        after the restart), new ones at once; uvicorn's graceful shutdown waits for every open request."""
+        self.stopping = True
+        self.waker.notify_all()
 
     async def public_key(self, svc: Services, org_id: str, runner_id: str) -> Ed25519PublicKey | None:
         """The runner's registered agent key, if it is an agent runner."""
@@ -221,13 +229,15 @@ class AgentGateway:
     ) -> Response:
         """The long poll of an authenticated agent: its runner's next command with a lease (200), or 204
         when none came within the wait (``PO_AGENT_FETCH_WAIT_SECONDS``, less up to a quarter at random
-        so that polls started together do not all come back together)."""
+        so that polls started together do not all come back together) or the server is stopping."""
         self.seen(org_id, runner_id)
         loop = asyncio.get_running_loop()
         wait = self.settings.agent_fetch_wait_seconds
         deadline = loop.time() + wait - random.uniform(0, wait / 4)
         while True:
             wake = self.waker.ticket(org_id, runner_id)
+            if self.stopping:
+                return Response(status_code=204)
             delivered = await self.claim(svc, org_id, runner_id)
             if delivered is not None:
                 log.info(

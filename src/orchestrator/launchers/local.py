@@ -1,19 +1,29 @@
 """Runs ``po-runner standard`` as a process on this host: the `vm` runner with ``connection: {type: local}``.
 
-Each run gets ``<runs dir>/<deployment id>/`` holding the unpacked code (removed when the run ends: plan
-files hold output values in clear text), a pid file and the runner's stderr. Processes start in their own
-session, so they outlive a restart of the orchestrator; the handle carries the host, pid and the process
-start time, so a recycled pid is never mistaken for the run.
+Each run gets ``<runs dir>/<deployment id>/``, the launcher's own (a pid file and the runner's stderr), and
+in it ``work/``, the run's working directory: its ``HOME`` (``work/home``), ``TMPDIR`` (``work/tmp``) and
+the unpacked code (``work/code``; removed when the run ends: plan files hold output values in clear text).
+When the launcher runs as root, a ``process`` run executes as an unprivileged user (``RunUser``, see
+``launchers.run_user``) who owns ``work/`` (mode 0700) and can reach nothing else of the launcher's.
+The run's environment holds only what it needs: ``PATH``, the locale and time zone, ``SSL_CERT_*``, its
+own ``HOME`` and ``TMPDIR``, the runner's variables and the runner configuration's ``job.environment``
+and ``job.secrets``; nothing else of the launcher's environment (its keys, tokens, database URL, cloud
+credentials).
+
+Processes start in their own session, so they outlive a restart of the orchestrator; the handle carries
+the host, pid and the process start time, so a recycled pid is never mistaken for the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -22,35 +32,54 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orchestrator.launchers import run_user
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.launch import RunSpec
 
-#: Variables of the orchestrator's own environment a local run inherits; nothing else leaks into it.
-INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR", "TZ")
+#: Variables of the launcher's own environment a local run gets; nothing else leaks into it.
+INHERITED = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
 STDERR_TAIL_BYTES = 4096
+#: How long the check that the run user can start the runner's Python may take.
+PROBE_TIMEOUT_SECONDS = 60.0
 
 
 def _start_time(pid: int) -> str | None:
     """Clock ticks since boot when ``pid`` started (field 22 of /proc/pid/stat), or None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its closing parenthesis.
-    fields = stat.rsplit(")", 1)[1].split()
+    fields = text.rsplit(")", 1)[1].split()
     return fields[19] if len(fields) > 19 else None
 
 
 class LocalLauncher:
-    """Launcher for local runs; one per orchestrator process."""
+    """Launcher for local runs; one per orchestrator (or agent) process.
 
-    def __init__(self, runs_dir: Path, *, environ: Mapping[str, str], python: str = sys.executable) -> None:
+    ``run_user``: who ``process`` runs execute as (None: the launcher's own user); ``user_setting`` names
+    the setting that chose it, for messages."""
+
+    def __init__(
+        self,
+        runs_dir: Path,
+        *,
+        environ: Mapping[str, str],
+        run_user: RunUser | None = None,
+        user_setting: str = "PO_LOCAL_RUN_USER",
+        python: str = sys.executable,
+    ) -> None:
         self.runs_dir = runs_dir
+        self.run_user = run_user
         self.hostname = socket.gethostname()
         self._inherited = {k: environ[k] for k in INHERITED if k in environ}
+        self._user_setting = user_setting
         self._python = python
         self._running: set[str] = set()
         self._exit_codes: dict[str, int] = {}
+        self._runnable = False
+        self._checking: asyncio.Lock | None = None
 
     def _run_dir(self, spec: RunSpec, job: Mapping[str, Any]) -> Path:
         base = Path(job["work_dir"]) if job.get("work_dir") else self.runs_dir
@@ -66,6 +95,62 @@ class LocalLauncher:
             argv += ["-e", name]
         return [*argv, str(job["image"]), "standard"]
 
+    async def check_runnable(self) -> None:
+        """Raise a (not retryable) LaunchError saying what to fix if the run user cannot start the
+        runner's Python; checked once (a failed check is repeated at the next launch: the fix needs no
+        restart)."""
+        if self._runnable or self.run_user is None:
+            return
+        if self._checking is None:
+            self._checking = asyncio.Lock()
+        async with self._checking:
+            if self._runnable:
+                return
+            problem = await asyncio.to_thread(self._probe, self.run_user)
+            if problem is not None:
+                error = LaunchError(
+                    run_user.python_unreachable_message(
+                        self.run_user, self._python, problem, setting=self._user_setting
+                    )
+                )
+                error.retryable = False
+                raise error
+            self._runnable = True
+
+    def _probe(self, user: RunUser) -> str | None:
+        """Start the runner's Python as ``user``, as a run would, and import the runner; what stopped it."""
+        blocked = run_user.unreachable(user, run_user.runner_paths(self._python))
+        if blocked is not None:
+            path, why = blocked
+            return f"'{user.name}' may not pass {path} ({why})"
+        try:
+            subprocess.run(
+                [self._python, "-c", "import orchestrator.cli.runner"],
+                env={**self._inherited, "HOME": "/nonexistent"},
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                check=True,
+                timeout=PROBE_TIMEOUT_SECONDS,
+                **self._user_arguments(user),
+            )
+        except OSError as exc:
+            return f"it cannot be started as '{user.name}': {exc.strerror or exc}"
+        except subprocess.CalledProcessError as exc:
+            lines = exc.stderr.decode(errors="replace").strip().splitlines()
+            return f"it fails as '{user.name}': {lines[-1] if lines else f'exit code {exc.returncode}'}"
+        except subprocess.TimeoutExpired:
+            return f"it did not start as '{user.name}' within {PROBE_TIMEOUT_SECONDS:.0f} s"
+        return None
+
+    @staticmethod
+    def _user_arguments(user: RunUser | None) -> dict[str, Any]:
+        """Popen's arguments that make the process ``user``'s: its primary group only, no supplementary
+        groups (root's would carry over otherwise), files private to it."""
+        if user is None:
+            return {}
+        return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": 0o077}
+
     async def launch(self, spec: RunSpec) -> str:
         job: Mapping[str, Any] = spec.runner_configuration.get("job") or {}
         run_dir = self._run_dir(spec, job)
@@ -73,18 +158,29 @@ class LocalLauncher:
         adopted = self._adopt(pid_file)
         if adopted is not None:
             return adopted
-        code_dir = run_dir / "code"
-        code_dir.mkdir(parents=True, exist_ok=True)
+        process_runtime = job.get("runtime", "process") == "process"
+        # Container runtimes isolate the run themselves (no mounts) and need the launcher's own access to
+        # the container engine; the run user applies to runs that are plain processes.
+        user = self.run_user if process_runtime else None
+        if user is not None:
+            await self.check_runnable()
+        try:
+            work = await asyncio.to_thread(self._prepare, run_dir, user)
+        except OSError as exc:
+            raise LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}") from exc
+        if user is not None:
+            self._check_reachable(user, work)
         run_env = {
             **dict(job.get("environment") or {}),
             **dict(job.get("secrets") or {}),
             **spec.runner_environment(),
         }
-        if job.get("runtime", "process") == "process":
-            run_env["IAC_CODE_DIR"] = str(code_dir)
+        if process_runtime:
+            run_env["IAC_CODE_DIR"] = str(work / "code")
+        own = {**self._inherited, "HOME": str(work / "home"), "TMPDIR": str(work / "tmp")}
         argv = self._argv(job, sorted(run_env))
         try:
-            process = await asyncio.to_thread(self._spawn, argv, {**self._inherited, **run_env}, run_dir)
+            process = await asyncio.to_thread(self._spawn, argv, {**own, **run_env}, run_dir, work, user)
         except OSError as exc:
             error = LaunchError(f"cannot start the runner process ({argv[0]}): {exc.strerror or exc}")
             error.retryable = False
@@ -96,24 +192,63 @@ class LocalLauncher:
         threading.Thread(target=self._reap, args=(handle, process, run_dir), daemon=True).start()
         return handle
 
+    def _check_reachable(self, user: RunUser, work: Path) -> None:
+        """The run user must reach its working directory (``job.work_dir`` may be anywhere)."""
+        blocked = run_user.unreachable(user, [(work, run_user.READ | run_user.WRITE | run_user.EXECUTE)])
+        if blocked is not None:
+            error = LaunchError(
+                f"local runs execute as user '{user.name}' ({self._user_setting}), who cannot reach its "
+                f"working directory {work}: it may not pass {blocked[0]} ({blocked[1]})"
+            )
+            error.retryable = False
+            raise error
+
     @staticmethod
-    def _spawn(argv: list[str], env: dict[str, str], run_dir: Path) -> subprocess.Popen[bytes]:
-        with open(run_dir / "stderr.log", "wb") as stderr:
+    def _prepare(run_dir: Path, user: RunUser | None) -> Path:
+        """The run's directories: ``run_dir`` the launcher's (the run user may only pass through), and a
+        fresh ``work/`` of the run user's, mode 0700, with ``home``, ``tmp`` and ``code``. A ``work/``
+        left by an earlier attempt (its process is gone) is removed first: its owner could have put
+        symbolic links in it."""
+        mode = run_user.SHARED_RUNS_DIR_MODE if user is not None else run_user.PRIVATE_DIR_MODE
+        run_dir.mkdir(parents=True, exist_ok=True, mode=mode)
+        info = run_dir.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, "it exists and is not a directory of the launcher's user")
+        run_dir.chmod(mode)
+        work = run_dir / "work"
+        shutil.rmtree(work, ignore_errors=True)
+        directories = [work, work / "home", work / "tmp", work / "code"]
+        for directory in directories:
+            directory.mkdir(mode=run_user.PRIVATE_DIR_MODE)
+        if user is not None:
+            # Innermost first: until work/ is the run user's, nothing in it can be swapped.
+            for directory in reversed(directories):
+                os.chown(directory, user.uid, user.gid, follow_symlinks=False)
+        return work
+
+    def _spawn(
+        self, argv: list[str], env: dict[str, str], run_dir: Path, work: Path, user: RunUser | None
+    ) -> subprocess.Popen[bytes]:
+        # The launcher's files stay in run_dir, which the run user cannot change: the stderr it reads
+        # back for the deployment's message cannot be swapped for a link to something else.
+        fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as stderr:
             return subprocess.Popen(
                 argv,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                cwd=run_dir,
+                cwd=work,
                 start_new_session=True,
+                **self._user_arguments(user),
             )
 
     def _reap(self, handle: str, process: subprocess.Popen[bytes], run_dir: Path) -> None:
-        """Record the exit code, and remove the run's code (plan files hold outputs in clear text); the
-        stderr of a failed run stays for the dispatcher's message."""
+        """Record the exit code, and remove the run's working directory (plan files hold outputs in clear
+        text); the stderr of a failed run stays for the dispatcher's message."""
         code = process.wait()
-        shutil.rmtree(run_dir if code == 0 else run_dir / "code", ignore_errors=True)
+        shutil.rmtree(run_dir if code == 0 else run_dir / "work", ignore_errors=True)
         self._exit_codes[handle] = code
         self._running.discard(handle)
 

@@ -1,0 +1,70 @@
+"""`scripts/demo` runs the main job end to end and leaves nothing behind: no process it started (the
+server, its runs) outlives it, and its temporary directories are gone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+@pytest.fixture
+def temp_dir() -> Iterator[Path]:
+    """The demo's TMPDIR: its own, so that whatever it leaves can be told apart. Not tmp_path (0700):
+    as root, the demo's runs execute as another user, who must pass through it to the runs dir."""
+    made = Path(tempfile.mkdtemp(prefix="po-demo-test-"))
+    made.chmod(0o711)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def processes_pointing_to(path: Path) -> dict[int, str]:
+    """Processes whose command line or environment names ``path`` (pid: command line)."""
+    needle = os.fsencode(path)
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        if needle in cmdline or needle in environ:
+            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_demo__runs_end_to_end_and_leaves_no_process_behind(temp_dir: Path) -> None:
+    environment = {**os.environ, "TMPDIR": str(temp_dir)}
+    for name in ("PYTHONPATH", "VIRTUAL_ENV"):
+        environment.pop(name, None)
+
+    demo = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo")],
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    left = processes_pointing_to(temp_dir)
+    for pid in left:  # the test's own clean-up: stopped by PID, never by name
+        os.kill(pid, 9)
+
+    assert 0 == demo.returncode, demo.stderr[-3000:]
+    assert "url: https://shop.example.test/bucket-shop" in demo.stdout
+    assert "Environment shop/dev destroyed" in demo.stderr
+    assert {} == left
+    # Its own directories are gone (uv keeps a lock file in TMPDIR).
+    assert [] == [p.name for p in temp_dir.iterdir() if p.name.startswith("po-demo")]

@@ -1,0 +1,211 @@
+"""A tenant's code never runs as the server: a local run of an orchestrator serving as root executes as
+the unprivileged run user (``PO_LOCAL_RUN_USER``, default ``nobody``), outside the data dir, with none of
+the server's environment, and can read neither the server key nor the database.
+
+Real ``orchestrator serve`` processes as root, real runner processes, the embedded Terraform engine; the
+probes are ``local-exec`` provisioners and ``file()`` in an inline module, as a tenant would write them.
+The server's files live in a directory others may pass through (0755), so what keeps the run out is the
+run user and the modes the server gives its files, not the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.acceptance.conftest import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
+from tests.acceptance.test_restart import ServerProcess
+from tests.support.run_user import nobody
+
+pytestmark = pytest.mark.slow
+
+MODULE = yaml.safe_load((EXAMPLES / "module.yaml").read_text())
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory in the system temp dir that every user may pass through (not tmp_path: 0700)."""
+    made = Path(tempfile.mkdtemp(prefix="po-isolation-"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+class Isolated:
+    """A root server with default run-user settings, its files under ``shared``, and a place where the
+    probes write what they found (writable by the run user)."""
+
+    def __init__(self, database_url: str, shared: Path, tmp_path: Path, **environment: str) -> None:
+        self.user = nobody()
+        self.data_dir = shared / "data"
+        self.runs_dir = shared / "runs"
+        self.found = shared / "found"
+        self.found.mkdir(mode=0o777)
+        self.found.chmod(0o777)
+        self.tf_config = shared / "terraformrc"
+        self.tf_config.touch()
+        # SQLite where a real installation has it: in the data dir (orchestrator.db).
+        self.sqlite = database_url.startswith("sqlite")
+        if self.sqlite:
+            database_url = f"sqlite+aiosqlite:///{self.data_dir / 'orchestrator.db'}"
+        self.server = ServerProcess(
+            database_url,
+            self.data_dir,
+            # The defaults of a real installation: no PO_LOCAL_RUN_USER (nobody).
+            PO_LOCAL_RUNS_DIR=str(self.runs_dir),
+            **environment,
+        )
+        del self.server.env["PO_LOCAL_RUN_USER"]
+        self.server.start()
+        self.stack: Stack = build_stack(self.server.url, tmp_path, runner=runner_body(self.tf_config))
+
+    def close(self) -> None:
+        self.stack.client.close()
+        self.server.stop()
+
+    def deploy_module(self, code: str) -> dict[str, Any]:
+        patched = self.stack.client.patch(
+            f"/orgs/{self.stack.org}/modules/demo-app", json={"module_source_code": code}
+        )
+        assert 200 == patched.status_code, patched.text
+        return self.stack.deploy(demo_manifest())
+
+    def probe(self, script: str) -> dict[str, Any]:
+        """Deploy the demo module with a provisioner running ``script`` (no ``${``: Terraform's)."""
+        code = MODULE["module_source_code"] + (
+            '\nresource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
+            f"    command = <<-EOT\n{script}\n    EOT\n  }}\n}}\n"
+        )
+        return self.deploy_module(code)
+
+    def read(self, name: str) -> str:
+        return (self.found / name).read_text().strip()
+
+
+@pytest.fixture
+def isolated(database_url: str, shared: Path, tmp_path: Path) -> Iterator[Isolated]:
+    made = Isolated(database_url, shared, tmp_path)
+    yield made
+    made.close()
+
+
+def test_local_run__executes_as_the_unprivileged_user_without_privileges(isolated: Isolated) -> None:
+    found = isolated.found
+    deployment = isolated.probe(
+        f"id -u > {found}/uid\nid -G > {found}/groups\ngrep '^Cap' /proc/self/status > {found}/caps\n"
+        f"umask > {found}/umask"
+    )
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert str(isolated.user.uid) == isolated.read("uid")
+    # Its primary group only: none of root's groups.
+    assert [str(isolated.user.gid)] == isolated.read("groups").split()
+    capabilities = dict(line.split(":") for line in isolated.read("caps").splitlines())
+    for kind in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert 0 == int(capabilities[kind].strip(), 16), kind
+    # What it creates is its own.
+    assert "0077" == isolated.read("umask")
+    # And the deployment itself works as that user: outputs as the demo prints them.
+    assert {
+        "bucket": "bucket-shop",
+        "url": "https://shop.example.test/bucket-shop",
+    } == isolated.stack.outputs(deployment)["workload_shop"]
+
+
+def test_local_run__lives_outside_the_data_dir_in_its_own_private_directory(isolated: Isolated) -> None:
+    found = isolated.found
+    deployment = isolated.probe(
+        f"pwd > {found}/pwd\n"
+        f'stat -c "%U %a" "$HOME/.." > {found}/work\n'
+        f'stat -c "%U %a" "$HOME/../.." > {found}/run\n'
+        f'echo "$HOME" > {found}/home\necho "$TMPDIR" > {found}/tmpdir'
+    )
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    work = Path(isolated.read("pwd")).parent
+    data_dir = isolated.data_dir.resolve()
+    assert isolated.runs_dir.resolve() == work.parent.parent
+    assert data_dir not in work.parents
+    assert "nobody 700" == isolated.read("work")
+    # The launcher's own part of the run (stderr, pid file): the run user may only pass through.
+    assert "root 711" == isolated.read("run")
+    assert (str(work / "home"), str(work / "tmp")) == (isolated.read("home"), isolated.read("tmpdir"))
+
+
+def test_local_run__cannot_read_the_server_key_or_the_database(isolated: Isolated) -> None:
+    found, data_dir = isolated.found, isolated.data_dir
+    names = ["server.key", "orchestrator.db"] if isolated.sqlite else ["server.key"]
+    lines = [
+        f"cat {data_dir}/{name} > {found}/{name}.out 2> {found}/{name}.err; echo $? > {found}/{name}.rc"
+        for name in names
+    ]
+    deployment = isolated.probe(
+        "\n".join([*lines, f"ls {data_dir} > {found}/ls.out 2> {found}/ls.err; true"])
+    )
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    for name in names:
+        assert "0" != isolated.read(f"{name}.rc"), name
+        assert "" == isolated.read(f"{name}.out"), name
+        assert "Permission denied" in isolated.read(f"{name}.err"), name
+        # Private even where the data dir could be passed through.
+        assert 0o600 == (data_dir / name).stat().st_mode & 0o777, name
+    assert "Permission denied" in isolated.read("ls.err")
+    assert 0o700 == data_dir.stat().st_mode & 0o777
+
+
+def test_local_run__an_output_reading_the_server_key_fails(isolated: Isolated) -> None:
+    key = (isolated.data_dir / "server.key").read_text().strip()
+    code = MODULE["module_source_code"] + (
+        f'\noutput "key" {{\n  value = file("{isolated.data_dir}/server.key")\n}}\n'
+    )
+
+    deployment = isolated.deploy_module(code)
+    logs = isolated.server.log.read_text()
+
+    assert "failed" == deployment["status"]
+    assert "permission denied" in deployment["status_message"].lower()
+    assert key not in str(deployment)
+    assert key not in logs
+
+
+@pytest.fixture
+def canaries(database_url: str, shared: Path, tmp_path: Path) -> Iterator[tuple[Isolated, dict[str, str]]]:
+    """A server whose environment holds secrets of its own, and its own HOME and TMPDIR."""
+    (shared / "server-home").mkdir()
+    (shared / "server-tmp").mkdir()
+    values = {
+        "PO_ENCRYPTION_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
+        "AWS_SECRET_ACCESS_KEY": f"canary-{secrets.token_hex(8)}",
+        "AWS_ACCESS_KEY_ID": f"CANARY{secrets.token_hex(4).upper()}",
+        "GITHUB_TOKEN": f"canary-{secrets.token_hex(8)}",
+        "HOME": str(shared / "server-home"),
+        "TMPDIR": str(shared / "server-tmp"),
+    }
+    made = Isolated(database_url, shared, tmp_path, **values)
+    server = made.server.env
+    yield made, {**values, **{name: server[name] for name in ("PO_BOOTSTRAP_TOKEN", "PO_DATABASE_URL")}}
+    made.close()
+
+
+def test_local_run__environment_holds_none_of_the_servers(canaries: tuple[Isolated, dict[str, str]]) -> None:
+    isolated, server = canaries
+    deployment = isolated.probe(f"env > {isolated.found}/env")
+
+    dump = isolated.read("env")
+    environment = dict(line.split("=", 1) for line in dump.splitlines() if "=" in line)
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert [] == [name for name, value in server.items() if value in dump]
+    assert [] == [name for name in environment if name.startswith(("PO_", "AWS_", "GITHUB_"))]
+    # Its own HOME and TMPDIR, in its working directory.
+    for name in ("HOME", "TMPDIR"):
+        assert isolated.runs_dir in Path(environment[name]).parents, name
