@@ -230,7 +230,7 @@ async def test_module_providers__secret_keeps_the_stored_value_and_deploys_it(ap
     await _rule(org)
     await _env(org)
     runner = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
-    await _ok(await org.admin.post(f"/orgs/{org.id}/runners", json={"id": "local", **runner}))
+    await _ok(await org.platform.post(f"/orgs/{org.id}/runners", json={"id": "local", **runner}))
     await _ok(await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "local"}))
     dry_run = await org.clients["deployer"].post(
         f"/orgs/{org.id}/deployments",

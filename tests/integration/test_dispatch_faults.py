@@ -92,7 +92,7 @@ async def make_runner(org: Org, runner_id: str, *, secret: str = "s3cr3t-value")
     config = {**DEMO_RUNNER["runner_configuration"]}
     config["job"] = {**config["job"], "secrets": {"API_TOKEN": secret}}
     body = {"id": runner_id, **DEMO_RUNNER, "runner_configuration": config}
-    response = await org.admin.post(f"/orgs/{org.id}/runners", json=body)
+    response = await org.platform.post(f"/orgs/{org.id}/runners", json=body)
     assert 201 == response.status_code, response.text
 
 

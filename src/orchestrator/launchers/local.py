@@ -167,7 +167,10 @@ class LocalLauncher:
         try:
             work = await asyncio.to_thread(self._prepare, run_dir, user)
         except OSError as exc:
-            raise LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}") from exc
+            error = LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}")
+            # A full disk may clear up; a directory the server may not write (read-only, permissions) will not.
+            error.retryable = exc.errno == errno.ENOSPC
+            raise error from exc
         if user is not None:
             self._check_reachable(user, work)
         run_env = {
