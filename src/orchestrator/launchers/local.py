@@ -168,7 +168,7 @@ class LocalLauncher:
             work = await asyncio.to_thread(self._prepare, run_dir, user)
         except OSError as exc:
             error = LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}")
-            # A full disk may clear up; a directory the server may not write (read-only, permissions) will not.
+            # A full disk may clear up; a directory the server may not write (read-only) will not.
             error.retryable = exc.errno == errno.ENOSPC
             raise error from exc
         if user is not None:
