@@ -1,4 +1,5 @@
-"""The deployment side of the runner gateway: bundle download, results and log upload.
+"""The deployment side of the runner gateway: bundle download, results, log upload, and the Terraform
+state an engine could not save (``errored-state``, see ``dispatch.errored_states``).
 
 Each route is authorized by the deployment's token (``X-Deployment-Token``), checked before any database
 access; a token opens only its own deployment.
@@ -10,8 +11,10 @@ import uuid
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 
 from orchestrator.api.context import Services, services, transaction
+from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.errors import NotFoundError, PayloadTooLargeError, UnauthenticatedError
@@ -103,3 +106,29 @@ async def put_logs(
     async with transaction(svc) as conn:
         await store.record_logs(conn, deployment_id, key=key, size=len(body), now=datetime.now(UTC))
     return Response(status_code=202)
+
+
+@router.post(
+    "/environments/{env_uuid}/deployments/{deployment_id}/errored-state",
+    response_model=protocol.ErroredStateReceipt,
+)
+async def post_errored_state(
+    org_id: str,
+    runner_id: str,
+    env_uuid: uuid.UUID,
+    deployment_id: uuid.UUID,
+    request: Request,
+    svc: Services = Depends(services),
+) -> Response:
+    """The state Terraform could not save (``errored.tfstate``), as it is: it becomes the environment's
+    state, or is kept sealed with the deployment; the answer says which. Once the deployment has ended
+    (timed out while its runner still tried) it is only kept: another deployment may hold the state."""
+    _authorize(svc, request, org_id, deployment_id)
+    body = await read_limited(request, protocol.MAX_STATE_BYTES, "the errored state")
+    deployment = await _load(svc, org_id, runner_id, deployment_id)
+    if deployment.env_uuid != env_uuid:
+        raise NotFoundError(f"deployment '{deployment_id}' not found in environment '{env_uuid}'")
+    receipt = await errored_states.recover(
+        svc.engine, box=svc.box, blobs=svc.blobs, deployment=deployment, data=body, now=datetime.now(UTC)
+    )
+    return JSONResponse(receipt.model_dump(mode="json", exclude_none=True))

@@ -3,12 +3,22 @@
 Deliberately synchronous: ``subprocess.Popen`` with an argv list (never a shell), stdout read line by
 line on this thread, stderr on a helper thread. If the runner is interrupted (SIGTERM → exception),
 the child gets SIGTERM, a grace period, then SIGKILL.
+
+The engine runs in its own process group: a signal to the runner's group (a terminal's Ctrl-C, a
+launcher's cancel) reaches the engine once, through the runner, and not twice (Terraform exits at once on
+a second interrupt, without saving its state or releasing its lock). When the engine has exited, whatever
+is left of its group (a provisioner's background children) is killed: nothing a command started outlives
+it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +93,8 @@ class IacCli:
             text=True,
             encoding="utf-8",
             errors="replace",
+            # Its own process group (see the module docstring); the runner's session all the same.
+            process_group=0,
         )
         stdout: list[str] = []
         stderr: list[str] = []
@@ -91,7 +103,7 @@ class IacCli:
         reader.start()
         try:
             self._pump(process.stdout, stdout, log_stdout)
-            exit_code = process.wait()
+            exit_code = _wait_and_clear(process)
         except BaseException:
             self._stop(process)
             raise
@@ -108,11 +120,41 @@ class IacCli:
                     self._sink.write_line(line)
 
     def _stop(self, process: subprocess.Popen[str]) -> None:
-        if process.poll() is not None:
+        if process.returncode is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=self._grace_seconds)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if not _exited(process):
+            # One SIGTERM: Terraform stops gracefully, saving its state and releasing its lock.
+            process.terminate()
+            try:
+                _wait_and_clear(process, timeout_seconds=self._grace_seconds)
+                return
+            except subprocess.TimeoutExpired:
+                process.kill()
+        _wait_and_clear(process)
+
+
+def _exited(process: subprocess.Popen[str]) -> bool:
+    """Whether the process has exited, without collecting its exit status (its pid stays reserved)."""
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_and_clear(process: subprocess.Popen[str], *, timeout_seconds: float | None = None) -> int:
+    """Wait for the engine to exit, SIGKILL what is left of its process group, then collect its exit
+    status. The group is signalled before the exit status is collected: until then the engine's pid (the
+    group's id) cannot be handed to another process, so the signal reaches only what the engine left."""
+    if timeout_seconds is None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    else:
+        deadline = time.monotonic() + timeout_seconds
+        while not _exited(process):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout_seconds)
+            time.sleep(0.05)
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.wait()

@@ -84,6 +84,21 @@ class RunnerSettings(BaseSettings):
     runner_http_backoff_seconds: float = Field(
         default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 30 s."
     )
+    runner_state_http_retry_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        le=86400,
+        description="How long Terraform's http backend (state storage `orchestrator`) retries a state read, "
+        "write, lock or unlock while the orchestrator is unreachable or answers 5xx: sets TF_HTTP_RETRY_MAX, "
+        "TF_HTTP_RETRY_WAIT_MIN and TF_HTTP_RETRY_WAIT_MAX, unless the job environment sets them.",
+    )
+    runner_state_recovery_seconds: float = Field(
+        default=3000.0,
+        ge=0,
+        le=86400,
+        description="How long the runner keeps trying to save a state Terraform could not save "
+        "(errored.tfstate): pushing it to the backend and handing it to the orchestrator.",
+    )
 
     @field_validator("runner_gateway_url")
     @classmethod
