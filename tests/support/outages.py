@@ -168,6 +168,9 @@ class Proxy:
             for conn in (source, sink):
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._connections.discard(source)
+            source.close()
 
 
 @dataclass

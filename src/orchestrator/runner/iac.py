@@ -99,16 +99,22 @@ class IacCli:
         stdout: list[str] = []
         stderr: list[str] = []
         assert process.stdout is not None and process.stderr is not None
-        reader = threading.Thread(target=self._pump, args=(process.stderr, stderr, True), daemon=True)
-        reader.start()
+        # Both streams on helper threads: this thread waits for the engine itself, so that output held
+        # open by something the engine left behind does not keep the command from ending.
+        readers = [
+            threading.Thread(target=self._pump, args=(process.stdout, stdout, log_stdout), daemon=True),
+            threading.Thread(target=self._pump, args=(process.stderr, stderr, True), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
         try:
-            self._pump(process.stdout, stdout, log_stdout)
             exit_code = _wait_and_clear(process)
         except BaseException:
             self._stop(process)
             raise
         finally:
-            reader.join(timeout=self._grace_seconds)
+            for reader in readers:
+                reader.join(timeout=self._grace_seconds)
         return CommandResult(argv=argv, exit_code=exit_code, stdout=stdout, stderr=stderr)
 
     def _pump(self, stream: IO[str], lines: list[str], log: bool) -> None:

@@ -71,13 +71,17 @@ class LockInfo:
 
 
 _LOCK_FIELD = re.compile(r"^\s*(ID|Who|Operation|Created):\s*(.*?)\s*$")
+#: Colours, and the diagnostic box Terraform draws when colour is on (``│ `` before each line).
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_BOX = "│╷╵"
 
 
 def parse_lock_info(lines: Sequence[str]) -> LockInfo | None:
     """The ``Lock Info:`` block of Terraform's "Error acquiring the state lock"; None without one."""
     fields: dict[str, str] = {}
     inside = False
-    for line in lines:
+    for raw in lines:
+        line = _COLOUR.sub("", raw).lstrip().lstrip(_BOX)
         if line.strip() == "Lock Info:":
             inside = True
             continue
@@ -189,7 +193,7 @@ class StateRescue:
         while True:
             attempt += 1
             try:
-                result = self.cli.run("state", "push", "-lock-timeout=0s", path.name)
+                result = self.cli.run("state", "push", "-no-color", "-lock-timeout=0s", path.name)
             except (errors.OrchestratorError, OSError) as exc:
                 return False, f"`state push` did not run: {exc}"
             if result.ok:
@@ -203,7 +207,7 @@ class StateRescue:
                     return False, f"the state is held by {holder}, not by this run"
                 self.log.warning("releasing the state lock this run left behind", lock_id=lock.id)
                 released.add(lock.id)
-                self.cli.run("force-unlock", "-force", lock.id)
+                self.cli.run("force-unlock", "-no-color", "-force", lock.id)
                 continue
             if _REFUSED in text:
                 return False, _last_error(output)

@@ -1,0 +1,127 @@
+"""The processes of a run, through /proc: found by session and process group even once their leader is
+gone, stopped with one SIGTERM each then SIGKILL; and nothing an engine command started outlives it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.launchers import processes
+from orchestrator.runner import engine, iac, logs
+from tests.support.outages import wait_for
+
+
+def _gone(pid: int) -> bool:
+    info = processes.read_stat(pid)
+    return info is None or info.state == "Z"
+
+
+def _pids(path: Path, count: int) -> list[int]:
+    found = wait_for(lambda: path.exists() and len(path.read_text().split()) >= count, 30, f"{path}")
+    assert found
+    return [int(p) for p in path.read_text().split()]
+
+
+def _run(tmp_path: Path, script: str) -> subprocess.Popen[bytes]:
+    """A run's leader in its own session, as the local launcher starts the runner."""
+    return subprocess.Popen(["/bin/sh", "-c", script], cwd=tmp_path, start_new_session=True)
+
+
+def test_members__the_session_and_groups_of_the_leader_also_after_it_died(tmp_path: Path) -> None:
+    before = subprocess.Popen(["sleep", "60"])  # started earlier, not in the session: never a member
+    leader = _run(
+        tmp_path,
+        # A child in the leader's group, and one in a group of its own (as the runner starts the engine).
+        "sleep 60 & echo $! >> pids; "
+        f"{sys.executable} -c 'import os, time; os.setpgid(0, 0); time.sleep(60)' & echo $! >> pids; "
+        "wait",
+    )
+    try:
+        children = _pids(tmp_path / "pids", 2)
+        started = processes.start_ticks(leader.pid)
+        assert started is not None
+
+        with_leader = set(processes.members(leader.pid, started))
+        leader.send_signal(signal.SIGKILL)
+        leader.wait()
+        orphans = set(processes.members(leader.pid, started))
+
+        assert {leader.pid, *children} == with_leader
+        assert set(children) == orphans
+        assert before.pid not in with_leader | orphans
+    finally:
+        before.kill()
+        before.wait()
+        processes.send(children, signal.SIGKILL)
+
+
+def _stubborn(tmp_path: Path, name: str) -> Path:
+    """A script that records each SIGTERM it gets (and ignores it), after writing its pid."""
+    script = tmp_path / f"{name}.sh"
+    script.write_text(
+        f"trap 'echo {name} >> {tmp_path}/terms' TERM\necho $$ >> {tmp_path}/pids\n"
+        "while true; do sleep 0.1; done\n"
+    )
+    return script
+
+
+def test_stop__orphans_get_one_sigterm_then_sigkill(tmp_path: Path) -> None:
+    """The leader killed -9: what is left gets SIGTERM once (a second would make Terraform exit without
+    saving state), however often it is stopped, then SIGKILL once the grace is over."""
+    leader = _run(tmp_path, f"sh {_stubborn(tmp_path, 'child')} & wait")
+    child = _pids(tmp_path / "pids", 1)[0]
+    run = processes.RunProcesses(leader.pid, processes.start_ticks(leader.pid) or 0)
+    leader.send_signal(signal.SIGKILL)
+    leader.wait()
+
+    run.terminate()
+    run.terminate()
+    run.stop(grace_seconds=1.0)
+
+    assert [] == run.members()
+    assert _gone(child)
+    assert ["child"] == (tmp_path / "terms").read_text().split()
+
+
+def test_stop__a_live_leader_alone_gets_the_sigterm(tmp_path: Path) -> None:
+    """With the leader alive, the signal goes to it alone (the runner passes it on to its engine once);
+    what it leaves when it exits gets its own SIGTERM then, and SIGKILL after the grace."""
+    leader = _run(
+        tmp_path, f"sh {_stubborn(tmp_path, 'child')} & trap 'echo leader >> terms; exit 0' TERM; wait"
+    )
+    child = _pids(tmp_path / "pids", 1)[0]
+    run = processes.RunProcesses(leader.pid, processes.start_ticks(leader.pid) or 0)
+
+    run.stop(grace_seconds=1.0)
+    leader.wait()
+
+    assert [] == run.members()
+    assert _gone(child)
+    assert ["leader", "child"] == (tmp_path / "terms").read_text().split()
+
+
+@pytest.mark.timeout(30)
+def test_iac_cli__what_the_engine_left_running_is_killed_when_it_exits(tmp_path: Path) -> None:
+    """A provisioner's background process does not outlive the engine command that started it, nor does
+    its hold on the engine's output keep the command from ending (before: `run` read the output to its
+    end, here until the background sleep ended)."""
+    fake_engine = tmp_path / "terraform"
+    fake_engine.write_text(f"#!/bin/sh\nsleep 600 & echo $! > {tmp_path}/left\nexit 0\n")
+    fake_engine.chmod(0o755)
+    cli = iac.IacCli(
+        engine.Engine(backend=engine.IacBackend.TERRAFORM, command=(str(fake_engine),)),
+        workdir=tmp_path,
+        environ={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        sink=logs.LogBuffer(max_bytes=1 << 20),
+    )
+
+    result = cli.run("apply")
+
+    assert result.ok
+    left = int((tmp_path / "left").read_text())
+    wait_for(lambda: _gone(left), 10, "the background sleep to be gone")
