@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.launchers import processes
+from orchestrator.launchers.local import LocalLauncher
 from orchestrator.runner import engine, iac, logs
-from tests.support.outages import wait_for
+from tests.support.outages import run_processes, wait_for
 
 
 def _gone(pid: int) -> bool:
@@ -125,3 +127,34 @@ def test_iac_cli__what_the_engine_left_running_is_killed_when_it_exits(tmp_path:
     assert result.ok
     left = int((tmp_path / "left").read_text())
     wait_for(lambda: _gone(left), 10, "the background sleep to be gone")
+
+
+def test_local_launcher__resumed_runs_are_reaped_when_their_runner_dies(tmp_path: Path) -> None:
+    """Runs an earlier launcher process started (the agent restarted since): once their runner dies,
+    what it left is stopped, and their code removed, except state Terraform could not save."""
+    runs = tmp_path / "runs"
+    watched: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    for name, unsaved in (("plain", False), ("unsaved", True)):
+        run_dir = runs / name
+        (run_dir / "code").mkdir(parents=True)
+        if unsaved:
+            (run_dir / "code" / "errored.tfstate").write_text("{}")
+        leader = _run(run_dir, "sleep 600 & echo $! >> pids; wait")
+        _pids(run_dir / "pids", 1)
+        started = processes.start_ticks(leader.pid)
+        handle = f"local:{socket.gethostname()}:{leader.pid}:{started}:{run_dir}"
+        (run_dir / "runner.pid").write_text(handle)
+        watched[handle] = (leader, run_dir)
+    launcher = LocalLauncher(runs, environ={})
+
+    resumed = launcher.resume()
+    for leader, _ in watched.values():
+        leader.send_signal(signal.SIGKILL)
+        leader.wait()
+    for _, run_dir in watched.values():
+        wait_for(lambda run_dir=run_dir: not run_processes(run_dir), 30, f"{run_dir.name} to be reaped")
+
+    assert set(watched) == set(resumed)
+    wait_for(lambda: not (runs / "plain" / "code").exists(), 10, "the plain run's code to be removed")
+    assert (runs / "unsaved" / "code" / "errored.tfstate").exists()
+    assert [] == launcher.resume()

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,36 @@ class LocalLauncher:
         finally:
             with self._lock:
                 self._reaping.discard(handle)
+
+    def resume(self) -> list[str]:
+        """Watch the runs an earlier process of this launcher started under ``runs_dir`` (before a
+        restart) that still have processes, as if they were its own: once the runner is gone, what it
+        left is stopped and its code removed (unsaved state kept). For the agent, whose local runs no
+        dispatcher checks on. The handles of the runs now watched."""
+        resumed: list[str] = []
+        for pid_file in sorted(self.runs_dir.glob("*/runner.pid")):
+            try:
+                handle = pid_file.read_text().strip()
+                host, _, _, run_dir = self._parse(handle)
+            except (OSError, ValueError):
+                continue
+            if host != self.hostname or handle in self._running or not self._alive(handle):
+                continue
+            self._running.add(handle)
+            threading.Thread(target=self._watch_resumed, args=(handle, run_dir), daemon=True).start()
+            resumed.append(handle)
+        return resumed
+
+    def _watch_resumed(self, handle: str, run_dir: Path, poll_seconds: float = 0.5) -> None:
+        run = self._run_processes(handle)
+        try:
+            # Not this process's child: its exit cannot be waited for, only seen.
+            while run.leader_alive():
+                time.sleep(poll_seconds)
+            self._stop_leftovers(handle)
+            remove_code_dir(run_dir, whole_run=False)
+        finally:
+            self._running.discard(handle)
 
     def _adopt(self, pid_file: Path) -> str | None:
         """A run launched before a crash, still alive: launching again would run the deployment twice."""

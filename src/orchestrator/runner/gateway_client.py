@@ -22,7 +22,8 @@ from orchestrator.protocol import results
 from orchestrator.protocol.tls import GatewayTls, gateway_verify, plain_http_verify
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-MAX_BACKOFF_SECONDS = 30.0
+#: Longest wait between two attempts: a runner goes on at most this long after the orchestrator is back.
+MAX_BACKOFF_SECONDS = 10.0
 
 
 class GatewayError(errors.OrchestratorError):
