@@ -158,3 +158,34 @@ def test_local_launcher__resumed_runs_are_reaped_when_their_runner_dies(tmp_path
     wait_for(lambda: not (runs / "plain" / "code").exists(), 10, "the plain run's code to be removed")
     assert (runs / "unsaved" / "code" / "errored.tfstate").exists()
     assert [] == launcher.resume()
+
+
+def test_iac_cli__the_engine_outlives_its_killed_runner_while_it_writes_output(tmp_path: Path) -> None:
+    """kill -9 of the runner must not kill its engine on its next line of output (a closed pipe would,
+    by SIGPIPE, before it saved its state): the engine writes into files, and goes on to its end."""
+    fake_engine = tmp_path / "terraform"
+    fake_engine.write_text(
+        f"#!/bin/sh\ntouch {tmp_path}/running\nwhile [ ! -e {tmp_path}/go ]; do sleep 0.05; done\n"
+        f"echo saving state\necho saving state >&2\necho saved > {tmp_path}/saved\n"
+    )
+    fake_engine.chmod(0o755)
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from pathlib import Path\n"
+            "from orchestrator.runner import engine, iac, logs\n"
+            f"fake = engine.Engine(backend=engine.IacBackend.TERRAFORM, command=({str(fake_engine)!r},))\n"
+            f"cli = iac.IacCli(fake, workdir=Path({str(tmp_path)!r}), environ={{'PATH': '/usr/bin:/bin'}},"
+            " sink=logs.LogBuffer(max_bytes=1 << 20))\n"
+            "cli.run('apply')\n",
+        ],
+        start_new_session=True,
+    )
+    wait_for(lambda: (tmp_path / "running").exists(), 30, "the engine to start")
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    (tmp_path / "go").touch()
+
+    wait_for(lambda: (tmp_path / "saved").exists(), 30, "the engine to finish")
