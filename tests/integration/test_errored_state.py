@@ -5,6 +5,7 @@ deployment for an admin to download; and a LOCK retried after its answer was los
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -195,3 +196,15 @@ async def test_state_lock__retried_lock_of_the_same_id_by_the_same_deployment_is
 
     assert (200, 200) == (first.status_code, retried.status_code)
     assert (423, "lock-1") == (another_id.status_code, another_id.json()["ID"])
+
+
+async def test_errored_state__kept_states_outlive_object_retention(env: Env) -> None:
+    """Retention deletes a finished deployment's bundle and logs, never the state kept with it."""
+    ended = await env.deployment(status="failed")
+    await env.upload(ended, tfstate("l1", 1, "a"))
+
+    deleted = await env.app.state.retention.run_once(now=datetime.now(UTC) + timedelta(days=365))
+    kept = await env.org.admin.get(f"/orgs/{env.org.id}/deployments/{ended}/errored-state")
+
+    assert [ended] == [str(d.deployment_id) for d in deleted]
+    assert (200, tfstate("l1", 1, "a")) == (kept.status_code, kept.json())

@@ -271,7 +271,7 @@ class LocalLauncher:
         remove_code_dir(run_dir, whole_run=False)
 
     async def cancel(self, handle: str, *, grace_seconds: float) -> None:
-        """SIGTERM the run's process group, then SIGKILL after the grace period."""
+        """SIGTERM the run (see ``_stop``), then SIGKILL what is left of it after the grace period."""
         await asyncio.to_thread(self._stop, handle, grace_seconds)
 
     def _stop(self, handle: str, grace_seconds: float) -> None:
