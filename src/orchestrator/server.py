@@ -236,6 +236,7 @@ def create_app(
             dispatcher = Dispatcher(
                 engine=engine,
                 box=box,
+                blobs=blobs,
                 token_key=token_key,
                 gateway_url=settings.resolved_public_url,
                 launcher_for=partial(launcher_for, settings, local),

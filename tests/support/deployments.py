@@ -13,7 +13,13 @@ from orchestrator.store import deployments as deployment_store
 
 
 async def insert_deployment(
-    app: FastAPI, org_id: str, env: dict[str, Any], *, status: str = "succeeded", runner_id: str = "vm1"
+    app: FastAPI,
+    org_id: str,
+    env: dict[str, Any],
+    *,
+    status: str = "succeeded",
+    runner_id: str = "vm1",
+    tf: str = "terraform {}",
 ) -> str:
     """A deployment of ``env`` (as the API answers it) with outputs and logs; ``status`` executing makes it
     one the gateway still serves."""
@@ -38,7 +44,7 @@ async def insert_deployment(
                 "status": status,
                 "status_message": "deployment succeeded" if final else "Deploying...",
                 "manifest": {"workloads": {}},
-                "tf": "terraform {}",
+                "tf": tf,
                 "graph": [],
                 "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
                 "runner_log_level": "info",

@@ -47,6 +47,9 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
             kubernetes=cluster,
             cluster=cluster,
         )
+        # Local runs an earlier agent started go on without it; what a runner of theirs leaves behind
+        # when it dies is stopped all the same.
+        launchers.local.resume()
         await Agent(settings=settings, client=client, launchers=launchers).run(stop)
     finally:
         await client.aclose()

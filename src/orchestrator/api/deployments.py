@@ -1,4 +1,5 @@
-"""Deployments (upstream data plane): create, list, get, wait, compiled code, encrypted outputs and logs."""
+"""Deployments (upstream data plane): create, list, get, wait, compiled code, encrypted outputs and logs;
+and the Terraform state a deployment's engine could not save, when the orchestrator keeps it."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AfterValidator, BaseModel, StringConstraints
 
 from orchestrator.api import schemas
-from orchestrator.api.context import DEPLOY, READ, Principal, Services, services, transaction
+from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, services, transaction
 from orchestrator.api.errors import error_body
 from orchestrator.api.paging import PageRequest, page_out, page_request
-from orchestrator.dispatch import creation
+from orchestrator.dispatch import creation, errored_states
 from orchestrator.domain.deployments import Deployment, Mode, is_final
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
@@ -313,3 +314,27 @@ async def get_logs(
     except (binascii.Error, pyrage.DecryptError) as exc:
         raise InvalidInputError("DecryptKey: the logs do not decrypt with this key") from exc
     return PlainTextResponse(plain.decode(errors="replace"), headers=headers)
+
+
+@router.get(
+    "/orgs/{org_id}/deployments/{deployment_id}/errored-state",
+    responses={200: {"content": {"application/json": {}}, "description": "A Terraform state file."}},
+)
+async def get_errored_state(
+    org_id: str, deployment_id: uuid.UUID, _: Principal = MANAGE, svc: Services = Depends(services)
+) -> Response:
+    """The Terraform state the deployment's engine could not save and the orchestrator keeps (its
+    status message says so), as Terraform wrote it: push it with ``terraform state push``. Org admins
+    only: a state holds every resource attribute, secrets included."""
+    deployment = await _get(svc, org_id, deployment_id)
+    data = await errored_states.kept(svc.blobs, svc.box, deployment)
+    if data is None:
+        raise NotFoundError(f"deployment '{deployment_id}' has no errored state kept")
+    return Response(
+        data,
+        media_type="application/json",
+        headers={
+            "Content-Disposition": f'attachment; filename="{deployment_id}.errored.tfstate"',
+            "Cache-Control": "no-store",
+        },
+    )

@@ -36,14 +36,23 @@ import structlog
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import agent_commands as agent_policy
+from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, DispatchState, runner_mode
 from orchestrator.domain.runner_secrets import restore_secrets
 from orchestrator.domain.runner_types import launched_by
 from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
 from orchestrator.gateway import tokens
-from orchestrator.launchers.base import Launcher, LaunchError, RunState, RunStatus
+from orchestrator.launchers.base import (
+    KeepsUnsavedState,
+    Launcher,
+    LaunchError,
+    RunState,
+    RunStatus,
+    UnsavedState,
+)
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
@@ -114,6 +123,7 @@ class Dispatcher:
         *,
         engine: AsyncEngine,
         box: SecretBox,
+        blobs: BlobStore,
         token_key: bytes,
         gateway_url: str,
         launcher_for: LauncherFor,
@@ -123,6 +133,7 @@ class Dispatcher:
     ) -> None:
         self.engine = engine
         self.box = box
+        self.blobs = blobs
         self.token_key = token_key
         self.gateway_url = gateway_url
         self.launcher_for = launcher_for
@@ -365,9 +376,9 @@ class Dispatcher:
             retry_at = datetime.now(UTC) + timedelta(seconds=self.settings.check_interval_seconds)
             await self._release(deployment, next_check_at=min(retry_at, deployment.timeout_at))
             return
-        await self._observe(deployment, status)
+        await self._observe(deployment, found.launcher, status)
 
-    async def _observe(self, deployment: Deployment, status: RunStatus) -> None:
+    async def _observe(self, deployment: Deployment, launcher: Launcher, status: RunStatus) -> None:
         """Act on a launched run's status: wait while it runs; after it exited, give its results a grace
         period to arrive, then fail the deployment."""
         now = datetime.now(UTC)
@@ -384,8 +395,35 @@ class Dispatcher:
             return
         code = "" if status.exit_code is None else f" with code {status.exit_code}"
         detail = f": {status.detail}" if status.detail else ""
-        await self._fail(
-            deployment, f"the runner exited{code} without reporting results{detail}", code="RUNNER_EXITED"
+        message = f"the runner exited{code} without reporting results{detail}"
+        if status.unsaved_state is not None:
+            message += await self._recover(deployment, launcher, status.unsaved_state)
+        await self._fail(deployment, message, code="RUNNER_EXITED")
+
+    async def _recover(self, deployment: Deployment, launcher: Launcher, state: UnsavedState) -> str:
+        """The run died leaving state Terraform could not save (``errored.tfstate``) before its runner
+        handed it over: recover it here; the words for the deployment's message."""
+        try:
+            receipt = await errored_states.recover(
+                self.engine,
+                box=self.box,
+                blobs=self.blobs,
+                deployment=deployment,
+                data=state.data,
+                now=datetime.now(UTC),
+            )
+        except OrchestratorError as exc:
+            log.error("unsaved state not recovered", deployment_id=str(deployment.id), path=state.path)
+            return (
+                f"; Terraform left state it could not save in {state.path}, which the orchestrator could "
+                f"not recover ({exc.message}): it stays there, push it with `terraform state push`"
+            )
+        log.warning("unsaved state recovered", deployment_id=str(deployment.id), outcome=receipt.outcome)
+        if isinstance(launcher, KeepsUnsavedState) and deployment.handle:
+            launcher.forget_unsaved_state(deployment.handle)
+        return (
+            f"; Terraform could not save its state and left it in {state.path}; "
+            f"the orchestrator recovered it: {receipt.message}"
         )
 
     async def _cancel(self, deployment: Deployment) -> None:

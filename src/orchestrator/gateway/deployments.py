@@ -1,4 +1,5 @@
-"""The deployment side of the runner gateway: bundle download, results and log upload.
+"""The deployment side of the runner gateway: bundle download, results, log upload, and the Terraform
+state an engine could not save (``errored-state``, see ``dispatch.errored_states``).
 
 Each route is authorized by the deployment's token (``X-Deployment-Token``), through
 :func:`authorized_deployment`: the token is checked before any database access, opens only its own
@@ -14,14 +15,20 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 
+from orchestrator.api import input_checks
 from orchestrator.api.context import Services, services, transaction
+from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.errors import ConflictError, NotFoundError, PayloadTooLargeError, UnauthenticatedError
 from orchestrator.gateway import tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
+
+#: How long after its deployment ended a token may still hand over the state Terraform could not save.
+ERRORED_STATE_GRACE_SECONDS = 24 * 3600.0
 
 router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}", tags=["Runner gateway"])
 
@@ -48,6 +55,7 @@ async def authorized_deployment(
     presented: str | None,
     *,
     now: datetime | None = None,
+    grace_seconds: float | None = None,
 ) -> Deployment:
     """The deployment whose token ``presented`` is, if the token still works: while the deployment
     executes, and ``PO_DEPLOYMENT_TOKEN_GRACE_SECONDS`` after it finished. UnauthenticatedError otherwise.
@@ -66,7 +74,7 @@ async def authorized_deployment(
     if deployment.status == Status.EXECUTING:
         return deployment
     finished = deployment.completed_at or deployment.updated_at
-    grace = svc.settings.deployment_token_grace_seconds
+    grace = svc.settings.deployment_token_grace_seconds if grace_seconds is None else grace_seconds
     if (now or datetime.now(UTC)) > finished + timedelta(seconds=grace):
         raise UnauthenticatedError(
             f"the deployment token has expired: deployment '{deployment_id}' {deployment.status} at "
@@ -77,10 +85,18 @@ async def authorized_deployment(
 
 
 async def _authorize(
-    svc: Services, request: Request, org_id: str, runner_id: str, deployment_id: uuid.UUID
+    svc: Services,
+    request: Request,
+    org_id: str,
+    runner_id: str,
+    deployment_id: uuid.UUID,
+    *,
+    grace_seconds: float | None = None,
 ) -> Deployment:
     presented = request.headers.get(protocol.DEPLOYMENT_TOKEN_HEADER)
-    deployment = await authorized_deployment(svc, org_id, deployment_id, presented)
+    deployment = await authorized_deployment(
+        svc, org_id, deployment_id, presented, grace_seconds=grace_seconds
+    )
     if deployment.runner_id != runner_id:
         raise NotFoundError(f"deployment '{deployment_id}' not found")
     return deployment
@@ -166,3 +182,33 @@ async def put_logs(
 
 def _logs_stored(deployment_id: uuid.UUID) -> str:
     return f"deployment '{deployment_id}' already has its logs; logs are written once"
+
+
+@router.post(
+    "/environments/{env_uuid}/deployments/{deployment_id}/errored-state",
+    response_model=protocol.ErroredStateReceipt,
+)
+@input_checks.opaque_body  # kept as it is: a state holding any text must never be refused
+async def post_errored_state(
+    org_id: str,
+    runner_id: str,
+    env_uuid: uuid.UUID,
+    deployment_id: uuid.UUID,
+    request: Request,
+    svc: Services = Depends(services),
+) -> Response:
+    """The state Terraform could not save (``errored.tfstate``), as it is: it becomes the environment's
+    state, or is kept sealed with the deployment; the answer says which. Once the deployment has ended
+    (timed out while its runner still tried) it is only kept: another deployment may hold the state."""
+    # The runner's recovery may outlast the token's grace (it retries for RUNNER_STATE_RECOVERY_SECONDS):
+    # a state is never refused for that. After the end it is only kept, never made the environment's.
+    deployment = await _authorize(
+        svc, request, org_id, runner_id, deployment_id, grace_seconds=ERRORED_STATE_GRACE_SECONDS
+    )
+    body = await read_limited(request, protocol.MAX_STATE_BYTES, "the errored state")
+    if deployment.env_uuid != env_uuid:
+        raise NotFoundError(f"deployment '{deployment_id}' not found in environment '{env_uuid}'")
+    receipt = await errored_states.recover(
+        svc.engine, box=svc.box, blobs=svc.blobs, deployment=deployment, data=body, now=datetime.now(UTC)
+    )
+    return JSONResponse(receipt.model_dump(mode="json", exclude_none=True))

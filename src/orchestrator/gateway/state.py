@@ -20,19 +20,21 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.api import input_checks
 from orchestrator.api.context import Services, services, transaction
+from orchestrator.dispatch import errored_states
 from orchestrator.domain.deployments import Status
 from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
 from orchestrator.gateway.deployments import authorized_deployment, read_limited
+from orchestrator.protocol import results as protocol
 from orchestrator.store import states as store
 
 router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}", tags=["State backend"])
 
-MAX_STATE_BYTES = 64 * 1024 * 1024
+MAX_STATE_BYTES = protocol.MAX_STATE_BYTES
 MAX_LOCK_BYTES = 64 * 1024
 
 
 def _context(env_uuid: uuid.UUID) -> str:
-    return f"tfstate:{env_uuid}"
+    return errored_states.state_context(env_uuid)
 
 
 async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uuid.UUID) -> uuid.UUID:
@@ -124,9 +126,15 @@ async def lock_state(
             deployment_id=deployment_id,
             now=datetime.now(UTC),
         )
-    if holder is not None:
-        return JSONResponse(holder, status_code=423)
+    if holder is not None and not _same_lock(holder, lock_id, deployment_id):
+        return JSONResponse(holder["info"], status_code=423)
     return Response(status_code=200)
+
+
+def _same_lock(holder: dict[str, Any], lock_id: str, deployment_id: uuid.UUID) -> bool:
+    """The lock is held already under this very id by this deployment: a retried LOCK whose first answer
+    was lost (the server went down after its commit). Refusing it would fail Terraform on its own lock."""
+    return bool(holder["lock_id"] == lock_id and holder["deployment_id"] == deployment_id)
 
 
 @router.api_route("/state/lock", methods=["UNLOCK"])

@@ -12,6 +12,14 @@ credentials).
 
 Processes start in their own session, so they outlive a restart of the orchestrator; the handle carries
 the host, pid and the process start time, so a recycled pid is never mistaken for the run.
+
+A run ends when its whole session has: when the runner exits (or is killed) and processes of its session
+are left (the engine, a provisioner's children), they get SIGTERM (Terraform then saves its state and
+releases its lock), then SIGKILL after ``reap_grace_seconds``; until then the run counts as running, so
+its deployment is not failed (nor its state lock released) while its engine may still write state. A
+code directory (``work/code``) holding state Terraform could not save (``errored.tfstate``, or a local
+backend's ``terraform.tfstate``) is never removed (``processes`` finds the members,
+``RunStatus.unsaved_state`` reports the file, read without following links: ``work/`` is the run user's).
 """
 
 from __future__ import annotations
@@ -21,7 +29,6 @@ import contextlib
 import errno
 import os
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -32,8 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launchers import run_user
-from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.launchers import processes, run_user
+from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.launch import RunSpec
 
@@ -42,17 +49,63 @@ INHERITED = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
 STDERR_TAIL_BYTES = 4096
 #: How long the check that the run user can start the runner's Python may take.
 PROBE_TIMEOUT_SECONDS = 60.0
+#: State files a run's code directory may hold that no backend has: Terraform's ``errored.tfstate`` (it
+#: could not write to its backend) and the state of a local backend.
+UNSAVED_STATE_FILES = ("errored.tfstate", "terraform.tfstate")
+#: The largest unsaved state read back from a run (as the state backend's limit).
+MAX_UNSAVED_STATE_BYTES = 64 * 1024 * 1024
+#: How long the processes a runner left behind get after SIGTERM, before SIGKILL: Terraform finishes the
+#: operations in flight, saves its state and releases its lock in that time.
+REAP_GRACE_SECONDS = 60.0
 
 
 def _start_time(pid: int) -> str | None:
     """Clock ticks since boot when ``pid`` started (field 22 of /proc/pid/stat), or None if it is gone."""
+    ticks = processes.start_ticks(pid)
+    return None if ticks is None else str(ticks)
+
+
+def code_dir(run_dir: Path) -> Path:
+    """Where a run's code is unpacked (the run's ``IAC_CODE_DIR``)."""
+    return run_dir / "work" / "code"
+
+
+def unsaved_state(run_dir: Path) -> Path | None:
+    """The state file a run left in its code directory that no backend holds, if any."""
+    for name in UNSAVED_STATE_FILES:
+        path = code_dir(run_dir) / name
+        if path.is_file():
+            return path
+    return None
+
+
+def read_unsaved_state(run_dir: Path, name: str) -> bytes:
+    """Read ``work/code/<name>`` of a run without following a symbolic link anywhere below ``run_dir``:
+    ``work/`` is the run user's, who could have made ``code`` or the file a link to the server's files."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    fds: list[int] = []
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its closing parenthesis.
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[19] if len(fields) > 19 else None
+        fds.append(os.open(run_dir, flags | os.O_DIRECTORY))
+        for part in ("work", "code"):
+            fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+        fds.append(os.open(name, flags, dir_fd=fds[-1]))
+        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+            raise OSError(errno.EINVAL, f"{name} is not a regular file")
+        with os.fdopen(fds.pop(), "rb") as handle:
+            return handle.read(MAX_UNSAVED_STATE_BYTES + 1)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def remove_code_dir(run_dir: Path, *, whole_run: bool) -> Path | None:
+    """Remove the run's working directory (plan files hold outputs in clear text), or the whole run
+    directory; but never state Terraform could not save: then nothing is removed and the state file is
+    answered."""
+    kept = unsaved_state(run_dir)
+    if kept is None:
+        shutil.rmtree(run_dir if whole_run else run_dir / "work", ignore_errors=True)
+    return kept
 
 
 class LocalLauncher:
@@ -69,6 +122,7 @@ class LocalLauncher:
         run_user: RunUser | None = None,
         user_setting: str = "PO_LOCAL_RUN_USER",
         python: str = sys.executable,
+        reap_grace_seconds: float = REAP_GRACE_SECONDS,
     ) -> None:
         self.runs_dir = runs_dir
         self.run_user = run_user
@@ -76,10 +130,16 @@ class LocalLauncher:
         self._inherited = {k: environ[k] for k in INHERITED if k in environ}
         self._user_setting = user_setting
         self._python = python
+        self._reap_grace_seconds = reap_grace_seconds
         self._running: set[str] = set()
         self._exit_codes: dict[str, int] = {}
         self._runnable = False
         self._checking: asyncio.Lock | None = None
+        #: Per handle: the run's processes (which of them already had their SIGTERM).
+        self._processes: dict[str, processes.RunProcesses] = {}
+        #: Adopted runs (launched before a restart) whose leftover processes are being stopped.
+        self._reaping: set[str] = set()
+        self._lock = threading.Lock()
 
     def _run_dir(self, spec: RunSpec, job: Mapping[str, Any]) -> Path:
         base = Path(job["work_dir"]) if job.get("work_dir") else self.runs_dir
@@ -219,6 +279,10 @@ class LocalLauncher:
             raise OSError(errno.EPERM, "it exists and is not a directory of the launcher's user")
         run_dir.chmod(mode)
         work = run_dir / "work"
+        kept = unsaved_state(run_dir)
+        if kept is not None:
+            # State is never thrown away for a new attempt: it needs recovering first.
+            raise OSError(errno.EEXIST, f"it holds state Terraform could not save ({kept})")
         shutil.rmtree(work, ignore_errors=True)
         directories = [work, work / "home", work / "tmp", work / "code"]
         for directory in directories:
@@ -248,12 +312,66 @@ class LocalLauncher:
             )
 
     def _reap(self, handle: str, process: subprocess.Popen[bytes], run_dir: Path) -> None:
-        """Record the exit code, and remove the run's working directory (plan files hold outputs in clear
-        text); the stderr of a failed run stays for the dispatcher's message."""
+        """Once the runner exited: stop what it left running, record the exit code, and remove the run's
+        code (plan files hold outputs in clear text) unless it holds unsaved state; the stderr of a failed
+        run stays for the dispatcher's message."""
         code = process.wait()
-        shutil.rmtree(run_dir if code == 0 else run_dir / "work", ignore_errors=True)
+        self._stop_leftovers(handle)
+        remove_code_dir(run_dir, whole_run=code == 0)
         self._exit_codes[handle] = code
         self._running.discard(handle)
+
+    def _run_processes(self, handle: str) -> processes.RunProcesses:
+        with self._lock:
+            found = self._processes.get(handle)
+            if found is None:
+                _, pid, started, _ = self._parse(handle)
+                found = processes.RunProcesses(pid, int(started) if started.isdigit() else 0)
+                self._processes[handle] = found
+            return found
+
+    def _stop_leftovers(self, handle: str) -> None:
+        """The runner is gone: SIGTERM what is left of its session, SIGKILL after the reap grace."""
+        run = self._run_processes(handle)
+        if run.members():
+            run.stop(self._reap_grace_seconds)
+
+    def _reap_adopted(self, handle: str) -> None:
+        try:
+            self._stop_leftovers(handle)
+        finally:
+            with self._lock:
+                self._reaping.discard(handle)
+
+    def resume(self) -> list[str]:
+        """Watch the runs an earlier process of this launcher started under ``runs_dir`` (before a
+        restart) that still have processes, as if they were its own: once the runner is gone, what it
+        left is stopped and its code removed (unsaved state kept). For the agent, whose local runs no
+        dispatcher checks on. The handles of the runs now watched."""
+        resumed: list[str] = []
+        for pid_file in sorted(self.runs_dir.glob("*/runner.pid")):
+            try:
+                handle = pid_file.read_text().strip()
+                host, _, _, run_dir = self._parse(handle)
+            except (OSError, ValueError):
+                continue
+            if host != self.hostname or handle in self._running or not self._alive(handle):
+                continue
+            self._running.add(handle)
+            threading.Thread(target=self._watch_resumed, args=(handle, run_dir), daemon=True).start()
+            resumed.append(handle)
+        return resumed
+
+    def _watch_resumed(self, handle: str, run_dir: Path, poll_seconds: float = 0.5) -> None:
+        run = self._run_processes(handle)
+        try:
+            # Not this process's child: its exit cannot be waited for, only seen.
+            while run.leader_alive():
+                time.sleep(poll_seconds)
+            self._stop_leftovers(handle)
+            remove_code_dir(run_dir, whole_run=False)
+        finally:
+            self._running.discard(handle)
 
     def _adopt(self, pid_file: Path) -> str | None:
         """A run launched before a crash, still alive: launching again would run the deployment twice."""
@@ -270,8 +388,9 @@ class LocalLauncher:
         return host, int(pid), started, Path(run_dir)
 
     def _alive(self, handle: str) -> bool:
-        host, pid, started, _ = self._parse(handle)
-        return host == self.hostname and _start_time(pid) == started
+        """Whether any process of the run is left: the runner, or what it started."""
+        host, _pid, _started, _ = self._parse(handle)
+        return host == self.hostname and bool(self._run_processes(handle).members())
 
     async def status(self, handle: str) -> RunStatus:
         host, _pid, _, run_dir = self._parse(handle)
@@ -281,28 +400,62 @@ class LocalLauncher:
             return RunStatus(state=RunState.RUNNING)
         if handle in self._exit_codes:
             return RunStatus(
-                state=RunState.EXITED, exit_code=self._exit_codes[handle], detail=_last_line(run_dir)
+                state=RunState.EXITED,
+                exit_code=self._exit_codes[handle],
+                detail=_last_line(run_dir),
+                unsaved_state=_unsaved(run_dir),
             )
-        if self._alive(handle):
+        run = self._run_processes(handle)
+        if run.leader_alive():
             return RunStatus(state=RunState.RUNNING)
-        return RunStatus(state=RunState.EXITED, detail=_last_line(run_dir) or "the runner process is gone")
+        if run.members():
+            # Launched before a restart, its runner gone, processes of it left: stop them (once), and
+            # count the run as running until they are gone.
+            with self._lock:
+                start = handle not in self._reaping
+                self._reaping.add(handle)
+            if start:
+                threading.Thread(target=self._reap_adopted, args=(handle,), daemon=True).start()
+            return RunStatus(state=RunState.RUNNING)
+        return RunStatus(
+            state=RunState.EXITED,
+            detail=_last_line(run_dir) or "the runner process is gone",
+            unsaved_state=_unsaved(run_dir),
+        )
+
+    def forget_unsaved_state(self, handle: str) -> None:
+        """The run's unsaved state is saved elsewhere now (the orchestrator recovered it): remove the
+        run's code directory like that of any failed run."""
+        _, _, _, run_dir = self._parse(handle)
+        kept = unsaved_state(run_dir)
+        if kept is not None:
+            kept.unlink(missing_ok=True)
+        remove_code_dir(run_dir, whole_run=False)
 
     async def cancel(self, handle: str, *, grace_seconds: float) -> None:
-        """SIGTERM the run's process group, then SIGKILL after the grace period."""
+        """SIGTERM the run (see ``_stop``), then SIGKILL what is left of it after the grace period."""
         await asyncio.to_thread(self._stop, handle, grace_seconds)
 
     def _stop(self, handle: str, grace_seconds: float) -> None:
-        if not self._alive(handle):
+        """SIGTERM the runner (it passes the signal on to the engine once) or, when it is gone already,
+        every process it left; SIGKILL whatever of the session is left after the grace period."""
+        host, _, _, _ = self._parse(handle)
+        if host != self.hostname:
             return
-        _, pid, _, _ = self._parse(handle)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_seconds
-        while self._alive(handle) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._alive(handle):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        self._run_processes(handle).stop(grace_seconds)
+
+
+def _unsaved(run_dir: Path) -> UnsavedState | None:
+    path = unsaved_state(run_dir)
+    if path is None:
+        return None
+    try:
+        data = read_unsaved_state(run_dir, path.name)
+    except OSError:
+        return None
+    if len(data) > MAX_UNSAVED_STATE_BYTES:
+        return None
+    return UnsavedState(path=str(path), data=data)
 
 
 def _last_line(run_dir: Path) -> str | None:

@@ -26,6 +26,8 @@ MAX_LOG_BYTES: Final = 16 * MiB
 MAX_BUNDLE_BYTES: Final = 64 * MiB
 #: Runner-side cap on the plain-text logs it keeps for upload (before encryption and base64).
 RUNNER_LOG_BUFFER_BYTES: Final = 10 * MiB
+#: Largest Terraform state the gateway accepts (the state backend, an errored state upload).
+MAX_STATE_BYTES: Final = 64 * MiB
 
 #: Default ``RUNNER_GATEWAY_BASE_PATH`` of the gateway.
 GATEWAY_BASE_PATH: Final = "/runner-gateway"
@@ -179,6 +181,37 @@ def logs_path(
     """``PUT``: the deployment's encrypted logs, base64 text (``X-Deployment-Token``)."""
     runner = runner_path(org_id, runner_id, base_path=base_path)
     return f"{runner}/environments/{_segment(env_uuid)}/deployments/{_segment(deployment_id)}/logs"
+
+
+def errored_state_path(
+    org_id: str, runner_id: str, env_uuid: str, deployment_id: str, *, base_path: str = GATEWAY_BASE_PATH
+) -> str:
+    """``POST``: a Terraform state the engine could not save (``errored.tfstate``), as it is
+    (``X-Deployment-Token``); answered with an ``ErroredStateReceipt``."""
+    runner = runner_path(org_id, runner_id, base_path=base_path)
+    return f"{runner}/environments/{_segment(env_uuid)}/deployments/{_segment(deployment_id)}/errored-state"
+
+
+class ErroredStateOutcome(StrEnum):
+    """What the orchestrator did with an errored state."""
+
+    #: It is the environment's newest state version now (state storage ``orchestrator``).
+    STORED = "stored"
+    #: Kept sealed with the deployment, for an admin to download and push (other state storage, or its
+    #: lineage or serial did not fit the environment's state).
+    KEPT = "kept"
+
+
+class ErroredStateReceipt(BaseModel):
+    """The gateway's answer to an errored state upload."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    outcome: ErroredStateOutcome
+    #: What happened, in words, for the deployment's message.
+    message: str
+    #: The state version it became (``stored``).
+    version: int | None = None
 
 
 def _segment(value: str) -> str:

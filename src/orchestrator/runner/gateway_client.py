@@ -1,7 +1,9 @@
-"""The runner's client for the runner gateway: bundle download, results, logs (``X-Deployment-Token``).
+"""The runner's client for the runner gateway: bundle download, results, logs and the state Terraform could
+not save (``X-Deployment-Token``).
 
-Transient failures (connection errors, 429, 500, 502, 503, 504) are retried with exponential backoff;
-anything else is final. ``transport`` is httpx's seam, so tests can point the client at any server.
+Transient failures (connection errors, 429, 500, 502, 503, 504) are retried with exponential backoff
+(``attempts`` per request; an errored state for as long as its caller says); anything else is final.
+``transport`` is httpx's seam, so tests can point the client at any server.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from orchestrator.protocol import results
 from orchestrator.protocol.tls import GatewayTls, gateway_verify, plain_http_verify
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-MAX_BACKOFF_SECONDS = 30.0
+#: Longest wait between two attempts: a runner goes on at most this long after the orchestrator is back.
+MAX_BACKOFF_SECONDS = 10.0
 
 
 class GatewayError(errors.OrchestratorError):
@@ -71,6 +74,7 @@ class GatewayClient:
         backoff_seconds: float = 1.0,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         scheme, origin, self._base_path = results.split_gateway_url(gateway_url)
         self._org_id = org_id
@@ -79,6 +83,7 @@ class GatewayClient:
         self._attempts = attempts
         self._backoff_seconds = backoff_seconds
         self._sleep = sleep
+        self._clock = clock
         verify = gateway_verify(tls) if tls is not None else verify
         self._http = httpx.Client(
             base_url=origin,
@@ -147,6 +152,28 @@ class GatewayClient:
             ok_statuses=frozenset({409}),
         )
 
+    def upload_errored_state(
+        self, env_uuid: str, deployment_id: str, state: bytes, *, retry_seconds: float
+    ) -> results.ErroredStateReceipt:
+        """Hand over a state Terraform could not save; transient failures are retried for about
+        ``retry_seconds`` (an outage of the orchestrator), at least ``attempts`` times."""
+        path = results.errored_state_path(
+            self._org_id, self._runner_id, env_uuid, deployment_id, base_path=self._base_path
+        )
+        if len(state) > results.MAX_STATE_BYTES:
+            raise GatewayError(f"the state is {len(state)} bytes, over the gateway limit", retryable=False)
+        response = self._send(
+            "POST",
+            path,
+            content=state,
+            content_type="application/json",
+            deadline=self._clock() + retry_seconds,
+        )
+        try:
+            return results.ErroredStateReceipt.model_validate_json(response.content)
+        except ValueError as exc:
+            raise GatewayError(f"POST {path}: the runner gateway's answer is not a receipt") from exc
+
     def _send(
         self,
         method: str,
@@ -155,9 +182,12 @@ class GatewayClient:
         content: bytes,
         content_type: str,
         ok_statuses: frozenset[int] = frozenset(),
+        deadline: float | None = None,
     ) -> httpx.Response:
         headers = self._headers() | {"Content-Type": content_type}
-        for attempt in range(1, self._attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 response = self._http.request(method, path, content=content, headers=headers)
                 if response.is_success or response.status_code in ok_statuses:
@@ -165,14 +195,18 @@ class GatewayClient:
                 failure = self._failure(method, path, response)
             except httpx.TransportError as exc:
                 failure = GatewayError(f"{method} {path} failed: {exc}")
-            if not self._retry(failure, attempt):
+            if not self._retry(failure, attempt, deadline=deadline):
                 raise failure
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _retry(self, failure: GatewayError, attempt: int) -> bool:
-        if not failure.retryable or attempt >= self._attempts:
+    def _retry(self, failure: GatewayError, attempt: int, *, deadline: float | None = None) -> bool:
+        """Sleep before the next attempt, if there is one: within ``attempts``, or until ``deadline``."""
+        if not failure.retryable:
             return False
-        self._sleep(min(self._backoff_seconds * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS))
+        delay = min(self._backoff_seconds * 2 ** min(attempt - 1, 16), MAX_BACKOFF_SECONDS)
+        within_deadline = deadline is not None and self._clock() + delay < deadline
+        if attempt >= self._attempts and not within_deadline:
+            return False
+        self._sleep(delay)
         return True
 
     def _headers(self) -> dict[str, str]:

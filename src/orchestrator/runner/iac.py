@@ -1,18 +1,36 @@
 """Running one IaC command (tofu/terraform/po-terraform) as a subprocess, its output teed to the log.
 
-Deliberately synchronous: ``subprocess.Popen`` with an argv list (never a shell), stdout read line by
-line on this thread, stderr on a helper thread. If the runner is interrupted (SIGTERM → exception),
-the child gets SIGTERM, a grace period, then SIGKILL.
+Deliberately synchronous: ``subprocess.Popen`` with an argv list (never a shell); this thread waits for
+the engine, helper threads follow its output. If the runner is interrupted (SIGTERM → exception), the
+child gets SIGTERM, a grace period, then SIGKILL.
+
+The engine writes its stdout and stderr into files (in a hidden directory of the working directory,
+removed after each command), not into pipes: when the runner is killed, a pipe's reading end closes, and
+a Go program (terraform, tofu) dies of SIGPIPE at its next line of output, before it can save its state.
+A file takes its output whoever reads it.
+
+The engine runs in its own process group: a signal to the runner's group (a terminal's Ctrl-C, a
+launcher's cancel) reaches the engine once, through the runner, and not twice (Terraform exits at once on
+a second interrupt, without saving its state or releasing its lock). When the engine has exited, whatever
+is left of its group (a provisioner's background children) is killed: nothing a command started outlives
+it.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import os
+import shutil
+import signal
 import subprocess
+import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 from orchestrator.runner.engine import Engine
 from orchestrator.runner.logs import LogBuffer
@@ -74,45 +92,112 @@ class IacCli:
         output values, which may be secret, so they are kept out of the log).
         """
         argv = (*self.engine.command, f"-chdir={self._workdir}", *args)
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self._env,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-        )
+        output_dir = Path(tempfile.mkdtemp(prefix=".po-engine-output-", dir=self._workdir))
+        try:
+            return self._run(argv, output_dir, log_stdout=log_stdout)
+        finally:
+            # `show`/`output` print output values: never leave them behind.
+            shutil.rmtree(output_dir, ignore_errors=True)
+
+    def _run(self, argv: tuple[str, ...], output_dir: Path, *, log_stdout: bool) -> CommandResult:
+        stdout_path, stderr_path = output_dir / "stdout", output_dir / "stderr"
+        with open(stdout_path, "wb") as stdout_file, open(stderr_path, "wb") as stderr_file:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout_file,
+                stderr=stderr_file,
+                env=self._env,
+                # Its own process group (see the module docstring); the runner's session all the same.
+                process_group=0,
+            )
         stdout: list[str] = []
         stderr: list[str] = []
-        assert process.stdout is not None and process.stderr is not None
-        reader = threading.Thread(target=self._pump, args=(process.stderr, stderr, True), daemon=True)
-        reader.start()
+        exited = threading.Event()
+        readers = [
+            threading.Thread(
+                target=self._follow, args=(stdout_path, stdout, log_stdout, exited), daemon=True
+            ),
+            threading.Thread(target=self._follow, args=(stderr_path, stderr, True, exited), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
         try:
-            self._pump(process.stdout, stdout, log_stdout)
-            exit_code = process.wait()
+            exit_code = _wait_and_clear(process)
         except BaseException:
             self._stop(process)
             raise
         finally:
-            reader.join(timeout=self._grace_seconds)
+            exited.set()
+            for reader in readers:
+                reader.join(timeout=self._grace_seconds)
         return CommandResult(argv=argv, exit_code=exit_code, stdout=stdout, stderr=stderr)
 
-    def _pump(self, stream: IO[str], lines: list[str], log: bool) -> None:
-        with stream:
-            for raw in stream:
-                line = raw.rstrip("\n")
-                lines.append(line)
-                if log:
-                    self._sink.write_line(line)
+    def _follow(self, path: Path, lines: list[str], log: bool, exited: threading.Event) -> None:
+        """Read ``path`` as the engine writes it, line by line, until the engine has exited and all of it
+        is read."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        with open(path, "rb") as stream:
+            while True:
+                # Checked before reading: whatever was written before the exit is read afterwards.
+                done = exited.is_set()
+                chunk = stream.read(65536)
+                if chunk:
+                    pending += decoder.decode(chunk)
+                    *complete, pending = pending.split("\n")
+                    for line in complete:
+                        self._line(line, lines, log)
+                elif done:
+                    break
+                else:
+                    time.sleep(0.02)
+        pending += decoder.decode(b"", final=True)
+        if pending:
+            self._line(pending, lines, log)
 
-    def _stop(self, process: subprocess.Popen[str]) -> None:
-        if process.poll() is not None:
+    def _line(self, raw: str, lines: list[str], log: bool) -> None:
+        line = raw.rstrip("\r")
+        lines.append(line)
+        if log:
+            self._sink.write_line(line)
+
+    def _stop(self, process: subprocess.Popen[Any]) -> None:
+        if process.returncode is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=self._grace_seconds)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if not _exited(process):
+            # One SIGTERM: Terraform stops gracefully, saving its state and releasing its lock.
+            process.terminate()
+            try:
+                _wait_and_clear(process, timeout_seconds=self._grace_seconds)
+                return
+            except subprocess.TimeoutExpired:
+                process.kill()
+        _wait_and_clear(process)
+
+
+def _exited(process: subprocess.Popen[Any]) -> bool:
+    """Whether the process has exited, without collecting its exit status (its pid stays reserved)."""
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_and_clear(process: subprocess.Popen[Any], *, timeout_seconds: float | None = None) -> int:
+    """Wait for the engine to exit, SIGKILL what is left of its process group, then collect its exit
+    status. The group is signalled before the exit status is collected: until then the engine's pid (the
+    group's id) cannot be handed to another process, so the signal reaches only what the engine left."""
+    if timeout_seconds is None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    else:
+        deadline = time.monotonic() + timeout_seconds
+        while not _exited(process):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout_seconds)
+            time.sleep(0.05)
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.wait()

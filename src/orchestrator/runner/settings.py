@@ -75,14 +75,29 @@ class RunnerSettings(BaseSettings):
         default=40.0, gt=0, description="Timeout of one gateway request."
     )
     runner_http_attempts: int = Field(
-        default=12,
+        default=40,
         ge=1,
-        le=100,
-        # 1+2+4+8+16+30*6 s: results survive an orchestrator restart of about three minutes.
-        description="Attempts per gateway request (about 3.5 minutes of retries by default).",
+        le=1000,
+        # 1+2+4+8+10*35 s: bundle, logs and results survive an orchestrator outage of about six minutes.
+        description="Attempts per gateway request (about 6 minutes of retries by default).",
     )
     runner_http_backoff_seconds: float = Field(
-        default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 30 s."
+        default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 10 s."
+    )
+    runner_state_http_retry_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        le=86400,
+        description="How long Terraform's http backend (state storage `orchestrator`) retries a state read, "
+        "write, lock or unlock while the orchestrator is unreachable or answers 5xx: sets TF_HTTP_RETRY_MAX, "
+        "TF_HTTP_RETRY_WAIT_MIN and TF_HTTP_RETRY_WAIT_MAX, unless the job environment sets them.",
+    )
+    runner_state_recovery_seconds: float = Field(
+        default=3000.0,
+        ge=0,
+        le=86400,
+        description="How long the runner keeps trying to save a state Terraform could not save "
+        "(errored.tfstate): pushing it to the backend and handing it to the orchestrator.",
     )
 
     @field_validator("runner_gateway_url")

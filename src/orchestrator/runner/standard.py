@@ -4,7 +4,8 @@
       destroy:   destroy                                          → counts
       plan_only: plan -out plan.tfplan, show -json plan.tfplan    → planned outputs, counts
       deploy:    plan, show, apply plan.tfplan, output -json      → outputs, metadata, counts
-    → upload the encrypted logs → POST the results (always, failures included)
+    → save an errored.tfstate Terraform left (``runner.state``) → upload the encrypted logs
+    → POST the results (always, failures included)
 
 Every failure becomes ``DeploymentResults(status=failure, error=...)``: ``RUNNER`` for the runner's own
 steps, ``TF_DIAGNOSTIC_ERROR`` when the engine left an error diagnostic, ``IAC_COMMAND_ERROR`` otherwise.
@@ -19,13 +20,14 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator import errors
 from orchestrator.protocol import age, results
-from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs
+from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs, state
 from orchestrator.runner.settings import RunnerSettings
 
 #: Where the Job spec mounts its emptyDir; used when writable and IAC_CODE_DIR is not set.
@@ -104,9 +106,16 @@ def _execute(
     log: logs.RunnerLogger,
     environ: Mapping[str, str],
 ) -> results.DeploymentResults:
+    rescued: list[str] = []
     try:
         with _code_dir(settings.iac_code_dir) as code_dir:
-            body = _Deployment(settings, gateway=gateway, sink=sink, log=log, environ=environ).run(code_dir)
+            deployment = _Deployment(settings, gateway=gateway, sink=sink, log=log, environ=environ)
+            try:
+                body = deployment.run(code_dir)
+            finally:
+                # Whatever ended the run (a failed apply, SIGTERM): state Terraform could not save is
+                # saved now, before the results.
+                rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
     except StepFailedError as exc:
         error = exc.error
     except TerminatedError as exc:
@@ -118,6 +127,8 @@ def _execute(
         counts = body.tf_resource_counts
         log.info("deployment succeeded", **(counts.model_dump() if counts else {}))
         return body
+    if rescued:
+        error = error.model_copy(update={"message": f"{rescued[0]}. {error.message}"})
     log.error("deployment failed", error=error.error, message=error.message)
     return results.DeploymentResults(status=results.ResultStatus.FAILURE, error=error)
 
@@ -139,18 +150,42 @@ class _Deployment:
         self.sink = sink
         self.log = log
         self.environ = environ
+        self.started_at = datetime.now(UTC)
+        self.cli: iac.IacCli | None = None
+
+    @staticmethod
+    def _http_backend(code_dir: Path) -> bool:
+        main_tf = code_dir / "main.tf"
+        return main_tf.is_file() and 'backend "http"' in main_tf.read_text(errors="replace")
 
     def _engine_environ(self, code_dir: Path) -> Mapping[str, str]:
         """The orchestrator's own state backend (Terraform's ``http`` backend) authenticates with the
-        deployment token; hand it over only when the bundle uses that backend."""
-        main_tf = code_dir / "main.tf"
-        if main_tf.is_file() and 'backend "http"' in main_tf.read_text(errors="replace"):
+        deployment token; hand it over only when the bundle uses that backend, with retries that outlast
+        an orchestrator restart (``runner.state``; the job environment may set its own)."""
+        if self._http_backend(code_dir):
+            retries = state.http_retry_environment(self.settings.runner_state_http_retry_seconds)
             return {
+                **retries,
                 **self.environ,
                 "TF_HTTP_USERNAME": self.settings.deployment_id,
                 "TF_HTTP_PASSWORD": self.settings.token.get_secret_value(),
             }
         return self.environ
+
+    def rescue_state(self, code_dir: Path) -> str | None:
+        """Save the ``errored.tfstate`` a failed engine command left; the words for the message."""
+        if self.cli is None:
+            return None
+        rescue = state.StateRescue(
+            cli=self.cli,
+            gateway=self.gateway,
+            log=self.log,
+            env_uuid=self.settings.deployment_env_uuid,
+            deployment_id=self.settings.deployment_id,
+            retry_seconds=self.settings.runner_state_recovery_seconds,
+            started_at=self.started_at,
+        )
+        return rescue.rescue(code_dir, http_backend=self._http_backend(code_dir))
 
     def run(self, code_dir: Path) -> results.DeploymentResults:
         self._check_keys()
@@ -160,6 +195,7 @@ class _Deployment:
             raise StepFailedError(_runner_error("no IaC engine available", exc)) from exc
         self._fetch_bundle(code_dir)
         cli = iac.IacCli(chosen, workdir=code_dir, environ=self._engine_environ(code_dir), sink=self.sink)
+        self.cli = cli
         if self.settings.log_level == "debug":
             # One engine start less on every run: the version is only worth it when debugging.
             self._version(cli)
@@ -350,12 +386,14 @@ def _code_dir(configured: Path | None) -> Iterator[Path]:
     elif DEFAULT_CODE_DIR.is_dir() and os.access(DEFAULT_CODE_DIR, os.W_OK):
         yield DEFAULT_CODE_DIR
     else:
-        # The plan file holds output values in clear text: do not leave it behind.
+        # The plan file holds output values in clear text: do not leave it behind; but never state
+        # Terraform could not save (the deployment's message names the file).
         created = Path(tempfile.mkdtemp(prefix="po-runner-"))
         try:
             yield created
         finally:
-            shutil.rmtree(created, ignore_errors=True)
+            if not (created / state.ERRORED_STATE).is_file():
+                shutil.rmtree(created, ignore_errors=True)
 
 
 def _success(

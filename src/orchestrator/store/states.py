@@ -85,7 +85,8 @@ async def try_lock(
     deployment_id: uuid.UUID | None,
     now: datetime,
 ) -> dict[str, Any] | None:
-    """Take the lock; None on success, else the holder's lock info. The primary key arbitrates races."""
+    """Take the lock; None on success, else the holder's row (``lock_id``, ``info``, ``deployment_id``).
+    The primary key arbitrates races."""
     try:
         async with conn.begin_nested():
             await conn.execute(
@@ -100,7 +101,7 @@ async def try_lock(
             )
     except sqlalchemy.exc.IntegrityError:
         holder = await get_lock(conn, env_uuid)
-        return holder["info"] if holder else {}
+        return holder if holder else {"lock_id": "", "info": {}, "deployment_id": None}
     return None
 
 
