@@ -26,8 +26,9 @@ from orchestrator.protocol import agent_auth
 from orchestrator.store import db
 from orchestrator.store.schema import agent_commands
 from tests.acceptance.conftest import Stack, build_stack, demo_manifest, runner_body
-from tests.acceptance.test_restart import ServerProcess, make_slow
+from tests.acceptance.test_restart import make_slow
 from tests.support.live_server import serve_in_thread
+from tests.support.outages import ServerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.acceptance.conftest import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
-from tests.acceptance.test_restart import ServerProcess
+from tests.support.outages import ServerProcess
 from tests.support.run_user import nobody
 
 pytestmark = pytest.mark.slow

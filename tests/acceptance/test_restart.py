@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from tests.acceptance.conftest import EXAMPLES, Stack, build_stack, demo_manifest
-from tests.conftest import BOOTSTRAP_TOKEN
-from tests.support.postgres import free_port
+from tests.support.outages import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -25,62 +21,6 @@ SLOW_MODULE["module_source_code"] = SLOW_MODULE["module_source_code"].replace(
     'input = "bucket-${var.name}"',
     'input = "bucket-${var.name}"\n  provisioner "local-exec" {\n    command = "sleep 4"\n  }',
 )
-
-
-class ServerProcess:
-    """`orchestrator serve` as a real process, killed with SIGKILL (no graceful shutdown).
-
-    Local runs execute as the test's user in ``<data dir>/../runs``, unless ``environment`` says
-    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``)."""
-
-    def __init__(self, database_url: str, data_dir: Path, **environment: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.runs_dir = Path(environment.get("PO_LOCAL_RUNS_DIR", data_dir.parent / "runs"))
-        self.env = {
-            **os.environ,
-            "PO_DATABASE_URL": database_url,
-            "PO_DATA_DIR": str(data_dir),
-            "PO_LISTEN": f"127.0.0.1:{self.port}",
-            "PO_PUBLIC_URL": self.url,
-            "PO_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
-            "PO_ALLOW_LOCAL_RUNNERS": "true",
-            "PO_LOCAL_RUN_USER": "",
-            "PO_LOCAL_RUNS_DIR": str(self.runs_dir),
-            "PO_STATUS_CHECK_INTERVAL_SECONDS": "0.5",
-            "PO_LOG_LEVEL": "warning",
-            **environment,
-        }
-        self.log = data_dir.parent / "server.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli.server", "serve"],
-                env=self.env,
-                stdout=log,
-                stderr=log,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        self.stop()
-        raise AssertionError(f"server did not start: {self.log.read_text()[-2000:]}")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(30)
 
 
 @pytest.fixture

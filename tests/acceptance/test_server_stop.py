@@ -16,7 +16,7 @@ import pytest
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
 from tests.acceptance.conftest import build_stack, demo_manifest, runner_body
-from tests.acceptance.test_restart import ServerProcess
+from tests.support.outages import ServerProcess
 
 pytestmark = pytest.mark.slow
 

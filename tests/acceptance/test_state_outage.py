@@ -189,7 +189,7 @@ def test_outage__state_terraform_gave_up_on_is_recovered_through_the_gateway(
         "Terraform could not save its state; the runner recovered it: it is the environment's state"
         in (finished["status_message"])
     )
-    assert not list(scenario.runs.glob("*/code/errored.tfstate"))
+    assert not list(scenario.runs.glob("*/work/code/errored.tfstate"))
     scenario.assert_consistent()
     scenario.stack.client.close()
 
@@ -231,7 +231,7 @@ def test_outage__state_left_by_a_runner_that_died_before_handing_it_over_is_reco
     run_dir = scenario.runs / deployment_id
 
     server.kill()
-    errored = wait_for(lambda: list(run_dir.glob("code/errored.tfstate")), 60, "errored.tfstate")
+    errored = wait_for(lambda: list(run_dir.glob("work/code/errored.tfstate")), 60, "errored.tfstate")
     os.kill(int((run_dir / "runner.pid").read_text().split(":")[2]), signal.SIGKILL)
     wait_for(lambda: not run_processes(run_dir), 30, "the runner to die")
     assert errored[0].is_file()

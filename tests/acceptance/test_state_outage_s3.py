@@ -122,7 +122,7 @@ def _unreachable_at_the_state_write(scenario: S3Scenario, proxy: Proxy) -> tuple
     deployment_id = scenario.start()
     wait_for(lambda: list(scenario.markers.glob("started-*")), 60, "the apply to start")
     proxy.down()
-    errored = scenario.runs / deployment_id / "code" / "errored.tfstate"
+    errored = scenario.runs / deployment_id / "work" / "code" / "errored.tfstate"
     wait_for(errored.exists, 120, "Terraform to give up and write errored.tfstate")
     return deployment_id, errored
 

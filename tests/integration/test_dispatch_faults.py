@@ -80,6 +80,7 @@ def dispatcher(app: FastAPI, launcher: Launcher) -> Dispatcher:
     return Dispatcher(
         engine=services.engine,
         box=services.box,
+        blobs=services.blobs,
         token_key=services.token_key,
         gateway_url="http://po.test",
         launcher_for=lambda _type, _config: launcher,

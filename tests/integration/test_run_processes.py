@@ -136,9 +136,9 @@ def test_local_launcher__resumed_runs_are_reaped_when_their_runner_dies(tmp_path
     watched: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     for name, unsaved in (("plain", False), ("unsaved", True)):
         run_dir = runs / name
-        (run_dir / "code").mkdir(parents=True)
+        (run_dir / "work" / "code").mkdir(parents=True)
         if unsaved:
-            (run_dir / "code" / "errored.tfstate").write_text("{}")
+            (run_dir / "work" / "code" / "errored.tfstate").write_text("{}")
         leader = _run(run_dir, "sleep 600 & echo $! >> pids; wait")
         _pids(run_dir / "pids", 1)
         started = processes.start_ticks(leader.pid)
@@ -155,8 +155,8 @@ def test_local_launcher__resumed_runs_are_reaped_when_their_runner_dies(tmp_path
         wait_for(lambda run_dir=run_dir: not run_processes(run_dir), 30, f"{run_dir.name} to be reaped")
 
     assert set(watched) == set(resumed)
-    wait_for(lambda: not (runs / "plain" / "code").exists(), 10, "the plain run's code to be removed")
-    assert (runs / "unsaved" / "code" / "errored.tfstate").exists()
+    wait_for(lambda: not (runs / "plain" / "work").exists(), 10, "the plain run's code to be removed")
+    assert (runs / "unsaved" / "work" / "code" / "errored.tfstate").exists()
     assert [] == launcher.resume()
 
 

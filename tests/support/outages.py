@@ -35,12 +35,16 @@ from tests.support.postgres import free_port
 
 
 class ServerProcess:
-    """``orchestrator serve`` as a real process on a fixed port, started again after each outage."""
+    """``orchestrator serve`` as a real process on a fixed port, started again after each outage.
+
+    Local runs execute as the test's user in ``<data dir>/../runs``, unless ``environment`` says
+    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``)."""
 
     def __init__(self, database_url: str, data_dir: Path, **environment: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
+        self.runs_dir = Path(environment.get("PO_LOCAL_RUNS_DIR", data_dir.parent / "runs"))
         self.database_url = database_url
         self.env = {
             **os.environ,
@@ -50,6 +54,8 @@ class ServerProcess:
             "PO_PUBLIC_URL": self.url,
             "PO_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
             "PO_ALLOW_LOCAL_RUNNERS": "true",
+            "PO_LOCAL_RUN_USER": "",
+            "PO_LOCAL_RUNS_DIR": str(self.runs_dir),
             "PO_STATUS_CHECK_INTERVAL_SECONDS": "0.5",
             "PO_LOG_LEVEL": "warning",
             **environment,

@@ -52,6 +52,8 @@ PROBE_TIMEOUT_SECONDS = 60.0
 #: State files a run's code directory may hold that no backend has: Terraform's ``errored.tfstate`` (it
 #: could not write to its backend) and the state of a local backend.
 UNSAVED_STATE_FILES = ("errored.tfstate", "terraform.tfstate")
+#: Errors preparing a run's directory that retrying cannot mend.
+_PERMANENT_DIRECTORY_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST})
 #: The largest unsaved state read back from a run (as the state backend's limit).
 MAX_UNSAVED_STATE_BYTES = 64 * 1024 * 1024
 #: How long the processes a runner left behind get after SIGTERM, before SIGKILL: Terraform finishes the
@@ -228,8 +230,9 @@ class LocalLauncher:
             work = await asyncio.to_thread(self._prepare, run_dir, user)
         except OSError as exc:
             error = LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}")
-            # A full disk may clear up; a directory the server may not write (read-only) will not.
-            error.retryable = exc.errno == errno.ENOSPC
+            # A directory the server may not write (permissions, read-only) stays so, and unsaved state
+            # waits for its recovery; anything else (a full disk, a path being set up) may clear up.
+            error.retryable = exc.errno not in _PERMANENT_DIRECTORY_ERRORS
             raise error from exc
         if user is not None:
             self._check_reachable(user, work)
