@@ -230,6 +230,8 @@ def test_vm_agent__killed_between_launch_and_ack__redelivered_after_the_lease_an
         deployment_id = start_deploy(stack)
         pid_file = first.runs_dir / deployment_id / "runner.pid"
         launched = wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the first launch")
+        # The pid file is written before the agent logs the launch: kill it only once it has said so.
+        wait_for(lambda: "job launched" in first.output(), "the first agent's launch log")
         first.kill()
         second = AgentProcess(server.url, keys[0], tmp_path, name="second").start()
         try:
