@@ -39,7 +39,7 @@ async def test_runners__every_example_is_accepted_and_read_back(org: Org, name: 
     got = await org.admin.get(f"/orgs/{org.id}/runners/r1")
 
     assert 201 == created.status_code, created.text
-    assert created.json() == got.json()
+    assert {**got.json(), "warnings": []} == created.json()
     assert body["runner_configuration"]["type"] == got.json()["runner_configuration"]["type"]
     assert body["state_storage_configuration"] == got.json()["state_storage_configuration"]
 
@@ -80,34 +80,43 @@ async def test_runners__patch_with_secret_placeholder_keeps_stored_value(org: Or
     assert body["runner_configuration"]["cluster"]["auth"]["client_key_data"] in opened
 
 
-async def test_runners__patch_replaces_top_level_keys_only(org: Org) -> None:
-    body = example("seed000-gke.yaml")
+async def test_runners__patch_merges_onto_the_stored_configuration(org: Org) -> None:
+    """A PATCH runner_configuration is a JSON Merge Patch (RFC 7396): type may be left out, objects merge at
+    every depth, null removes a key."""
+    body = example("seed000-custom-image.yaml")
     await create(org.admin, org.id, "gke", body)
 
     patched = await org.admin.patch(
         f"/orgs/{org.id}/runners/gke",
         json={
             "runner_configuration": {
-                "type": "kubernetes-gke",
-                "job": {"namespace": "n2", "service_account": "s2"},
+                "job": {"namespace": "n2", "pod_template": {"spec": {"imagePullSecrets": None}}}
             }
         },
     )
+    got = await org.admin.get(f"/orgs/{org.id}/runners/gke")
 
     assert 200 == patched.status_code, patched.text
     config = patched.json()["runner_configuration"]
-    assert {"namespace": "n2", "service_account": "s2"} == config["job"]
+    assert {
+        "namespace": "n2",
+        "service_account": body["runner_configuration"]["job"]["service_account"],
+        "pod_template": {
+            "spec": {"containers": body["runner_configuration"]["job"]["pod_template"]["spec"]["containers"]}
+        },
+    } == config["job"]
     assert body["runner_configuration"]["cluster"]["name"] == config["cluster"]["name"]
+    assert [] == patched.json()["warnings"]
+    assert {**got.json(), "warnings": []} == patched.json()
 
 
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
-        (
-            {"runner_configuration": {"job": {"namespace": "n", "service_account": "s"}}},
-            "runner_configuration.type",
-        ),
         ({"runner_configuration": {"type": "kubernetes"}}, "runner_configuration.type"),
+        ({"runner_configuration": {"type": None}}, "runner_configuration.type"),
+        ({"runner_configuration": None}, "runner_configuration"),
+        ({"runner_configuration": {"job": {"namespace": None}}}, "runner_configuration.job.namespace"),
         (
             {"state_storage_configuration": {"type": "s3", "bucket": "Bad_Bucket"}},
             "state_storage_configuration",
@@ -201,7 +210,8 @@ async def test_runners__local_vm_only_by_a_platform_admin(org: Org) -> None:
 
 async def test_runners__changing_a_runner_to_local_only_by_a_platform_admin(org: Org) -> None:
     await create(org.admin, org.id, "vm1", example("vm-agent.yaml"))
-    patch = {"runner_configuration": {"type": "vm", "connection": {"type": "local"}}}
+    # Merged onto the stored agent connection: its key has to be removed (null) for a local one.
+    patch = {"runner_configuration": {"type": "vm", "connection": {"type": "local", "key": None}}}
 
     refused = await org.admin.patch(f"/orgs/{org.id}/runners/vm1", json=patch)
     unchanged = (await org.admin.get(f"/orgs/{org.id}/runners/vm1")).json()
@@ -217,7 +227,12 @@ async def test_runners__changing_a_runner_to_local_only_by_a_platform_admin(org:
 @pytest.mark.parametrize(
     "patch",
     [
-        {"runner_configuration": {"type": "vm", "job": {"runtime": "process", "work_dir": "/root"}}},
+        {
+            "runner_configuration": {
+                "type": "vm",
+                "job": {"runtime": "process", "image": None, "work_dir": "/root"},
+            }
+        },
         {"description": "mine now"},
     ],
     ids=["job", "description"],
