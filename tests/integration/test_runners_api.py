@@ -110,6 +110,38 @@ async def test_runners__patch_merges_onto_the_stored_configuration(org: Org) -> 
     assert {**got.json(), "warnings": []} == patched.json()
 
 
+async def test_runners__terraform_providers_nested_state_storage_is_stored_and_answered_flat(
+    org: Org,
+) -> None:
+    """Seed 000's agent runner (TF tab) gives ``kubernetes_configuration = {namespace = ...}``; the other
+    types' blocks come as null from the provider."""
+    body = example("seed000-agent.yaml")
+    nested = {"type": "kubernetes", "kubernetes_configuration": {"namespace": "platform-orchestrator"}}
+    other = {"type": "s3", "s3_configuration": {"bucket": "tf-state"}, "kubernetes_configuration": None}
+
+    created = await create(org.admin, org.id, "agent", {**body, "state_storage_configuration": nested})
+    patched = await org.admin.patch(
+        f"/orgs/{org.id}/runners/agent", json={"state_storage_configuration": other}
+    )
+    got = await org.admin.get(f"/orgs/{org.id}/runners/agent")
+    mismatch = await org.admin.patch(
+        f"/orgs/{org.id}/runners/agent",
+        json={"state_storage_configuration": {"type": "gcs", "s3_configuration": {"bucket": "b-1"}}},
+    )
+
+    assert 201 == created.status_code, created.text
+    assert {"type": "kubernetes", "namespace": "platform-orchestrator"} == created.json()[
+        "state_storage_configuration"
+    ]
+    assert 200 == patched.status_code, patched.text
+    assert {"type": "s3", "bucket": "tf-state"} == got.json()["state_storage_configuration"]
+    assert 400 == mismatch.status_code
+    assert mismatch.json()["message"] == (
+        "state_storage_configuration.s3_configuration: does not match type 'gcs': give the block of that "
+        "type, or none"
+    )
+
+
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
