@@ -142,6 +142,27 @@ async def test_runners__terraform_providers_nested_state_storage_is_stored_and_a
     )
 
 
+async def test_runners__create_reads_env_as_one_mapping_as_a_list_with_a_warning(org: Org) -> None:
+    """Seed 001's secret variable as its CLI tab prints it (env: one mapping), in a new runner's pod
+    template: created with the list of that variable, and the answer says so naming the field."""
+    body = example("seed001-pod-template.yaml")
+    container = body["runner_configuration"]["job"]["pod_template"]["spec"]["containers"][0]
+    variables = container["env"]
+    container["env"] = variables[0]
+
+    created = await create(org.admin, org.id, "k8s", body)
+    got = await org.admin.get(f"/orgs/{org.id}/runners/k8s")
+
+    assert 201 == created.status_code, created.text
+    assert [
+        "runner_configuration.job.pod_template.spec.containers[0].env: a single mapping, read as a list of "
+        "this one variable; write env as a list ('- name: TF_EXAMPLE')"
+    ] == created.json()["warnings"]
+    stored = got.json()["runner_configuration"]["job"]["pod_template"]["spec"]["containers"][0]
+    assert variables == stored["env"]
+    assert {**got.json(), "warnings": created.json()["warnings"]} == created.json()
+
+
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
