@@ -39,7 +39,7 @@ async def test_runners__every_example_is_accepted_and_read_back(org: Org, name: 
     got = await org.admin.get(f"/orgs/{org.id}/runners/r1")
 
     assert 201 == created.status_code, created.text
-    assert created.json() == got.json()
+    assert {**got.json(), "warnings": []} == created.json()
     assert body["runner_configuration"]["type"] == got.json()["runner_configuration"]["type"]
     assert body["state_storage_configuration"] == got.json()["state_storage_configuration"]
 
@@ -80,34 +80,96 @@ async def test_runners__patch_with_secret_placeholder_keeps_stored_value(org: Or
     assert body["runner_configuration"]["cluster"]["auth"]["client_key_data"] in opened
 
 
-async def test_runners__patch_replaces_top_level_keys_only(org: Org) -> None:
-    body = example("seed000-gke.yaml")
+async def test_runners__patch_merges_onto_the_stored_configuration(org: Org) -> None:
+    """A PATCH runner_configuration is a JSON Merge Patch (RFC 7396): type may be left out, objects merge at
+    every depth, null removes a key."""
+    body = example("seed000-custom-image.yaml")
     await create(org.admin, org.id, "gke", body)
 
     patched = await org.admin.patch(
         f"/orgs/{org.id}/runners/gke",
         json={
             "runner_configuration": {
-                "type": "kubernetes-gke",
-                "job": {"namespace": "n2", "service_account": "s2"},
+                "job": {"namespace": "n2", "pod_template": {"spec": {"imagePullSecrets": None}}}
             }
         },
     )
+    got = await org.admin.get(f"/orgs/{org.id}/runners/gke")
 
     assert 200 == patched.status_code, patched.text
     config = patched.json()["runner_configuration"]
-    assert {"namespace": "n2", "service_account": "s2"} == config["job"]
+    assert {
+        "namespace": "n2",
+        "service_account": body["runner_configuration"]["job"]["service_account"],
+        "pod_template": {
+            "spec": {"containers": body["runner_configuration"]["job"]["pod_template"]["spec"]["containers"]}
+        },
+    } == config["job"]
     assert body["runner_configuration"]["cluster"]["name"] == config["cluster"]["name"]
+    assert [] == patched.json()["warnings"]
+    assert {**got.json(), "warnings": []} == patched.json()
+
+
+async def test_runners__terraform_providers_nested_state_storage_is_stored_and_answered_flat(
+    org: Org,
+) -> None:
+    """Seed 000's agent runner (TF tab) gives ``kubernetes_configuration = {namespace = ...}``; the other
+    types' blocks come as null from the provider."""
+    body = example("seed000-agent.yaml")
+    nested = {"type": "kubernetes", "kubernetes_configuration": {"namespace": "platform-orchestrator"}}
+    other = {"type": "s3", "s3_configuration": {"bucket": "tf-state"}, "kubernetes_configuration": None}
+
+    created = await create(org.admin, org.id, "agent", {**body, "state_storage_configuration": nested})
+    patched = await org.admin.patch(
+        f"/orgs/{org.id}/runners/agent", json={"state_storage_configuration": other}
+    )
+    got = await org.admin.get(f"/orgs/{org.id}/runners/agent")
+    mismatch = await org.admin.patch(
+        f"/orgs/{org.id}/runners/agent",
+        json={"state_storage_configuration": {"type": "gcs", "s3_configuration": {"bucket": "b-1"}}},
+    )
+
+    assert 201 == created.status_code, created.text
+    assert {"type": "kubernetes", "namespace": "platform-orchestrator"} == created.json()[
+        "state_storage_configuration"
+    ]
+    assert 200 == patched.status_code, patched.text
+    assert {"type": "s3", "bucket": "tf-state"} == got.json()["state_storage_configuration"]
+    assert 400 == mismatch.status_code
+    assert mismatch.json()["message"] == (
+        "state_storage_configuration.s3_configuration: does not match type 'gcs': give the block of that "
+        "type, or none"
+    )
+
+
+async def test_runners__create_reads_env_as_one_mapping_as_a_list_with_a_warning(org: Org) -> None:
+    """Seed 001's secret variable as its CLI tab prints it (env: one mapping), in a new runner's pod
+    template: created with the list of that variable, and the answer says so naming the field."""
+    body = example("seed001-pod-template.yaml")
+    container = body["runner_configuration"]["job"]["pod_template"]["spec"]["containers"][0]
+    variables = container["env"]
+    container["env"] = variables[0]
+
+    created = await create(org.admin, org.id, "k8s", body)
+    got = await org.admin.get(f"/orgs/{org.id}/runners/k8s")
+
+    assert 201 == created.status_code, created.text
+    assert [
+        "runner_configuration.job.pod_template.spec.containers[0].env: a single mapping, read as a list of "
+        "this one variable; write env as a list ('- name: TF_EXAMPLE')"
+    ] == created.json()["warnings"]
+    stored = got.json()["runner_configuration"]["job"]["pod_template"]["spec"]["containers"][0]
+    assert variables == stored["env"]
+    assert {**got.json(), "warnings": created.json()["warnings"]} == created.json()
 
 
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
-        (
-            {"runner_configuration": {"job": {"namespace": "n", "service_account": "s"}}},
-            "runner_configuration.type",
-        ),
         ({"runner_configuration": {"type": "kubernetes"}}, "runner_configuration.type"),
+        ({"runner_configuration": {"type": None}}, "runner_configuration.type"),
+        ({"runner_configuration": None}, "runner_configuration"),
+        ({"runner_configuration": {"job": {"namespace": None}}}, "runner_configuration.job.namespace"),
         (
             {"state_storage_configuration": {"type": "s3", "bucket": "Bad_Bucket"}},
             "state_storage_configuration",
@@ -201,7 +263,8 @@ async def test_runners__local_vm_only_by_a_platform_admin(org: Org) -> None:
 
 async def test_runners__changing_a_runner_to_local_only_by_a_platform_admin(org: Org) -> None:
     await create(org.admin, org.id, "vm1", example("vm-agent.yaml"))
-    patch = {"runner_configuration": {"type": "vm", "connection": {"type": "local"}}}
+    # Merged onto the stored agent connection: its key has to be removed (null) for a local one.
+    patch = {"runner_configuration": {"type": "vm", "connection": {"type": "local", "key": None}}}
 
     refused = await org.admin.patch(f"/orgs/{org.id}/runners/vm1", json=patch)
     unchanged = (await org.admin.get(f"/orgs/{org.id}/runners/vm1")).json()
@@ -217,7 +280,12 @@ async def test_runners__changing_a_runner_to_local_only_by_a_platform_admin(org:
 @pytest.mark.parametrize(
     "patch",
     [
-        {"runner_configuration": {"type": "vm", "job": {"runtime": "process", "work_dir": "/root"}}},
+        {
+            "runner_configuration": {
+                "type": "vm",
+                "job": {"runtime": "process", "image": None, "work_dir": "/root"},
+            }
+        },
         {"description": "mine now"},
     ],
     ids=["job", "description"],

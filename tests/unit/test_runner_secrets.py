@@ -227,7 +227,7 @@ def test_patch_sending_placeholders_back_validates_the_restored_values() -> None
     # The client echoes what GET answered, with a new server; job and cluster replace the stored ones.
     patch = {"type": "kubernetes", "cluster": copy.deepcopy(public["cluster"])}
     patch["cluster"]["cluster_data"]["server"] = "https://k8s.example.com:6443"
-    patched = apply_runner_patch("kubernetes", public, patch, stored_secrets=secrets)
+    patched, _ = apply_runner_patch("kubernetes", public, patch, stored_secrets=secrets)
     assert isinstance(patched, K8sRunnerConfiguration)
     assert patched.cluster.cluster_data.server == "https://k8s.example.com:6443"
     assert patched.cluster.auth.client_key_data == full["cluster"]["auth"]["client_key_data"]
@@ -257,11 +257,50 @@ def test_patch_vm_keeps_stored_private_key_and_secrets() -> None:
     full = config("vm-ssh.yaml")
     public, secrets = split_secrets(full)
     job = {**public["job"], "secrets": {"GOOGLE_CREDENTIALS": SECRET, "EXTRA": "new"}}
-    patched = apply_runner_patch("vm", public, {"type": "vm", "job": job}, stored_secrets=secrets)
+    patched, _ = apply_runner_patch("vm", public, {"type": "vm", "job": job}, stored_secrets=secrets)
     assert isinstance(patched, VmRunnerConfiguration)
     assert isinstance(patched.connection, VmSshConnection)
     assert patched.connection.private_key == full["connection"]["private_key"]
-    assert patched.job.secrets == {"GOOGLE_CREDENTIALS": "not-a-real-credential", "EXTRA": "new"}
+    # Merged: the stored secret the patch left out is kept too.
+    assert patched.job.secrets == {**full["job"]["secrets"], "EXTRA": "new"}
+
+
+def test_patch_leaving_secrets_out_keeps_them_and_null_removes_one() -> None:
+    """A merge patch that does not name a sensitive value keeps the stored one; null removes it."""
+    full = config("vm-ssh.yaml")
+    public, secrets = split_secrets(full)
+    assert {"GOOGLE_CREDENTIALS", "RUNNER_GIT_SSH_KEYS"} <= set(full["job"]["secrets"])
+
+    kept, _ = apply_runner_patch("vm", public, {"job": {"environment": {"A": "b"}}}, stored_secrets=secrets)
+    removed, _ = apply_runner_patch(
+        "vm", public, {"job": {"secrets": {"GOOGLE_CREDENTIALS": None}}}, stored_secrets=secrets
+    )
+
+    assert isinstance(kept, VmRunnerConfiguration)
+    assert isinstance(kept.connection, VmSshConnection)
+    assert kept.connection.private_key == full["connection"]["private_key"]
+    assert kept.job.secrets == full["job"]["secrets"]
+    assert {"A": "b", **full["job"]["environment"]} == kept.job.environment
+    assert isinstance(removed, VmRunnerConfiguration)
+    assert "GOOGLE_CREDENTIALS" not in removed.job.secrets
+    assert removed.job.secrets["RUNNER_GIT_SSH_KEYS"] == full["job"]["secrets"]["RUNNER_GIT_SSH_KEYS"]
+
+
+def test_patch_kubernetes_credentials_left_out_are_kept() -> None:
+    full = config("seed001-kubernetes.yaml")
+    public, secrets = split_secrets(full)
+
+    patched, _ = apply_runner_patch(
+        "kubernetes",
+        public,
+        {"cluster": {"cluster_data": {"server": "https://k8s.example.com"}}},
+        stored_secrets=secrets,
+    )
+
+    assert isinstance(patched, K8sRunnerConfiguration)
+    assert patched.cluster.auth.client_key_data == full["cluster"]["auth"]["client_key_data"]
+    assert patched.cluster.auth.client_certificate_data == full["cluster"]["auth"]["client_certificate_data"]
+    assert "https://k8s.example.com" == patched.cluster.cluster_data.server
 
 
 def test_validation_errors_do_not_repeat_sensitive_input() -> None:

@@ -216,13 +216,84 @@ def test_seed001_secret_env_example_written_as_a_list() -> None:
     assert env == [{"name": "TF_EXAMPLE", "valueFrom": {"secretKeyRef": {"name": "my-secret", "key": "key"}}}]
 
 
-def test_seed001_env_as_mapping_is_refused_naming_the_field() -> None:
-    data = {"id": "kubernetes-my-cluster", **load("invalid/seed001-pod-template-env-mapping.yaml")}
+ENV = "runner_configuration.job.pod_template.spec.containers.0.env"
+
+
+def _env_as_one_mapping() -> dict[str, Any]:
+    """Seed 001's kubernetes runner with its secret variable written as in its CLI tab (tests/data/seeds)."""
+    data = body("seed001-pod-template.yaml")
+    variable = data["runner_configuration"]["job"]["pod_template"]["spec"]["containers"][0]["env"][0]
+    return edit(data, ENV, variable)
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [
+        {"type": "kubernetes", "kubernetes_configuration": {"namespace": "platform-orchestrator"}},
+        {
+            "type": "kubernetes",
+            "kubernetes_configuration": {"namespace": "platform-orchestrator"},
+            "s3_configuration": None,
+            "gcs_configuration": None,
+            "azurerm_configuration": None,
+        },
+        {"type": "kubernetes", "namespace": "platform-orchestrator"},
+    ],
+    ids=["nested", "nested with the other blocks null", "flat"],
+)
+def test_state_storage__the_terraform_providers_nested_shape_is_read_as_the_flat_one(
+    storage: dict[str, Any],
+) -> None:
+    """Seed 000's agent runner (TF tab) writes ``kubernetes_configuration = {namespace = ...}``."""
+    created = RunnerCreateBody.model_validate(
+        {**body("seed000-agent.yaml"), "state_storage_configuration": storage}
+    )
+
+    assert K8sStorageConfiguration(namespace="platform-orchestrator") == created.state_storage_configuration
+
+
+def test_seed001_env_as_one_mapping_is_read_as_a_list_of_one_with_a_warning() -> None:
+    """Seed 001 prints the secret variable's env as one mapping: it is read as a list of that variable."""
+    data = _env_as_one_mapping()
+
+    created = RunnerCreateBody.model_validate(data)
+
+    config = created.runner_configuration
+    assert isinstance(config, K8sRunnerConfiguration)
+    assert config.job.pod_template is not None
+    env = config.job.pod_template["spec"]["containers"][0]["env"]
+    assert env == [{"name": "TF_EXAMPLE", "valueFrom": {"secretKeyRef": {"name": "my-secret", "key": "key"}}}]
+    assert created.warnings == [
+        "runner_configuration.job.pod_template.spec.containers[0].env: a single mapping, read as a list of "
+        "this one variable; write env as a list ('- name: TF_EXAMPLE')"
+    ]
+
+
+def test_env_mapping_of_names_to_values_is_refused_naming_the_field() -> None:
+    """Only one variable written as a mapping (with its name) is read leniently, a name-to-value map not."""
+    data = edit(body("seed001-pod-template.yaml"), ENV, {"TF_EXAMPLE": "value"})
     message, details = refusal(data)
     field = "runner_configuration.job.pod_template.spec.containers[0].env"
     assert message.startswith(f"{field}: must be a list of environment variables")
     assert "not a mapping" in message
     assert details == [{"field": field, "message": message.removeprefix(f"{field}: ")}]
+
+
+def test_env_mapping_in_a_terraform_json_pod_template_is_read_as_a_list_too() -> None:
+    data = _env_as_one_mapping()
+    template = data["runner_configuration"]["job"]["pod_template"]
+    data = edit(data, "runner_configuration.job.pod_template", json.dumps(template))
+
+    created = RunnerCreateBody.model_validate(data)
+
+    assert isinstance(created.runner_configuration, K8sRunnerConfiguration)
+    assert created.runner_configuration.job.pod_template is not None
+    assert isinstance(created.runner_configuration.job.pod_template["spec"]["containers"][0]["env"], list)
+    assert 1 == len(created.warnings)
+
+
+def test_create_without_lenient_reading_has_no_warnings() -> None:
+    assert [] == RunnerCreateBody.model_validate(body("seed001-pod-template.yaml")).warnings
 
 
 def test_freshly_generated_kubeconfig_material_is_accepted(kubeconfig_data: dict[str, str]) -> None:
@@ -317,7 +388,21 @@ REFUSALS = [
     refuse("unknown cluster field", "seed000-gke.yaml", f"{RC}.cluster.foo", 1, "unknown field"),
     refuse("unknown auth field", "seed000-gke.yaml", f"{RC}.cluster.auth.x", "y", "unknown field"),
     refuse("unknown job field", "seed000-gke.yaml", f"{RC}.job.image", "x", "unknown field"),
-    refuse("TF-style storage", "seed000-gke.yaml", f"{SSS}.kubernetes_configuration", {}, "unknown field"),
+    refuse(
+        "TF-style storage of another type",
+        "seed000-gke.yaml",
+        f"{SSS}.s3_configuration",
+        {"bucket": "b-1"},
+        "does not match type 'kubernetes': give the block of that type, or none",
+    ),
+    refuse(
+        "TF-style storage and the flat field",
+        "seed000-gke.yaml",
+        f"{SSS}.kubernetes_configuration",
+        {"namespace": "other"},
+        "also given as state_storage_configuration.namespace; give one",
+        field=f"{SSS}.kubernetes_configuration.namespace",
+    ),
     refuse("orchestrator storage fields", "vm-local.yaml", f"{SSS}.bucket", "x", "unknown field"),
     refuse("missing id", "seed000-gke.yaml", "id", DELETE, "field required"),
     refuse("missing runner configuration", "seed000-gke.yaml", RC, DELETE, "field required"),
@@ -825,11 +910,29 @@ def test_launched_by(name: str, expected: str) -> None:
 # --- PATCH ----------------------------------------------------------------------------------------
 
 
-def test_patch_without_type_is_refused() -> None:
+def test_patch_without_type_merges_onto_the_stored_configuration() -> None:
+    """Seed 000's image override sets only job.pod_template: type may be left out, the rest is kept."""
+    existing = load("seed000-gke.yaml")["runner_configuration"]
+    template = load("seed000-custom-image.yaml")["runner_configuration"]["job"]["pod_template"]
+
+    patched, warnings = apply_runner_patch("kubernetes-gke", existing, {"job": {"pod_template": template}})
+
+    assert isinstance(patched, K8sGkeRunnerConfiguration)
+    assert patched.job.pod_template == template
+    assert patched.job.namespace == existing["job"]["namespace"]
+    assert patched.job.service_account == existing["job"]["service_account"]
+    assert patched.cluster.name == existing["cluster"]["name"]
+    assert [] == warnings
+
+
+def test_patch_with_type_null_is_refused() -> None:
     existing = load("seed000-agent.yaml")["runner_configuration"]
     with pytest.raises(InvalidInputError) as info:
-        apply_runner_patch("kubernetes-agent", existing, {"job": existing["job"]})
-    assert info.value.message.startswith("runner_configuration.type: field required")
+        apply_runner_patch("kubernetes-agent", existing, {"type": None})
+    assert info.value.message == (
+        "runner_configuration.type: cannot be removed: leave it out, or give the runner's type "
+        "'kubernetes-agent'"
+    )
 
 
 def test_patch_changing_type_is_refused() -> None:
@@ -850,23 +953,90 @@ def test_patch_changing_type_is_refused() -> None:
     }
 
 
-def test_patch_replaces_job_as_a_whole() -> None:
+def test_patch_merges_job_key_by_key() -> None:
     existing = load("seed000-agent.yaml")["runner_configuration"]
     assert existing["job"]["pod_template"]
-    patched = apply_runner_patch(
+    patched, _ = apply_runner_patch(
         "kubernetes-agent",
         existing,
         {"type": "kubernetes-agent", "job": {"namespace": "runners", "service_account": "runner"}},
     )
     assert isinstance(patched, K8sAgentRunnerConfiguration)
     assert patched.job.namespace == "runners"
-    assert patched.job.pod_template is None  # not merged from the old job
-    assert patched.key == existing["key"]  # untouched top-level key kept
+    assert patched.job.pod_template == existing["job"]["pod_template"]  # merged: kept from the stored job
+    assert patched.key == existing["key"]
+
+
+def test_patch_null_removes_a_key_and_a_list_replaces_the_stored_list() -> None:
+    existing = load("seed000-custom-image.yaml")["runner_configuration"]
+    patch = {
+        "job": {
+            "pod_template": {
+                "spec": {"containers": [{"name": "main", "image": "registry.example.com/runner:2.0.0"}]},
+                "metadata": {"labels": {"team": "a"}},
+            }
+        }
+    }
+    with_labels, _ = apply_runner_patch("kubernetes-gke", existing, patch)
+    without_template, _ = apply_runner_patch("kubernetes-gke", existing, {"job": {"pod_template": None}})
+
+    assert isinstance(with_labels, K8sGkeRunnerConfiguration)
+    assert with_labels.job.pod_template == {
+        "spec": {
+            "containers": [{"name": "main", "image": "registry.example.com/runner:2.0.0"}],  # replaced whole
+            "imagePullSecrets": [{"name": "regcred"}],  # kept
+        },
+        "metadata": {"labels": {"team": "a"}},
+    }
+    assert isinstance(without_template, K8sGkeRunnerConfiguration)
+    assert without_template.job.pod_template is None
+
+
+def test_patch_env_as_one_mapping_is_read_as_a_list_with_a_warning() -> None:
+    existing = load("seed001-pod-template.yaml")["runner_configuration"]
+    env = {"name": "TF_OTHER", "value": "x"}
+    patch = {"job": {"pod_template": {"spec": {"containers": [{"name": "main", "env": env}]}}}}
+
+    patched, warnings = apply_runner_patch("kubernetes", existing, patch)
+
+    assert isinstance(patched, K8sRunnerConfiguration)
+    assert patched.job.pod_template == {"spec": {"containers": [{"name": "main", "env": [env]}]}}
+    assert warnings == [
+        "runner_configuration.job.pod_template.spec.containers[0].env: a single mapping, read as a list of "
+        "this one variable; write env as a list ('- name: TF_OTHER')"
+    ]
+
+
+def test_patch_unknown_field_kept_from_the_stored_configuration_says_how_to_remove_it() -> None:
+    """Switching a vm runner from agent to local: the stored connection.key is merged in, unless nulled."""
+    existing = load("vm-agent.yaml")["runner_configuration"]
+    with pytest.raises(InvalidInputError) as info:
+        apply_runner_patch("vm", existing, {"connection": {"type": "local"}})
+    switched, _ = apply_runner_patch("vm", existing, {"connection": {"type": "local", "key": None}})
+
+    assert info.value.message == (
+        "runner_configuration.connection.key: unknown field; kept from the stored configuration, which an "
+        "update is merged onto (JSON Merge Patch, RFC 7396): send key: null to remove it"
+    )
+    assert isinstance(switched, VmRunnerConfiguration)
+    assert "local" == switched.connection.type
+
+
+def test_patch_error_at_a_stored_value_says_how_to_remove_it() -> None:
+    existing = load("vm-local.yaml")["runner_configuration"]
+    assert "docker" == existing["job"]["runtime"]
+    with pytest.raises(InvalidInputError) as info:
+        apply_runner_patch("vm", existing, {"job": {"runtime": "process"}})
+    assert info.value.message == (
+        "runner_configuration.job.image: only used with runtime 'docker' or 'podman'; kept from the stored "
+        "configuration, which an update is merged onto (JSON Merge Patch, RFC 7396): send image: null to "
+        "remove it"
+    )
 
 
 def test_patch_with_only_type_keeps_everything() -> None:
     existing = load("serverless-ecs.yaml")["runner_configuration"]
-    patched = apply_runner_patch("serverless-ecs", existing, {"type": "serverless-ecs"})
+    patched, _ = apply_runner_patch("serverless-ecs", existing, {"type": "serverless-ecs"})
     assert patched == parse_runner_configuration(existing)
 
 
@@ -874,7 +1044,7 @@ def test_patched_job_is_validated_whole() -> None:
     existing = load("seed000-gke.yaml")["runner_configuration"]
     with pytest.raises(InvalidInputError) as info:
         apply_runner_patch(
-            "kubernetes-gke", existing, {"type": "kubernetes-gke", "job": {"namespace": "other"}}
+            "kubernetes-gke", existing, {"type": "kubernetes-gke", "job": {"service_account": None}}
         )
     assert info.value.message.startswith("runner_configuration.job.service_account: field required")
 
@@ -893,12 +1063,19 @@ def test_update_body() -> None:
     )
     assert update.runner_configuration is None
     assert update.state_storage_configuration is not None
-    for patch, text in [
-        ({"job": {}}, "runner_configuration.type: field required"),
-        ({"type": "swarm"}, "runner_configuration.type: unknown runner type 'swarm'"),
+    assert {"job": {}} == RunnerUpdateBody.model_validate(
+        {"runner_configuration": {"job": {}}}
+    ).runner_configuration
+    for update_body, text in [
+        (
+            {"runner_configuration": {"type": "swarm"}},
+            "runner_configuration.type: unknown runner type 'swarm'",
+        ),
+        ({"runner_configuration": None}, "runner_configuration: must not be null: a runner always has one"),
+        ({"state_storage_configuration": None}, "state_storage_configuration: must not be null"),
     ]:
         with pytest.raises(pydantic.ValidationError) as info:
-            RunnerUpdateBody.model_validate({"runner_configuration": patch})
+            RunnerUpdateBody.model_validate(update_body)
         assert format_validation_error(info.value)[0].startswith(text)
     with pytest.raises(pydantic.ValidationError) as info:
         RunnerUpdateBody.model_validate({"id": "x"})

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.api import schemas
@@ -96,6 +96,14 @@ class RunnerOut(BaseModel):
         )
 
 
+class RunnerWrittenOut(RunnerOut):
+    """The answer to a create or update: the runner, and what of the input was read leniently."""
+
+    #: Each names a field whose value was read in another shape than it was given (an ``env`` mapping read
+    #: as a list of one variable); the runner is stored in the shape read.
+    warnings: list[str] = Field(default_factory=list)
+
+
 class CompatibilityOut(BaseModel):
     #: Runner type to the state storage types it can use.
     matrix: dict[str, list[str]]
@@ -108,6 +116,11 @@ async def _answer(conn: AsyncConnection, runner: entities.Runner) -> RunnerOut:
         last_seen = await command_store.last_seen(conn, runner.org_id, runner.id)
         answer.status = RunnerStatusOut(last_seen_at=last_seen)
     return answer
+
+
+async def _written(conn: AsyncConnection, runner: entities.Runner, warnings: list[str]) -> RunnerWrittenOut:
+    """The answer to a create or update: the runner as answered, and the warnings of its input."""
+    return RunnerWrittenOut(**dict(await _answer(conn, runner)), warnings=warnings)
 
 
 def _secret_context(org_id: str, runner_id: str) -> str:
@@ -129,9 +142,10 @@ def _unseal(box: SecretBox, org_id: str, runner_id: str, sealed: str | None) -> 
 
 def _patched(
     box: SecretBox, runner: entities.Runner, patch: dict[str, Any], sealed: str | None
-) -> RunnerConfiguration:
-    """The runner's configuration with ``patch`` applied. Stored secrets that do not open with the server
-    key (sealed under another key) can be replaced by sending every secret value again."""
+) -> tuple[RunnerConfiguration, list[str]]:
+    """The runner's configuration with ``patch`` merged onto it, and its warnings. Stored secrets that do
+    not open with the server key (sealed under another key) can be replaced by sending every secret value
+    again."""
     try:
         stored = _unseal(box, runner.org_id, runner.id, sealed)
     except SealedValueError as exc:
@@ -197,10 +211,10 @@ async def get_compatibility() -> CompatibilityOut:
     return CompatibilityOut(matrix=compatibility_matrix())
 
 
-@router.post("/orgs/{org_id}/runners", status_code=201, response_model=RunnerOut)
+@router.post("/orgs/{org_id}/runners", status_code=201, response_model=RunnerWrittenOut)
 async def create_runner(
     org_id: str, body: RunnerCreateBody, caller: Principal = MANAGE, svc: Services = Depends(services)
-) -> RunnerOut:
+) -> RunnerWrittenOut:
     _check_allowed(svc.settings, body.runner_configuration, caller)
     public, secrets = split_secrets(runner_configuration_to_dict(body.runner_configuration))
     _check_egress(svc.settings, body.runner_configuration)
@@ -216,7 +230,7 @@ async def create_runner(
             state_type=body.state_storage_configuration.type,
             state_configuration=_storage_dict(body.state_storage_configuration),
         )
-        return await _answer(conn, runner)
+        return await _written(conn, runner, body.warnings)
 
 
 @router.get("/orgs/{org_id}/runners", response_model=schemas.PageOf[RunnerSummaryOut])
@@ -245,14 +259,17 @@ async def get_runner(
         return await _answer(conn, runner)
 
 
-@router.patch("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerOut)
+@router.patch("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerWrittenOut)
 async def update_runner(
     org_id: str,
     runner_id: str,
     body: RunnerUpdateBody,
     caller: Principal = MANAGE,
     svc: Services = Depends(services),
-) -> RunnerOut:
+) -> RunnerWrittenOut:
+    """``runner_configuration`` is merged onto the stored one as a JSON Merge Patch (RFC 7396): ``type``
+    may be left out, ``null`` removes a key, lists replace; ``state_storage_configuration`` replaces the
+    stored one."""
     async with transaction(svc) as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
         if runner is None:
@@ -262,8 +279,9 @@ async def update_runner(
             # Any change of an existing local runner, even of its state storage or description.
             _check_platform_admin(caller)
         configuration, sealed = runner.configuration, await store.get_runner_secret(conn, org_id, runner_id)
+        warnings: list[str] = []
         if body.runner_configuration is not None:
-            merged = _patched(svc.box, runner, body.runner_configuration, sealed)
+            merged, warnings = _patched(svc.box, runner, body.runner_configuration, sealed)
             _check_allowed(svc.settings, merged, caller)
             configuration, secrets = split_secrets(runner_configuration_to_dict(merged))
             sealed = _seal(svc.box, org_id, runner_id, secrets)
@@ -287,7 +305,7 @@ async def update_runner(
             state_configuration=state_configuration,
         )
         assert updated is not None
-        return await _answer(conn, updated)
+        return await _written(conn, updated, warnings)
 
 
 @router.delete("/orgs/{org_id}/runners/{runner_id}", status_code=204)

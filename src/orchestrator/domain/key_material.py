@@ -64,6 +64,12 @@ def _b64decode(value: str, what: str) -> bytes:
     try:
         return base64.b64decode("".join(value.split()), validate=True)
     except (binascii.Error, ValueError) as exc:
+        if value.rstrip().endswith("..."):
+            # Seed 001's example shortens kubeconfig values so: LS0tLS1CRUdJTiBDRVJUS...
+            raise ValueError(
+                f"must be the base64 encoding of {what}, not a value shortened with '...' as in the "
+                "documentation's example: give the whole value (kubectl config view --raw shows it)"
+            ) from exc
         raise ValueError(f"must be the base64 encoding of {what}") from exc
 
 

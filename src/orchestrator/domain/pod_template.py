@@ -24,6 +24,7 @@ __all__ = [
     "RUNNER_CONTAINER_NAMES",
     "check_pod_template",
     "decode_pod_template",
+    "env_mappings_as_lists",
     "pod_template_problems",
     "reserved_env_problem",
 ]
@@ -228,6 +229,39 @@ class _Checker:
             problem = reserved_env_problem(name, literal=var.get("valueFrom") is None)
             if problem is not None:
                 self.add((*loc, "name") if name in RESERVED_ENV_VARS else loc, problem)
+
+
+def env_mappings_as_lists(template: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[Loc, str]]]:
+    """The template with each container's ``env`` that is one mapping with a ``name`` (one variable, as
+    seed 001 prints it) turned into a list of that variable, and a warning for each at its location.
+
+    Any other wrong shape is left for :func:`check_pod_template` to refuse.
+    """
+    result = dict(template)
+    warnings: list[tuple[Loc, str]] = []
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        return result, warnings
+    new_spec = dict(spec)
+    for key in ("containers", "initContainers", "ephemeralContainers"):
+        containers = spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        new_containers: list[Any] = []
+        for index, container in enumerate(containers):
+            env = container.get("env") if isinstance(container, Mapping) else None
+            if isinstance(env, Mapping) and "name" in env:
+                container = {**container, "env": [dict(env)]}
+                name = env["name"] if isinstance(env["name"], str) else "..."
+                message = (
+                    f"a single mapping, read as a list of this one variable; write env as a list "
+                    f"('- name: {name}')"
+                )
+                warnings.append((("spec", key, index, "env"), message))
+            new_containers.append(container)
+        new_spec[key] = new_containers
+    result["spec"] = new_spec
+    return result, warnings
 
 
 def pod_template_problems(template: Mapping[str, Any]) -> list[tuple[Loc, str]]:

@@ -35,7 +35,12 @@ from orchestrator.domain.key_material import (
     check_ssh_private_key,
     check_ssh_public_key,
 )
-from orchestrator.domain.pod_template import check_pod_template, decode_pod_template, reserved_env_problem
+from orchestrator.domain.pod_template import (
+    check_pod_template,
+    decode_pod_template,
+    env_mappings_as_lists,
+    reserved_env_problem,
+)
 from orchestrator.domain.state_storage import DNS_LABEL_PATTERN, StateStorageType
 from orchestrator.domain.validation import (
     Loc,
@@ -43,6 +48,7 @@ from orchestrator.domain.validation import (
     invalid_input,
     nested_error,
     register_discriminated_union,
+    render_loc,
 )
 from orchestrator.errors import InvalidInputError
 
@@ -81,6 +87,7 @@ __all__ = [
     "compatibility_matrix",
     "launched_by",
     "parse_runner_configuration",
+    "read_runner_configuration",
     "runner_configuration_to_dict",
 ]
 
@@ -470,6 +477,34 @@ def parse_runner_configuration(data: object, *, prefix: str = "runner_configurat
         return RUNNER_CONFIGURATION_ADAPTER.validate_python(data)
     except pydantic.ValidationError as exc:
         raise invalid_input(exc, prefix=prefix) from exc
+
+
+def read_runner_configuration(
+    data: object, *, prefix: str = "runner_configuration"
+) -> tuple[object, list[str]]:
+    """A raw ``runner_configuration`` as users write it, in the shape validation expects, and a warning
+    (naming the field) for each shape that was read leniently.
+
+    So far one: a pod template container's ``env`` written as one mapping (seed 001's example) is read as
+    a list of that one variable. Everything else is left to :func:`parse_runner_configuration`.
+    """
+    if not isinstance(data, Mapping):
+        return data, []
+    job = data.get("job")
+    template = job.get("pod_template") if isinstance(job, Mapping) else None
+    if isinstance(template, str):
+        try:
+            template = decode_pod_template(template)
+        except ValueError:
+            return data, []  # refused by validation, with the reason
+    if not isinstance(job, Mapping) or not isinstance(template, Mapping):
+        return data, []
+    read, problems = env_mappings_as_lists(template)
+    if not problems:
+        return data, []
+    head: Loc = (*(part for part in prefix.split(".") if part), "job", "pod_template")
+    warnings = [f"{render_loc((*head, *loc))}: {message}" for loc, message in problems]
+    return {**data, "job": {**job, "pod_template": read}}, warnings
 
 
 def runner_configuration_to_dict(config: RunnerConfiguration) -> dict[str, Any]:

@@ -1,18 +1,20 @@
 """State storage configurations: where a runner keeps Terraform/OpenTofu state between runs.
 
-The shape is the flat one of the API and the CLI (``{type: s3, bucket: ...}``); the Terraform provider's
-nested ``s3_configuration = {...}`` is the provider's business. ``orchestrator`` keeps state in the control
-plane itself and has no further fields.
+The shape is the flat one of the API and the CLI (``{type: s3, bucket: ...}``). The Terraform provider's
+nested shape (``{type: s3, s3_configuration: {bucket: ...}}``, the other types' blocks possibly null) is
+accepted as well and read as the flat one, which is what is stored and answered. ``orchestrator`` keeps
+state in the control plane itself and has no further fields.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
-from orchestrator.domain.validation import register_discriminated_union
+from orchestrator.domain.validation import Loc, nested_error, register_discriminated_union
 
 __all__ = [
     "STATE_STORAGE_CONFIGURATION_ADAPTER",
@@ -23,6 +25,7 @@ __all__ = [
     "S3StorageConfiguration",
     "StateStorageConfiguration",
     "StateStorageType",
+    "flatten_state_storage",
 ]
 
 
@@ -83,13 +86,51 @@ class OrchestratorStorageConfiguration(BaseModel):
     type: Literal["orchestrator"] = "orchestrator"
 
 
+#: The Terraform provider's nested blocks, one per storage type.
+_NESTED_KEYS: Final = {f"{kind.value}_configuration": kind.value for kind in StateStorageType}
+
+
+def flatten_state_storage(value: object) -> object:
+    """The flat shape of a state storage configuration given in the Terraform provider's nested shape
+    (``{type: kubernetes, kubernetes_configuration: {namespace: ...}}``); anything else unchanged.
+
+    The block must be the one of ``type``; the other types' blocks may be present as null, as the provider
+    sends them. A field given both in the block and beside it is refused, naming it.
+    """
+    if not isinstance(value, Mapping) or not any(key in _NESTED_KEYS for key in value):
+        return value
+    kind = value.get("type")
+    flat: dict[str, Any] = {key: item for key, item in value.items() if key not in _NESTED_KEYS}
+    problems: list[tuple[Loc, str]] = []
+    for key, block in value.items():
+        if key not in _NESTED_KEYS or block is None:
+            continue
+        if _NESTED_KEYS[key] != kind:
+            problems.append(((key,), f"does not match type '{kind}': give the block of that type, or none"))
+        elif not isinstance(block, Mapping):
+            problems.append(((key,), "must be a mapping of the storage's fields"))
+        else:
+            for name, item in block.items():
+                if name in flat and flat[name] != item:
+                    problems.append(
+                        ((key, name), f"also given as state_storage_configuration.{name}; give one")
+                    )
+                flat[name] = item
+    if problems:
+        raise nested_error(problems)
+    return flat
+
+
 StateStorageConfiguration = Annotated[
-    K8sStorageConfiguration
-    | S3StorageConfiguration
-    | GcsStorageConfiguration
-    | AzureRmStorageConfiguration
-    | OrchestratorStorageConfiguration,
-    Field(discriminator="type"),
+    Annotated[
+        K8sStorageConfiguration
+        | S3StorageConfiguration
+        | GcsStorageConfiguration
+        | AzureRmStorageConfiguration
+        | OrchestratorStorageConfiguration,
+        Field(discriminator="type"),
+    ],
+    BeforeValidator(flatten_state_storage),
 ]
 
 STATE_STORAGE_CONFIGURATION_ADAPTER: Final[TypeAdapter[StateStorageConfiguration]] = TypeAdapter(

@@ -32,12 +32,15 @@ from orchestrator.errors import InvalidInputError
 Loc = tuple[str | int, ...]
 
 __all__ = [
+    "ELLIPSIS",
+    "ELLIPSIS_MESSAGE",
     "Loc",
     "format_validation_error",
     "go_list",
     "invalid_input",
     "nested_error",
     "register_discriminated_union",
+    "render_loc",
 ]
 
 
@@ -49,6 +52,13 @@ class _Union:
 
 
 _UNIONS: list[_Union] = []
+
+#: What the documentation's examples write for what they leave out, and what a user who pasted one is told.
+ELLIPSIS: Final = "..."
+ELLIPSIS_MESSAGE: Final = (
+    "is '...', which the documentation's examples write for what they leave out: "
+    "replace it with the real value"
+)
 
 #: pydantic's names for schema wrappers in a loc: ``function-after[check(), str]``, ``list[str]``, ``[key]``.
 _SCHEMA_SEGMENT: Final = re.compile(r"^[a-z][a-z0-9-]*\[.*\]$|^\[key\]$", re.DOTALL)
@@ -121,6 +131,11 @@ def _render(loc: Loc) -> str:
     return out
 
 
+def render_loc(loc: Loc) -> str:
+    """A location as messages name it: ``runner_configuration.job.pod_template.spec.containers[0].env``."""
+    return _render(loc)
+
+
 def _union_for_tags(tags: Iterable[str]) -> _Union | None:
     wanted = frozenset(tags)
     for union in _UNIONS:
@@ -155,6 +170,8 @@ def _describe(error: Any) -> tuple[Loc, str]:
     ctx: dict[str, Any] = error.get("ctx") or {}
     if kind == "extra_forbidden":
         return loc, "unknown field"
+    if kind != "missing" and error.get("input") == ELLIPSIS:
+        return loc, ELLIPSIS_MESSAGE
     if kind == "missing":
         return loc, "field required"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -185,7 +202,8 @@ def format_validation_error(
     ``prefix`` is a dotted path prepended to every location, for a value validated on its own that sits at
     that path of the request body (``prefix="runner_configuration"``).
     """
-    return describe_errors(exc.errors(include_url=False, include_input=False), prefix=prefix)
+    # The input is only compared with ELLIPSIS, never shown: it can hold keys and tokens.
+    return describe_errors(exc.errors(include_url=False), prefix=prefix)
 
 
 def describe_errors(errors: Iterable[Any], *, prefix: str = "") -> tuple[str, list[dict[str, str]]]:

@@ -54,6 +54,19 @@ def yaml_error(exc: yaml.YAMLError) -> str:
     return f"{getattr(exc, 'problem', None) or 'not valid YAML'}{where}"
 
 
+def _ellipsis_hint(text: str) -> str | None:
+    """What to change in a document that does not parse because it holds the ``...`` line of an example
+    (seed 000's ECS snippet: ``# See other required properties in the ECS runner docs`` then ``...``)."""
+    lines = [number for number, line in enumerate(text.splitlines(), 1) if line.strip() == "..."]
+    if not lines:
+        return None
+    where = f"line {lines[0]} is" if len(lines) == 1 else f"lines {', '.join(map(str, lines))} are"
+    return (
+        f"{where} '...', which the documentation's examples write for what they leave out: replace it with "
+        "the fields it stands for, or delete it"
+    )
+
+
 def parse_set_value(key: str, raw: str) -> Any:
     """The value of one ``--set key=raw``."""
     if not (raw[:1] in ("[", "{") or raw in _JSON_WORDS or _DIGITS.fullmatch(raw)):
@@ -115,7 +128,7 @@ def parse_document(flag: str, text: str) -> dict[str, Any]:
         try:
             data = load_yaml(text)
         except yaml.YAMLError as exc:
-            raise InputError(f"--set-yaml: invalid YAML: {yaml_error(exc)}") from exc
+            raise InputError(f"--set-yaml: invalid YAML: {_ellipsis_hint(text) or yaml_error(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

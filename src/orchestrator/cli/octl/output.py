@@ -110,6 +110,11 @@ def success(message: str) -> None:
     click.secho(message, fg="green", err=True)
 
 
+def warning(message: str) -> None:
+    """``Warning: message`` on stderr, yellow where stderr is a terminal."""
+    click.secho(f"Warning: {message}", fg="yellow", err=True)
+
+
 def note(message: str) -> None:
     click.echo(message, err=True)
 

@@ -7,6 +7,7 @@ Errors leave ``octl`` as one line with a distinct exit code (see :data:`EXIT_COD
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -31,6 +32,10 @@ EXIT_CODES_HELP = (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: What a web page's e-mail address protection shows in place of anything that looks like an address, such
+#: as ``--set-yaml=@runner-config.yaml`` in seed 001's ``hctl create runner`` (with a no-break space).
+_EMAIL_PROTECTED = re.compile(r"\[email\s*protected\]")
 
 
 class ApiFailure(click.ClickException):
@@ -174,6 +179,11 @@ class OctlGroup(click.Group):
         _, command, rest = super().resolve_command(ctx, args)
         return (command.name if command else None), command, rest
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            check_mangled_args(ctx.info_name or "octl", args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         if ctx.parent is not None:
             return super().invoke(ctx)
@@ -186,6 +196,20 @@ class OctlGroup(click.Group):
             raise session.failure(exc) from exc
         finally:
             session.close()
+
+
+def check_mangled_args(program: str, args: list[str]) -> None:
+    """Refuse, saying what to write instead, a command line copied from a web page that replaced an option
+    by ``[email protected]`` (seed 001: ``hctl create runner ${RUNNER_ID} [email protected]``)."""
+    found = _EMAIL_PROTECTED.search(" ".join(args))
+    if found is None:
+        return
+    mangled = " ".join(found.group(0).split())
+    raise UsageFailure(
+        f"'{mangled}' is not an argument of {program}: the web page you copied the command from put it in "
+        "place of an option it took for an e-mail address, such as --set-yaml=@runner-config.yaml. Write "
+        "that option, naming your file: --set-yaml=@runner-config.yaml"
+    )
 
 
 def pass_session(func: F) -> F:

@@ -50,6 +50,7 @@ def create_runner(
     org = session.org()
     runner = session.client().create_runner(org, body)
     output.emit(runner, out, RUNNER)
+    _warn(runner)
     output.success(f"Runner {runner_id} created in organization {org}.")
 
 
@@ -89,12 +90,25 @@ def update_runner(
     set_yaml: str | None,
     out: str,
 ) -> None:
-    """Update runner ID: the given top-level keys replace the stored ones."""
+    """Update runner ID.
+
+    runner_configuration is merged onto the stored one (JSON Merge Patch, RFC 7396): give only what
+    changes, type may be left out, null removes a key, a list replaces the stored list; left-out
+    credentials are kept. description and state_storage_configuration replace the stored ones.
+    """
     body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", runner_id))
     org = session.org()
     runner = session.client().update_runner(org, runner_id, body)
     output.emit(runner, out, RUNNER)
+    _warn(runner)
     output.success(f"Runner {runner_id} updated in organization {org}.")
+
+
+def _warn(runner: dict[str, object]) -> None:
+    """The answer's warnings (input read in another shape than given) on stderr."""
+    warnings = runner.get("warnings")
+    for warning in warnings if isinstance(warnings, list) else []:
+        output.warning(str(warning))
 
 
 @verbs.delete.command("runner")

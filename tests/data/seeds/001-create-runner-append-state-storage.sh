@@ -1,0 +1,1 @@
+cat state-storage-config.yaml >> runner-config.yaml

@@ -1,0 +1,1 @@
+cat runner-config.yaml

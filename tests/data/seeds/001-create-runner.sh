@@ -1,0 +1,2 @@
+hctl create runner ${RUNNER_ID} \
+  [email protected]

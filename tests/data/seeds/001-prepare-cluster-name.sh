@@ -1,0 +1,1 @@
+export CLUSTER_NAME=<my-cluster-name>

@@ -1,0 +1,1 @@
+export RUNNER_K8S_NAMESPACE=humanitec-runner

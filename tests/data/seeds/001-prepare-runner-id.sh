@@ -1,0 +1,1 @@
+export RUNNER_ID=kubernetes-${CLUSTER_NAME}

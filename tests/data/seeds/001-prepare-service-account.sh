@@ -1,0 +1,1 @@
+export RUNNER_K8S_SA=humanitec-runner
