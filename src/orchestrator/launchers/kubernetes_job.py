@@ -4,9 +4,10 @@
 upstream-notes §5) for one deployment and strategic-merges the runner's ``job.pod_template`` onto its pod
 template. ``render_job_spec`` is the same Job's ``spec`` without ``TOKEN``: what a ``kubernetes-agent``
 command carries for upstream's agent (the gateway adds ``TOKEN`` when it delivers the command, so the
-stored command holds no token). ``render_token_secret`` builds the per-Job Secret that holds the runner's ``TOKEN``: the Job's
-container reads it through ``secretKeyRef``, so the token never appears in the Job or Pod objects (anyone
-allowed to read Jobs could otherwise read it). The Secret is owned by the Job, so it goes when the Job goes.
+stored command holds no token). ``render_token_secret`` builds the per-Job Secret that holds the
+runner's ``TOKEN``: the Job's container reads it through ``secretKeyRef``, so the token never appears in
+the Job or Pod objects (anyone allowed to read Jobs could otherwise read it). The Secret is owned by the
+Job, so it goes when the Job goes.
 
 Strategic merge (a subset of Kubernetes' ``strategicpatch``; the cluster would not do it for us, because the
 Job is created, not patched):

@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from orchestrator.protocol.results import RunnerMode
 
-
 #: The root module's output holding each node's resource metadata (upstream ``METADATA_KEY``'s default).
 METADATA_KEY: Final = "platform_orchestrator_metadata"
 
