@@ -147,6 +147,35 @@ async def test_next__kubernetes_agent_command_carries_the_job_spec_with_token_on
     assert "PUBLIC KEY" not in str(payload) and "PRIVATE KEY" not in str(payload)
 
 
+async def test_next__kubernetes_agent_command_stored_before_job_specs_is_delivered_as_before(
+    agent: AgentHarness, app: FastAPI
+) -> None:
+    """A command stored by an earlier version (only ``spec``) still reaches our agent, token and all."""
+    job = {"namespace": "runners", "service_account": "runner"}
+    await agent.add_runner("k8s1", {"type": "kubernetes-agent", "key": agent.public_pem, "job": job})
+    deployment_id = await agent.deployment(runner="k8s1")
+    [stored] = await agent.commands(deployment_id)
+    envelope = {**stored.envelope}
+    envelope["payload"] = {k: v for k, v in envelope["payload"].items() if k != "configuration"}
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            agent_commands.update().where(agent_commands.c.id == stored.id).values(envelope=envelope)
+        )
+
+    response = await agent.next(runner="k8s1")
+    delivered = protocol.NextCommand.model_validate_json(response.content)
+    payload = protocol.check_envelope(
+        delivered.command, org_id="acme", runner_id="k8s1", now=datetime.now(UTC)
+    )
+
+    assert 200 == response.status_code
+    assert "configuration" not in response.json()["command"]["payload"]
+    assert payload.spec.token is not None
+    expected = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    assert expected == payload.spec.token.get_secret_value()
+    assert ("kubernetes-agent", job) == (payload.spec.runner_type, payload.spec.job)
+
+
 async def test_next__204_after_the_wait_when_there_is_nothing(agent: AgentHarness) -> None:
     waiting = asyncio.create_task(agent.next())
     await asyncio.sleep(0.5)
