@@ -100,6 +100,82 @@ async def test_next__delivers_the_command_with_its_token_lease_and_receipt(
 
 
 @pytest.mark.parametrize("agent_settings", [{"fetch_wait_seconds": 3.0}], indirect=True)
+async def test_next__kubernetes_agent_command_carries_the_job_spec_with_token_only_on_delivery(
+    agent: AgentHarness, app: FastAPI
+) -> None:
+    """For upstream's agent: ``configuration`` is the runner's JobSpec, its container ``main`` with the
+    runner's environment; TOKEN is added on delivery (the stored command has none), the agent's key never."""
+    template = {
+        "spec": {"containers": [{"name": "main", "env": [{"name": "IAC_BACKEND", "value": "embedded"}]}]}
+    }
+    await agent.add_runner(
+        "k8s1",
+        {
+            "type": "kubernetes-agent",
+            "key": agent.public_pem,
+            "job": {"namespace": "runners", "service_account": "runner", "pod_template": template},
+        },
+    )
+    deployment_id = await agent.deployment(runner="k8s1")
+    [stored] = await agent.commands(deployment_id)
+    token = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+
+    response = await agent.next(runner="k8s1")
+    payload = response.json()["command"]["payload"]
+    job_spec = payload["configuration"]
+    [main] = job_spec["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in main["env"]}
+
+    assert 200 == response.status_code
+    assert token not in str(stored.envelope)
+    assert "TOKEN" not in str(stored.envelope["payload"]["configuration"])
+    assert (deployment_id, "runners") == (payload["job_id"], payload["namespace"])
+    assert token == env["TOKEN"] == payload["spec"]["token"]
+    assert (deployment_id, "acme", "k8s1", "deploy", "embedded") == (
+        env["DEPLOYMENT_ID"],
+        env["ORG_ID"],
+        env["RUNNER_ID"],
+        env["MODE"],
+        env["IAC_BACKEND"],
+    )
+    assert {"DEPLOYMENT_ENV_UUID", "LOG_LEVEL", "METADATA_KEY", "RUNNER_GATEWAY_URL"} <= set(env)
+    assert (["standard"], "Never", "runner") == (
+        main["args"],
+        job_spec["template"]["spec"]["restartPolicy"],
+        job_spec["template"]["spec"]["serviceAccountName"],
+    )
+    assert "PUBLIC KEY" not in str(payload) and "PRIVATE KEY" not in str(payload)
+
+
+async def test_next__kubernetes_agent_command_stored_before_job_specs_is_delivered_as_before(
+    agent: AgentHarness, app: FastAPI
+) -> None:
+    """A command stored by an earlier version (only ``spec``) still reaches our agent, token and all."""
+    job = {"namespace": "runners", "service_account": "runner"}
+    await agent.add_runner("k8s1", {"type": "kubernetes-agent", "key": agent.public_pem, "job": job})
+    deployment_id = await agent.deployment(runner="k8s1")
+    [stored] = await agent.commands(deployment_id)
+    envelope = {**stored.envelope}
+    envelope["payload"] = {k: v for k, v in envelope["payload"].items() if k != "configuration"}
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            agent_commands.update().where(agent_commands.c.id == stored.id).values(envelope=envelope)
+        )
+
+    response = await agent.next(runner="k8s1")
+    delivered = protocol.NextCommand.model_validate_json(response.content)
+    payload = protocol.check_envelope(
+        delivered.command, org_id="acme", runner_id="k8s1", now=datetime.now(UTC)
+    )
+
+    assert 200 == response.status_code
+    assert "configuration" not in response.json()["command"]["payload"]
+    assert payload.spec.token is not None
+    expected = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    assert expected == payload.spec.token.get_secret_value()
+    assert ("kubernetes-agent", job) == (payload.spec.runner_type, payload.spec.job)
+
+
 async def test_next__204_after_the_wait_when_there_is_nothing(agent: AgentHarness) -> None:
     waiting = asyncio.create_task(agent.next())
     await asyncio.sleep(0.5)
@@ -434,6 +510,32 @@ async def test_events__deployment_result_applies_results(agent: AgentHarness) ->
 
     assert 202 == answer.status_code
     assert "succeeded" == (await agent.get(deployment_id))["status"]
+
+
+async def test_events__upstream_envelope_accepted_and_an_unknown_protocol_version_refused(
+    agent: AgentHarness,
+) -> None:
+    deployment_id = await agent.deployment()
+    created_at = datetime.now(UTC).isoformat()
+
+    newer = await agent.event(
+        "job-created", deployment_id, {"job_id": deployment_id}, protocol_version="v2", created_at=created_at
+    )
+    upstream = await agent.event(
+        "job-created", deployment_id, {"job_id": deployment_id}, protocol_version="v1", created_at=created_at
+    )
+    [command] = await agent.commands(deployment_id)
+
+    assert 400 == newer.status_code
+    assert (
+        "protocol_version: protocol version 'v2' is not supported: this gateway speaks 'v1'"
+        in (newer.json()["message"])
+    )
+    assert [{"field": "protocol_version"}] == [
+        {"field": e["field"]} for e in newer.json()["details"]["errors"]
+    ]
+    assert 202 == upstream.status_code
+    assert deployment_id == command.job_id
 
 
 async def test_events__refused_when_not_this_runners(agent: AgentHarness, app: FastAPI, org: Org) -> None:

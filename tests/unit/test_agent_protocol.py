@@ -146,6 +146,69 @@ def test_requests__retry_delay_and_reject_reason_bounds() -> None:
             protocol.RejectRequest(receipt="r", reason=reason)
 
 
+def test_with_deployment_token__into_the_spec_and_first_in_the_job_specs_main_container() -> None:
+    stored = {
+        "job_id": DEPLOYMENT,
+        "spec": {"deployment_id": DEPLOYMENT},
+        "configuration": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "sidecar", "env": [{"name": "A", "value": "1"}]},
+                        {"name": "main", "env": [{"name": "MODE", "value": "deploy"}]},
+                    ]
+                }
+            }
+        },
+    }
+
+    delivered = protocol.with_deployment_token(stored, "t0k")
+
+    sidecar, main = delivered["configuration"]["template"]["spec"]["containers"]
+    assert "t0k" == delivered["spec"]["token"]
+    assert [{"name": "TOKEN", "value": "t0k"}, {"name": "MODE", "value": "deploy"}] == main["env"]
+    assert [{"name": "A", "value": "1"}] == sidecar["env"]
+    # The stored payload is not changed (it is the database row's).
+    assert "token" not in stored["spec"]
+    assert "TOKEN" not in str(stored["configuration"])
+
+
+def test_with_deployment_token__a_payload_stored_with_only_a_spec_is_delivered_as_before() -> None:
+    delivered = protocol.with_deployment_token({"job_id": DEPLOYMENT, "spec": {"mode": "deploy"}}, "t0k")
+
+    assert {"job_id": DEPLOYMENT, "spec": {"mode": "deploy", "token": "t0k"}} == delivered
+
+
+def _event(**changes: Any) -> dict[str, Any]:
+    return {
+        "event_id": f"{protocol.command_id(DEPLOYMENT)}:job-created",
+        "type": "job-created",
+        "organization_id": "acme",
+        "runner_id": "r1",
+        "deployment_id": DEPLOYMENT,
+        "payload": {"job_id": DEPLOYMENT},
+        **changes,
+    }
+
+
+def test_event_envelope__upstream_envelope_with_protocol_version_and_created_at() -> None:
+    event = protocol.EventEnvelope.model_validate(
+        _event(protocol_version="v1", created_at="2026-05-01T12:00:00Z")
+    )
+
+    assert ("v1", NOW) == (event.protocol_version, event.created_at)
+    assert protocol.EventEnvelope.model_validate(_event()).protocol_version is None
+
+
+def test_event_envelope__unknown_protocol_version_refused_naming_the_supported_one() -> None:
+    with pytest.raises(ValueError) as refused:
+        protocol.EventEnvelope.model_validate(_event(protocol_version="v2"))
+
+    [error] = refused.value.errors()  # type: ignore[attr-defined]
+    assert ("protocol_version",) == error["loc"]
+    assert "protocol version 'v2' is not supported: this gateway speaks 'v1'" == error["msg"]
+
+
 def test_event_ids__upstream_suffixes() -> None:
     command = protocol.command_id(DEPLOYMENT)
 

@@ -23,6 +23,7 @@ from orchestrator.launchers.kubernetes_job import (
     CODE_DIR,
     DEFAULT_RUNNER_IMAGE,
     render_job_manifest,
+    render_job_spec,
     render_token_secret,
     strategic_merge,
     token_secret_name,
@@ -390,3 +391,20 @@ def test_render_job_manifest__invalid_merge_result_is_caught_by_the_schema() -> 
 
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(manifest, latest_version(), strict=True)
+
+
+def test_render_job_spec__the_jobs_spec_without_token() -> None:
+    """What a kubernetes-agent command carries for upstream's agent: the Job's spec, every runner variable
+    but TOKEN (the gateway adds it on delivery), valid as a Job's spec."""
+    template = {"spec": {"containers": [{"name": "main", "image": IMAGE}]}}
+    manifest = render(template)
+
+    job_spec = render_job_spec(make_spec(), job_config(template), DEFAULT_RUNNER_IMAGE)
+
+    expected = copy.deepcopy(manifest["spec"])
+    main = expected["template"]["spec"]["containers"][0]
+    main["env"] = [e for e in main["env"] if e["name"] != "TOKEN"]
+    assert expected == job_spec
+    assert TOKEN not in json.dumps(job_spec)
+    assert ["standard"] == job_spec["template"]["spec"]["containers"][0]["args"]
+    assert_valid({**manifest, "spec": job_spec})

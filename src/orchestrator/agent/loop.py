@@ -221,6 +221,7 @@ class Agent:
             return await self._launch_failed(delivered, payload, f"unexpected error: {exc}", retryable=True)
         log.info("job launched", job_id=payload.job_id, handle=handle, **context)
         created = protocol.EventEnvelope(
+            protocol_version=protocol.PROTOCOL_VERSION,
             event_id=protocol.event_id(envelope.command_id, protocol.EventType.JOB_CREATED),
             type=protocol.EventType.JOB_CREATED,
             organization_id=envelope.organization_id,
@@ -348,6 +349,7 @@ class Agent:
         retryable: bool,
     ) -> None:
         event = protocol.EventEnvelope(
+            protocol_version=protocol.PROTOCOL_VERSION,
             event_id=protocol.event_id(
                 envelope.command_id, protocol.EventType.RUNNER_ERROR, retryable=retryable
             ),

@@ -20,7 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
+from orchestrator.domain.runner_types import K8sRunnerJobConfig, RunnerType
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
+from orchestrator.launchers import kubernetes_job
+from orchestrator.launchers.base import LaunchError
 from orchestrator.protocol import commands as protocol
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import DeploymentResults
@@ -52,13 +55,19 @@ def envelope_for(
     ttl: timedelta,
     revision: int = 1,
 ) -> protocol.CommandEnvelope:
-    """The ``create-job`` command of a deployment, without the deployment token (added on delivery)."""
+    """The ``create-job`` command of a deployment, without the deployment token (added on delivery).
+
+    A ``kubernetes-agent`` command also carries the runner's JobSpec as ``configuration`` (for upstream's
+    agent): the Job the direct ``kubernetes`` launcher would create, with the runner's pod template
+    merged."""
     description = protocol.RunDescription.from_run_spec(spec, runner_type)
     job = spec.runner_configuration.get("job") or {}
     namespace = job.get("namespace") if isinstance(job, dict) else None
+    configuration = job_spec(spec) if runner_type == RunnerType.KUBERNETES_AGENT else None
     payload = protocol.CreateJobPayload(
         job_id=str(deployment.id),
         namespace=namespace if isinstance(namespace, str) else None,
+        configuration=configuration,
         spec=description,
     )
     return protocol.CommandEnvelope(
@@ -72,6 +81,20 @@ def envelope_for(
         expires_at=now + ttl,
         payload=payload.model_dump(mode="json", exclude_none=True),
     )
+
+
+def job_spec(spec: RunSpec) -> dict[str, Any]:
+    """The JobSpec of a ``kubernetes-agent`` run (no ``TOKEN``); a non-retryable ``LaunchError`` if the
+    runner's stored ``job`` no longer validates."""
+    try:
+        job_config = K8sRunnerJobConfig.model_validate(spec.runner_configuration.get("job"))
+    except ValidationError as exc:
+        # Without the input values: a pod template may hold secrets.
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        error = LaunchError(f"invalid job configuration of runner '{spec.runner_id}': {problems}")
+        error.retryable = False
+        raise error from exc
+    return kubernetes_job.render_job_spec(spec, job_config, kubernetes_job.DEFAULT_RUNNER_IMAGE)
 
 
 async def enqueue(conn: AsyncConnection, envelope: protocol.CommandEnvelope, *, now: datetime) -> bool:

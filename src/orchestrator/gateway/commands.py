@@ -291,13 +291,10 @@ class AgentGateway:
     def _delivery(self, svc: Services, claimed: policy.Claimed) -> protocol.NextCommand:
         command = claimed.command
         envelope: dict[str, Any] = dict(command.envelope)
-        payload = dict(envelope["payload"])
-        # The deployment token travels only in the delivery: derived from the server key, stored nowhere.
-        payload["spec"] = {
-            **payload["spec"],
-            "token": tokens.deployment_token(svc.token_key, command.org_id, str(command.deployment_id)),
-        }
-        envelope["payload"] = payload
+        # The deployment token travels only in the delivery (``spec.token``, and ``TOKEN`` in the JobSpec
+        # of a kubernetes-agent command): derived from the server key, stored nowhere.
+        token = tokens.deployment_token(svc.token_key, command.org_id, str(command.deployment_id))
+        envelope["payload"] = protocol.with_deployment_token(envelope["payload"], token)
         receipt = receipts.seal(
             self.receipt_key,
             receipts.Receipt(
@@ -385,7 +382,8 @@ def _parse(model: type[_Model], body: bytes, what: str) -> _Model:
             {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
             for error in exc.errors(include_url=False, include_input=False)
         ]
-        raise InvalidInputError(f"invalid {what}", details={"errors": problems}) from exc
+        named = "; ".join(f"{p['field'] or 'body'}: {p['problem']}" for p in problems[:5])
+        raise InvalidInputError(f"invalid {what}: {named}", details={"errors": problems}) from exc
 
 
 @router.post("/commands/next", dependencies=[AGENT], response_model=protocol.NextCommand)

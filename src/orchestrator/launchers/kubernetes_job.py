@@ -2,9 +2,12 @@
 
 ``render_job_manifest`` builds upstream's default Job (``DP:internal/kubernetes/{utils,client}.go``; see
 upstream-notes §5) for one deployment and strategic-merges the runner's ``job.pod_template`` onto its pod
-template. ``render_token_secret`` builds the per-Job Secret that holds the runner's ``TOKEN``: the Job's
-container reads it through ``secretKeyRef``, so the token never appears in the Job or Pod objects (anyone
-allowed to read Jobs could otherwise read it). The Secret is owned by the Job, so it goes when the Job goes.
+template. ``render_job_spec`` is the same Job's ``spec`` without ``TOKEN``: what a ``kubernetes-agent``
+command carries for upstream's agent (the gateway adds ``TOKEN`` when it delivers the command, so the
+stored command holds no token). ``render_token_secret`` builds the per-Job Secret that holds the
+runner's ``TOKEN``: the Job's container reads it through ``secretKeyRef``, so the token never appears in
+the Job or Pod objects (anyone allowed to read Jobs could otherwise read it). The Secret is owned by the
+Job, so it goes when the Job goes.
 
 Strategic merge (a subset of Kubernetes' ``strategicpatch``; the cluster would not do it for us, because the
 Job is created, not patched):
@@ -33,6 +36,7 @@ from typing import Any, Final
 
 from orchestrator.domain.pod_template import RUNNER_CONTAINER_NAMES
 from orchestrator.domain.runner_types import K8sRunnerJobConfig
+from orchestrator.protocol.commands import JOB_CONTAINER, TOKEN_ENV
 from orchestrator.protocol.launch import RunSpec
 
 __all__ = [
@@ -44,6 +48,7 @@ __all__ = [
     "job_labels",
     "job_name",
     "render_job_manifest",
+    "render_job_spec",
     "render_token_secret",
     "strategic_merge",
     "token_secret_name",
@@ -51,10 +56,9 @@ __all__ = [
 
 #: Upstream's runner image; deployments pin another one through the pod template or the launcher.
 DEFAULT_RUNNER_IMAGE: Final = "ghcr.io/stellwerk-labs/platform-orchestrator-runner:3.1.0"
-CONTAINER_NAME: Final = "main"
+CONTAINER_NAME: Final = JOB_CONTAINER
 #: Where the runner unpacks the bundle (the image's default ``IAC_CODE_DIR``), an emptyDir named ``tofu``.
 CODE_DIR: Final = "/opt/runner/tofu"
-TOKEN_ENV: Final = "TOKEN"
 TTL_SECONDS_AFTER_FINISHED: Final = 3600
 
 MANAGED_BY: Final = "platform-orchestrator"
@@ -113,9 +117,11 @@ def _annotations(spec: RunSpec) -> dict[str, str]:
     return {ORG_ANNOTATION: spec.org_id, RUNNER_ANNOTATION: spec.runner_id, ENV_ANNOTATION: spec.env_uuid}
 
 
-def _runner_env(spec: RunSpec, token_secret: str | None) -> list[dict[str, Any]]:
+def _runner_env(spec: RunSpec, token_secret: str | None, *, token: bool) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     for name, value in spec.runner_environment().items():
+        if name == TOKEN_ENV and not token:
+            continue
         if name == TOKEN_ENV and token_secret is not None:
             env.append(
                 {"name": name, "valueFrom": {"secretKeyRef": {"name": token_secret, "key": TOKEN_ENV}}}
@@ -126,7 +132,7 @@ def _runner_env(spec: RunSpec, token_secret: str | None) -> list[dict[str, Any]]
 
 
 def _default_pod_template(
-    spec: RunSpec, job: K8sRunnerJobConfig, image: str, token_secret: str | None
+    spec: RunSpec, job: K8sRunnerJobConfig, image: str, token_secret: str | None, *, token: bool
 ) -> dict[str, Any]:
     return {
         "metadata": {"labels": job_labels(spec), "annotations": _annotations(spec)},
@@ -140,7 +146,7 @@ def _default_pod_template(
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
                     "args": ["standard"],
-                    "env": _runner_env(spec, token_secret),
+                    "env": _runner_env(spec, token_secret, token=token),
                     "resources": {"requests": {"memory": "1Gi"}},
                     "volumeMounts": [{"name": "tofu", "mountPath": CODE_DIR}],
                     # Ours, not upstream's: a runner that fails before reporting leaves the tail of its
@@ -172,10 +178,16 @@ def _legacy_names_to_main(template: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_job_manifest(
-    spec: RunSpec, job_config: K8sRunnerJobConfig, image: str, *, token_secret: str | None = None
+    spec: RunSpec,
+    job_config: K8sRunnerJobConfig,
+    image: str,
+    *,
+    token_secret: str | None = None,
+    token: bool = True,
 ) -> dict[str, Any]:
-    """The batch/v1 Job running ``spec``; ``token_secret``: the Secret holding ``TOKEN`` (else a value)."""
-    pod_template = _default_pod_template(spec, job_config, image, token_secret)
+    """The batch/v1 Job running ``spec``; ``token_secret``: the Secret holding ``TOKEN`` (else a value);
+    ``token=False``: no ``TOKEN`` at all."""
+    pod_template = _default_pod_template(spec, job_config, image, token_secret, token=token)
     if job_config.pod_template:
         pod_template = strategic_merge(pod_template, _legacy_names_to_main(job_config.pod_template))
     # The template must not move the pod: both are refused by validation, and enforced here again.
@@ -198,6 +210,13 @@ def render_job_manifest(
             "template": pod_template,
         },
     }
+
+
+def render_job_spec(spec: RunSpec, job_config: K8sRunnerJobConfig, image: str) -> dict[str, Any]:
+    """The JobSpec (the Job's ``spec``) running ``spec``, without ``TOKEN``: the ``configuration`` of a
+    ``kubernetes-agent`` command. Its pod template keeps the Job's labels and annotations."""
+    spec_part: dict[str, Any] = render_job_manifest(spec, job_config, image, token=False)["spec"]
+    return spec_part
 
 
 def render_token_secret(spec: RunSpec, namespace: str, *, job_uid: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ the agent receives ignores unknown fields (newer gateways); what the gateway rec
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
@@ -27,6 +29,7 @@ from pydantic import (
     field_serializer,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import MAX_RESULTS_BYTES, RunnerMode, runner_path
@@ -42,6 +45,9 @@ MAX_RETRY_DELAY_SECONDS: Final = 60
 REMOTE_RUNNER_ERROR_CODE: Final = "REMOTE_RUNNER"
 #: Error code of a command that expired before an agent launched it.
 COMMAND_EXPIRED_CODE: Final = "COMMAND_EXPIRED"
+#: The runner's container in a ``create-job`` JobSpec, and the variable holding the deployment token.
+JOB_CONTAINER: Final = "main"
+TOKEN_ENV: Final = "TOKEN"
 
 
 class CommandType(StrEnum):
@@ -141,12 +147,47 @@ class RunDescription(_Sent):
 
 
 class CreateJobPayload(_Sent):
-    """``payload`` of a ``create-job`` command: launch ``job_id`` (the deployment id) once."""
+    """``payload`` of a ``create-job`` command: launch ``job_id`` (the deployment id) once.
+
+    Two descriptions of the same run travel side by side: ``spec`` for our agent (``po-runner remote``),
+    and, for ``kubernetes-agent`` runners, ``configuration``: the complete Kubernetes JobSpec upstream's
+    agent creates as Job ``job_id`` in ``namespace`` (upstream notes §4, "Agent loop"), container
+    ``main`` carrying the runner's environment. The deployment token is in neither as stored; the gateway
+    adds it to both on delivery (``with_deployment_token``).
+    """
 
     job_id: str
     #: Kubernetes runners: the namespace of the Job.
     namespace: str | None = None
+    #: ``kubernetes-agent`` runners: the JobSpec (JSON object) of the runner's Job.
+    configuration: dict[str, Any] | None = None
     spec: RunDescription
+
+
+def with_deployment_token(payload: Mapping[str, Any], token: str) -> dict[str, Any]:
+    """A stored ``create-job`` payload as it is delivered: ``token`` as ``spec.token`` and, when the payload
+    has a JobSpec, as the ``TOKEN`` variable of its container ``main`` (first, replacing any other)."""
+    delivered = dict(payload)
+    if isinstance(payload.get("spec"), Mapping):
+        delivered["spec"] = {**payload["spec"], "token": token}
+    configuration = payload.get("configuration")
+    if isinstance(configuration, Mapping):
+        delivered["configuration"] = _with_token_env(configuration, token)
+    return delivered
+
+
+def _with_token_env(job_spec: Mapping[str, Any], token: str) -> dict[str, Any]:
+    result = copy.deepcopy(dict(job_spec))
+    pod_spec = (result.get("template") or {}).get("spec") or {}
+    for container in pod_spec.get("containers") or []:
+        if isinstance(container, dict) and container.get("name") == JOB_CONTAINER:
+            env = [
+                var
+                for var in container.get("env") or []
+                if not (isinstance(var, Mapping) and var.get("name") == TOKEN_ENV)
+            ]
+            container["env"] = [{"name": TOKEN_ENV, "value": token}, *env]
+    return result
 
 
 class CommandEnvelope(_Sent):
@@ -248,6 +289,8 @@ class EventEnvelope(_Received):
     ``<deployment_id>:deployment-result``.
     """
 
+    #: Upstream agents always send it; absent means ``v1`` (our agents before it was sent).
+    protocol_version: str | None = None
     event_id: str = Field(min_length=1, max_length=300)
     type: EventType
     organization_id: str
@@ -255,6 +298,17 @@ class EventEnvelope(_Received):
     deployment_id: str
     created_at: datetime | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("protocol_version")
+    @classmethod
+    def _supported_version(cls, value: str | None) -> str | None:
+        if value is not None and value != PROTOCOL_VERSION:
+            raise PydanticCustomError(
+                "protocol_version",
+                "protocol version '{version}' is not supported: this gateway speaks '{supported}'",
+                {"version": value, "supported": PROTOCOL_VERSION},
+            )
+        return value
 
 
 class JobCreatedPayload(_Received):

@@ -5,11 +5,14 @@ Shared by the server's dispatcher (direct runner types) and the agent (which rec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from orchestrator.protocol.results import RunnerMode
+
+#: The root module's output holding each node's resource metadata (upstream ``METADATA_KEY``'s default).
+METADATA_KEY: Final = "platform_orchestrator_metadata"
 
 
 class RunSpec(BaseModel):
@@ -41,6 +44,7 @@ class RunSpec(BaseModel):
             "TOKEN": self.token.get_secret_value(),
             "RUNNER_GATEWAY_URL": self.gateway_url,
             "LOG_LEVEL": self.log_level,
+            "METADATA_KEY": METADATA_KEY,
         }
         if self.encrypting_key:
             env["ENCRYPTING_KEY"] = self.encrypting_key

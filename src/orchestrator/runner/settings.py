@@ -12,10 +12,11 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.protocol import results
+from orchestrator.protocol.launch import METADATA_KEY
 from orchestrator.protocol.tls import GatewayTls, check_ca_pem
 from orchestrator.runner.engine import IacBackend
 
-DEFAULT_METADATA_KEY = "platform_orchestrator_metadata"
+DEFAULT_METADATA_KEY = METADATA_KEY
 
 
 class RunnerSettings(BaseSettings):
