@@ -47,7 +47,9 @@ def _start_slow_deploy(stack: Stack) -> str:
     assert 201 == created.status_code, created.text
     deployment_id: str = created.json()["id"]
     deadline = time.monotonic() + 30
-    while stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json()["launched_at"] is None:
+    while (
+        stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json().get("launched_at") is None
+    ):
         assert time.monotonic() < deadline, "the runner was never launched"
         time.sleep(0.1)
     return deployment_id

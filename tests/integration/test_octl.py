@@ -195,7 +195,7 @@ def test_env_types_and_envs__crud(octl: Octl) -> None:
     assert "Environment shop/dev created in organization acme." in env.stderr
     assert ["shop", "dev", "development"] == in_project.stdout.splitlines()[1].split()[:3]
     assert ["dev"] == [e["id"] for e in json.loads(in_org.stdout)]
-    assert yaml.safe_load(got.stdout)["runner_id"] is None
+    assert "runner_id" not in yaml.safe_load(got.stdout)
     assert "Dev env" == yaml.safe_load(renamed.stdout)["display_name"]
     assert "development" in types.stdout
     assert 0 == deleted.exit_code
@@ -294,7 +294,7 @@ def test_refresh_runner__dry_run_changes_nothing_then_links(octl: Octl, seed_run
     assert 0 == dry.exit_code, dry.output
     assert {"runner_id": "r-one", "updated": True} == yaml.safe_load(dry.stdout)
     assert "Dry run: Environment shop/dev would change to runner r-one" in dry.stderr
-    assert after_dry["runner_id"] is None
+    assert "runner_id" not in after_dry
     assert {"runner_id": "r-one", "updated": True} == json.loads(applied.stdout)
     assert "Environment shop/dev is now linked to runner r-one." in applied.stderr
     assert "r-one" == after["runner_id"]

@@ -20,6 +20,7 @@ async def insert_deployment(
     status: str = "succeeded",
     runner_id: str = "vm1",
     tf: str = "terraform {}",
+    created_by: str = "test",
 ) -> str:
     """A deployment of ``env`` (as the API answers it) with outputs and logs; ``status`` executing makes it
     one the gateway still serves."""
@@ -49,7 +50,7 @@ async def insert_deployment(
                 "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
                 "runner_log_level": "info",
                 "request_digest": "0" * 64,
-                "created_by": "test",
+                "created_by": created_by,
                 "created_at": now,
                 "updated_at": now,
                 "completed_at": now if final else None,

@@ -87,7 +87,7 @@ class ResourceTypeUpdateBody(schemas.Body):
 
 class ResourceTypeOut(BaseModel):
     id: str
-    description: str | None
+    description: str | None = schemas.optional()
     output_schema: dict[str, Any]
     created_at: datetime
     built_in: bool
@@ -124,7 +124,7 @@ class ModuleProviderSummaryOut(BaseModel):
     org_id: str
     provider_type: str
     id: str
-    description: str | None
+    description: str | None = schemas.optional()
     source: str
     created_at: datetime
 
@@ -279,7 +279,7 @@ def _params(items: ModuleParams) -> dict[str, ModuleParam]:
 class ModuleParamOut(BaseModel):
     type: str
     is_optional: bool
-    description: str | None = None
+    description: str | None = schemas.optional()
 
 
 class ResourceRequestOut(BaseModel):
@@ -287,8 +287,8 @@ class ResourceRequestOut(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     type: str
-    resource_class: str | None = Field(default=None, alias="class")
-    resource_id: str | None = Field(default=None, alias="id")
+    resource_class: str | None = schemas.optional(alias="class")
+    resource_id: str | None = schemas.optional(alias="id")
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -309,7 +309,7 @@ class ModuleVersionSummaryOut(BaseModel):
     resource_type: str
     module_source: str
     provider_mapping: dict[str, str]
-    description: str | None
+    description: str | None = schemas.optional()
     created_at: datetime
 
     @classmethod
@@ -327,7 +327,7 @@ class ModuleVersionSummaryOut(BaseModel):
 class _ModuleCore(BaseModel):
     module_params: dict[str, ModuleParamOut]
     module_inputs: dict[str, Any]
-    module_source_code: str | None
+    module_source_code: str | None = schemas.optional()
     dependencies: dict[str, ResourceRequestOut]
     coprovisioned: list[CoProvisionOut]
 
@@ -370,7 +370,7 @@ class ModuleSummaryOut(BaseModel):
     resource_type: str
     module_source: str
     provider_mapping: dict[str, str]
-    description: str | None
+    description: str | None = schemas.optional()
     created_at: datetime
     updated_at: datetime
 
@@ -411,10 +411,10 @@ class ModuleRuleOut(BaseModel):
     created_at: datetime
     resource_type: str
     resource_class: str
-    resource_id: str | None = None
-    project_id: str | None = None
-    env_type_id: str | None = None
-    env_id: str | None = None
+    resource_id: str | None = schemas.optional()
+    project_id: str | None = schemas.optional()
+    env_type_id: str | None = schemas.optional()
+    env_id: str | None = schemas.optional()
 
     @classmethod
     def of(cls, r: catalogue.ModuleRule) -> ModuleRuleOut:
@@ -433,7 +433,7 @@ class ModuleRuleOut(BaseModel):
 
 
 class AvailableResourceTypeOptionOut(BaseModel):
-    resource_id: str | None = None
+    resource_id: str | None = schemas.optional()
     resource_class: str
     rule_id: uuid.UUID
     module_id: str
@@ -442,7 +442,7 @@ class AvailableResourceTypeOptionOut(BaseModel):
 
 class AvailableResourceTypeOut(BaseModel):
     id: str
-    description: str | None
+    description: str | None = schemas.optional()
     output_schema: dict[str, Any]
     options: list[AvailableResourceTypeOptionOut]
 

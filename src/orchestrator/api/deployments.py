@@ -58,10 +58,10 @@ class DeploymentCreateBody(schemas.Body):
 class DeploymentMetrics(BaseModel):
     num_workloads: int = 0
     num_resource_nodes: int = 0
-    num_tf_resources: int | None = None
-    num_tf_resources_added: int | None = None
-    num_tf_resources_removed: int | None = None
-    num_tf_resources_changed: int | None = None
+    num_tf_resources: int | None = schemas.optional()
+    num_tf_resources_added: int | None = schemas.optional()
+    num_tf_resources_removed: int | None = schemas.optional()
+    num_tf_resources_changed: int | None = schemas.optional()
 
 
 class DeploymentSummaryOut(BaseModel):
@@ -71,16 +71,16 @@ class DeploymentSummaryOut(BaseModel):
     id: uuid.UUID
     created_at: datetime
     created_by: str
-    completed_at: datetime | None = None
+    completed_at: datetime | None = schemas.optional()
     mode: str
     plan_only: bool
-    rollback_to_deployment_id: uuid.UUID | None = None
+    rollback_to_deployment_id: uuid.UUID | None = schemas.optional()
     status: str
     status_message: str
     metrics: DeploymentMetrics
     runner_id: str
     #: When the runner was launched (absent until then).
-    launched_at: datetime | None = None
+    launched_at: datetime | None = schemas.optional()
 
     @classmethod
     def fields_of(cls, d: Deployment) -> dict[str, Any]:
@@ -110,7 +110,7 @@ class DeploymentSummaryOut(BaseModel):
 class DeploymentOut(DeploymentSummaryOut):
     manifest: dict[str, Any]
     #: The runner's error when the deployment failed.
-    error: dict[str, Any] | None = None
+    error: dict[str, Any] | None = schemas.optional()
     has_logs: bool = False
     has_outputs: bool = False
 

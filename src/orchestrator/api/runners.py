@@ -43,7 +43,7 @@ class TypeOnly(BaseModel):
 class RunnerSummaryOut(BaseModel):
     org_id: str
     id: str
-    description: str | None = None
+    description: str | None = schemas.optional()
     created_at: datetime
     updated_at: datetime
     runner_configuration: TypeOnly
@@ -71,7 +71,7 @@ class RunnerStatusOut(BaseModel):
 class RunnerOut(BaseModel):
     org_id: str
     id: str
-    description: str | None = None
+    description: str | None = schemas.optional()
     created_at: datetime
     updated_at: datetime
     #: Sensitive values are answered as "SECRET".
@@ -80,7 +80,7 @@ class RunnerOut(BaseModel):
     #: "orchestrator" when the orchestrator launches runs itself, "agent" when an agent in the target does.
     launched_by: str
     #: Read-only; on GET of a runner launched by an agent.
-    status: RunnerStatusOut | None = None
+    status: RunnerStatusOut | None = schemas.optional()
 
     @classmethod
     def of(cls, runner: entities.Runner) -> RunnerOut:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
@@ -29,6 +29,30 @@ def _display_name(value: str) -> str:
 DisplayName = Annotated[str, StringConstraints(min_length=2, max_length=60), AfterValidator(_display_name)]
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _not_nullable(schema: dict[str, Any]) -> None:
+    """The JSON schema of an :func:`optional` field: its type without the ``null`` branch, no default."""
+    schema.pop("default", None)
+    branches = schema.get("anyOf")
+    if isinstance(branches, list):
+        kept = [branch for branch in branches if branch != {"type": "null"}]
+        if len(kept) == 1 and isinstance(kept[0], dict):
+            del schema["anyOf"]
+            schema.update(kept[0])
+        else:
+            schema["anyOf"] = kept
+
+
+def optional(**kwargs: Any) -> Any:
+    """An optional field of an answer: left out of the answer when it is None, never sent as ``null``
+    (upstream's documents declare optional fields as plain, non-nullable types). Our OpenAPI shows it
+    optional and not nullable. ``kwargs`` go to :func:`pydantic.Field` (``alias``, ``description``)."""
+    return Field(default=None, exclude_if=_is_none, json_schema_extra=_not_nullable, **kwargs)
+
+
 class Body(BaseModel):
     """Request bodies are decoded strictly: an unknown field is an error naming it."""
 
@@ -37,7 +61,7 @@ class Body(BaseModel):
 
 class PageOf(BaseModel, Generic[T]):
     items: list[T]
-    next_page_token: str | None = None
+    next_page_token: str | None = optional()
 
 
 class OrganizationCreateBody(Body):
@@ -180,8 +204,8 @@ class EnvironmentOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     status: str
-    status_message: str | None = None
-    runner_id: str | None = None
+    status_message: str | None = optional()
+    runner_id: str | None = optional()
 
     @classmethod
     def of(cls, env: entities.Environment) -> EnvironmentOut:
@@ -216,6 +240,7 @@ class RunnerRuleCreateBody(Body):
 
 
 class RunnerRuleOut(BaseModel):
+    org_id: str
     id: UUID
     runner_id: str
     project_id: str = ""
@@ -225,6 +250,7 @@ class RunnerRuleOut(BaseModel):
     @classmethod
     def of(cls, rule: entities.RunnerRule) -> RunnerRuleOut:
         return cls(
+            org_id=rule.org_id,
             id=rule.id,
             runner_id=rule.runner_id,
             project_id=rule.project_id or "",

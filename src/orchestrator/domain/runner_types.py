@@ -93,6 +93,8 @@ __all__ = [
 
 
 class RunnerType(StrEnum):
+    """The runner type: upstream's five, and ``kubernetes-aks`` and ``vm``, which are ours."""
+
     KUBERNETES = "kubernetes"
     KUBERNETES_AGENT = "kubernetes-agent"
     KUBERNETES_AKS = "kubernetes-aks"
@@ -301,6 +303,8 @@ class AzureWorkloadIdentityAuth(BaseModel):
 
 
 class K8sAksRunnerConfiguration(BaseModel):
+    """An AKS cluster reached with Azure workload identity federation (ours; upstream has no such type)."""
+
     model_config = _STRICT
     type: Literal["kubernetes-aks"] = "kubernetes-aks"
     cluster: K8sRunnerAksCluster
@@ -441,7 +445,8 @@ class VmRunnerJob(BaseModel):
 
 
 class VmRunnerConfiguration(BaseModel):
-    """A virtual or physical machine, reached over SSH, through an agent, or the orchestrator's own host."""
+    """A virtual or physical machine, reached over SSH, through an agent, or the orchestrator's own host
+    (ours; upstream has no such type)."""
 
     model_config = _STRICT
     type: Literal["vm"] = "vm"

@@ -30,6 +30,8 @@ __all__ = [
 
 
 class StateStorageType(StrEnum):
+    """The Terraform backend: upstream's four, and ``orchestrator``, which is ours."""
+
     AZURERM = "azurerm"
     GCS = "gcs"
     KUBERNETES = "kubernetes"
@@ -80,7 +82,8 @@ class AzureRmStorageConfiguration(BaseModel):
 
 
 class OrchestratorStorageConfiguration(BaseModel):
-    """State kept by the orchestrator itself; works with every runner type."""
+    """State kept by the orchestrator itself; works with every runner type (ours; upstream has no such
+    type)."""
 
     model_config = _STRICT
     type: Literal["orchestrator"] = "orchestrator"
