@@ -7,7 +7,7 @@ import asyncio
 import base64
 import binascii
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import pyrage
@@ -20,7 +20,7 @@ from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, 
 from orchestrator.api.errors import error_body
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import creation, errored_states
-from orchestrator.domain.deployments import Deployment, Mode, is_final
+from orchestrator.domain.deployments import Deployment, Mode, Status, is_final
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
 
@@ -258,10 +258,37 @@ async def get_tf(
 async def get_encrypted_outputs(
     org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> EncryptedOutputsOut:
+    """The outputs, age ciphertext (base64): answered ``PO_OUTPUTS_RETENTION_SECONDS`` after the deployment
+    finished, then 404 "deployment outputs are no longer available" (upstream's answer)."""
     deployment = await _get(svc, org_id, deployment_id)
-    if deployment.outputs is None:
-        raise NotFoundError(f"deployment '{deployment_id}' has no outputs")
+    retention = timedelta(seconds=svc.settings.outputs_retention_seconds)
+    missing = outputs_missing(deployment, now=datetime.now(UTC), retention=retention)
+    if missing is not None or deployment.outputs is None:
+        raise NotFoundError(missing or f"deployment '{deployment_id}' has no outputs")
     return EncryptedOutputsOut(raw=deployment.outputs)
+
+
+#: Upstream's message (pinned by its integration tests) once the outputs' retention has passed.
+OUTPUTS_GONE = "deployment outputs are no longer available"
+
+
+def outputs_missing(deployment: Deployment, *, now: datetime, retention: timedelta) -> str | None:
+    """Why the deployment's outputs cannot be answered (the 404 message), or None when they can."""
+    where = f"deployment '{deployment.id}'"
+    if not is_final(deployment.status):
+        return f"{where} has no outputs yet: it is still executing"
+    if deployment.mode == Mode.DESTROY:
+        return f"{where} has no outputs: a destroy reports none"
+    if deployment.encrypted_outputs_recipient is None:
+        return f"{where} has no outputs: it was created without an encrypted_outputs_recipient"
+    finished = deployment.completed_at or deployment.updated_at
+    if deployment.outputs is None and deployment.status != Status.SUCCEEDED:
+        return f"{where} has no outputs: it {deployment.status}"
+    if now >= finished + retention:
+        return OUTPUTS_GONE
+    if deployment.outputs is None:
+        return f"{where} has no outputs: its runner reported none"
+    return None
 
 
 def _objects_removed(svc: Services, deployment_id: uuid.UUID, removed_at: datetime) -> JSONResponse:
