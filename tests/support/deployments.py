@@ -11,7 +11,6 @@ from fastapi import FastAPI
 
 from orchestrator.store import deployments as deployment_store
 
-
 #: The age recipient the inserted deployments were created with (their outputs are stand-in ciphertext).
 OUTPUTS_RECIPIENT = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
 
