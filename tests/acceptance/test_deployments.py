@@ -124,10 +124,10 @@ def test_idempotency_key__same_request_same_deployment_other_request_409(stack: 
     )
     stack.wait(first.json()["id"])
 
-    assert (201, 200) == (first.status_code, again.status_code)
+    assert (201, 201) == (first.status_code, again.status_code)
     assert first.json()["id"] == again.json()["id"]
     assert 409 == other.status_code
-    assert "Idempotency-Key" in other.json()["message"]
+    assert "incorrect manifest or mode for this idempotency key" == other.json()["message"]
 
 
 def test_dry_run__returns_runner_and_plan_of_work_without_executing(stack: Stack) -> None:

@@ -628,7 +628,11 @@ def test_compile__unknown_param_is_named() -> None:
 def test_compile__missing_required_param_is_named() -> None:
     message = error_of({"workloads": {"api": {"resources": {"db": {"type": "postgres"}}}}}, catalogue(PG))
 
-    assert message.startswith("manifest.workloads.api.resources.db.params.name: required by module 'pg'")
+    assert message.startswith(
+        "manifest.workloads.api.resources.db.params.name: node 'type=postgres,class=default,"
+        "id=workloads.api.db': uses module pg@"
+    )
+    assert message.endswith(" which requires string param 'name' to be set")
 
 
 @pytest.mark.parametrize(

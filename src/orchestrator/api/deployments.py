@@ -138,6 +138,9 @@ class EncryptedOutputsOut(BaseModel):
 
 def _mode(body: DeploymentCreateBody) -> tuple[Mode, bool]:
     if body.mode == "plan_only":
+        if body.plan_only is False:
+            # Upstream's words (pinned by its integration tests).
+            raise InvalidInputError("plan_only cannot be false if mode is plan_only")
         return Mode.DEPLOY, True
     return Mode(body.mode), bool(body.plan_only)
 
@@ -173,9 +176,9 @@ async def create_deployment(
         return JSONResponse(out.model_dump(mode="json"), status_code=200)
     if outcome.new:
         svc.wake_dispatcher()
-    return JSONResponse(
-        DeploymentOut.of(outcome.deployment).model_dump(mode="json"), status_code=201 if outcome.new else 200
-    )
+    # 201 for a repeat with the same Idempotency-Key too (the deployment it made), as upstream answers:
+    # its clients read a 200 as a dry run's answer.
+    return JSONResponse(DeploymentOut.of(outcome.deployment).model_dump(mode="json"), status_code=201)
 
 
 @router.get("/orgs/{org_id}/deployments", response_model=schemas.PageOf[DeploymentSummaryOut])
