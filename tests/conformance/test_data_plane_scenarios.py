@@ -10,10 +10,12 @@ and protocol notes. Where we deliberately answer otherwise, the assertion is our
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
 import tarfile
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +30,8 @@ from orchestrator.gateway import tokens
 from orchestrator.protocol import age
 from orchestrator.secretbox import load_or_create_key
 from orchestrator.settings import ServerSettings
+from orchestrator.store import db
+from orchestrator.store import deployments as deployment_store
 from tests.acceptance.conftest import Stack, build_stack, running_server
 from tests.support.outages import wait_for
 
@@ -103,6 +107,22 @@ def _files(bundle: bytes) -> dict[str, str]:
             for member in archive.getmembers()
             if member.isfile()
         }
+
+
+def _stored_outputs(settings: ServerSettings, org_id: str, deployment_id: str) -> str | None:
+    """The deployment row's encrypted outputs, read from the server's database."""
+
+    async def read() -> str | None:
+        engine = db.create_engine(settings.database_url)
+        try:
+            async with engine.connect() as conn:
+                found = await deployment_store.get(conn, org_id, uuid.UUID(deployment_id))
+        finally:
+            await engine.dispose()
+        assert found is not None
+        return found.outputs
+
+    return asyncio.run(read())
 
 
 def _block(main_tf: str, kind: str, name: str) -> str:
@@ -325,17 +345,18 @@ def test_bundle_tokens_outputs_and_results(agent_stack: Stack, server_settings: 
 
     # "the cleaner routine should remove the deployment outputs when they are staled", then "cannot grab
     # the outputs after removal". Upstream keeps them 5 minutes; so do we (PO_OUTPUTS_RETENTION_SECONDS).
+    # Upstream's test reads the row; so do we.
+    assert _stored_outputs(server_settings, stack.org, deployment_id) is not None
     later = datetime.now(UTC) + timedelta(seconds=server_settings.outputs_retention_seconds + 1)
     with time_machine.travel(later, tick=True):
         wait_for(
-            lambda: (
-                stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json()["has_outputs"]
-                is False
-            ),
+            lambda: _stored_outputs(server_settings, stack.org, deployment_id) is None,
             60,
             "the retention worker to delete the outputs",
         )
         gone = stack.client.get(outputs_url)
+        row = stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json()
 
     assert 404 == gone.status_code, gone.text
     assert "deployment outputs are no longer available" == gone.json()["message"]
+    assert ("succeeded", False) == (row["status"], row["has_outputs"])

@@ -290,6 +290,7 @@ async def test_outputs__answered_for_their_retention_then_404_and_deleted(org: O
         return found.outputs
 
     before = [await outputs(d) for d in (old, recent, executing)]
+    rows_before = [(await org.admin.get(f"/orgs/{org.id}/deployments/{d}")).json() for d in (old, recent)]
     kept_before = await stored(old)
     await worker.run_once()
     after = [await outputs(d) for d in (old, recent)]
@@ -301,6 +302,8 @@ async def test_outputs__answered_for_their_retention_then_404_and_deleted(org: O
     assert (
         f"deployment '{executing}' has no outputs yet: it is still executing" == before[2].json()["message"]
     )
+    # The API says so at once; the worker deletes the ciphertext on its next round.
+    assert [False, True] == [row["has_outputs"] for row in rows_before]
     assert kept_before is not None
     assert None is await stored(old)  # the ciphertext is gone from the database
     assert await stored(recent) is not None

@@ -112,16 +112,23 @@ class DeploymentOut(DeploymentSummaryOut):
     #: The runner's error when the deployment failed.
     error: dict[str, Any] | None = None
     has_logs: bool = False
+    #: GET .../encrypted-outputs answers them (kept, within PO_OUTPUTS_RETENTION_SECONDS).
     has_outputs: bool = False
 
     @classmethod
-    def of(cls, d: Deployment) -> DeploymentOut:
+    def of(cls, d: Deployment, *, outputs_retention: timedelta | None = None) -> DeploymentOut:
+        """``outputs_retention``: outputs finished longer ago count as gone (default: as stored)."""
+        missing = (
+            None
+            if outputs_retention is None
+            else outputs_missing(d, now=datetime.now(UTC), retention=outputs_retention)
+        )
         return cls(
             **cls.fields_of(d),
             manifest=d.manifest,
             error=d.error,
             has_logs=d.logs_key is not None,
-            has_outputs=d.outputs is not None,
+            has_outputs=d.outputs is not None and missing is None,
         )
 
 
@@ -178,7 +185,10 @@ async def create_deployment(
         svc.wake_dispatcher()
     # 201 for a repeat with the same Idempotency-Key too (the deployment it made), as upstream answers:
     # its clients read a 200 as a dry run's answer.
-    return JSONResponse(DeploymentOut.of(outcome.deployment).model_dump(mode="json"), status_code=201)
+    return JSONResponse(
+        _out(svc, outcome.deployment).model_dump(mode="json"),
+        status_code=201,
+    )
 
 
 @router.get("/orgs/{org_id}/deployments", response_model=schemas.PageOf[DeploymentSummaryOut])
@@ -218,7 +228,7 @@ async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployme
 async def get_deployment(
     org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> DeploymentOut:
-    return DeploymentOut.of(await _get(svc, org_id, deployment_id))
+    return _out(svc, await _get(svc, org_id, deployment_id))
 
 
 @router.get(
@@ -237,7 +247,7 @@ async def wait_for_complete(
     while True:
         deployment = await _get(svc, org_id, deployment_id)
         if is_final(deployment.status):
-            return JSONResponse(DeploymentOut.of(deployment).model_dump(mode="json"))
+            return JSONResponse(_out(svc, deployment).model_dump(mode="json"))
         remaining = deadline - asyncio.get_running_loop().time()
         # A stopping server answers at once rather than hold its shutdown: the client calls again.
         if remaining <= 0 or svc.notifier.closed:
@@ -264,11 +274,18 @@ async def get_encrypted_outputs(
     """The outputs, age ciphertext (base64): answered ``PO_OUTPUTS_RETENTION_SECONDS`` after the deployment
     finished, then 404 "deployment outputs are no longer available" (upstream's answer)."""
     deployment = await _get(svc, org_id, deployment_id)
-    retention = timedelta(seconds=svc.settings.outputs_retention_seconds)
-    missing = outputs_missing(deployment, now=datetime.now(UTC), retention=retention)
+    missing = outputs_missing(deployment, now=datetime.now(UTC), retention=_outputs_retention(svc))
     if missing is not None or deployment.outputs is None:
         raise NotFoundError(missing or f"deployment '{deployment_id}' has no outputs")
     return EncryptedOutputsOut(raw=deployment.outputs)
+
+
+def _outputs_retention(svc: Services) -> timedelta:
+    return timedelta(seconds=svc.settings.outputs_retention_seconds)
+
+
+def _out(svc: Services, deployment: Deployment) -> DeploymentOut:
+    return DeploymentOut.of(deployment, outputs_retention=_outputs_retention(svc))
 
 
 #: Upstream's message (pinned by its integration tests) once the outputs' retention has passed.
