@@ -287,6 +287,7 @@ def create_app(
                 blobs=blobs,
                 retention=timedelta(days=settings.object_retention_days),
                 interval_seconds=settings.cleanup_interval_seconds,
+                outputs_retention=timedelta(seconds=settings.outputs_retention_seconds),
             )
             background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
             if run_dispatcher:

@@ -119,6 +119,14 @@ class ServerSettings(BaseSettings):
     cleanup_interval_seconds: float = Field(
         default=3600.0, gt=0, description="How often expired deployment objects are looked for and deleted."
     )
+    outputs_retention_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "A deployment's encrypted outputs are answered this long after it finished (upstream's "
+            "DEPLOYMENTS_COMPLETED_BEFORE, 5 minutes), then 404; the next cleanup deletes the ciphertext."
+        ),
+    )
 
     # The command protocol of agent runners (runner gateway).
     agent_fetch_wait_seconds: float = Field(

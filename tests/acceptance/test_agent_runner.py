@@ -159,7 +159,7 @@ def test_vm_agent__deploys_end_to_end(
     [command] = commands(database_url)
 
     assert "succeeded" == deployment["status"], deployment["status_message"]
-    assert "bucket-shop" == stack.outputs(deployment)["workload_shop"]["bucket"]
+    assert "bucket-shop" == stack.outputs(deployment)["shop"]["bucket"]
     assert "terraform_data" in logs.text
     assert (f"create-job:{deployment['id']}:1", "acked", 1) == (
         command["id"],

@@ -16,9 +16,7 @@ def test_deploy__outputs_decrypt_only_with_the_right_key(stack: Stack) -> None:
 
     assert "succeeded" == deployment["status"], deployment["status_message"]
     outputs = stack.outputs(deployment)
-    assert {"url": "https://shop.example.test/bucket-shop", "bucket": "bucket-shop"} == outputs[
-        "workload_shop"
-    ]
+    assert {"url": "https://shop.example.test/bucket-shop", "bucket": "bucket-shop"} == outputs["shop"]
     with pytest.raises(age.AgeDecryptError):
         stack.outputs(deployment, other_identity)
     assert 2 == deployment["metrics"]["num_tf_resources_added"]
@@ -64,7 +62,7 @@ def test_plan_only__reports_planned_outputs_and_changes_nothing(stack: Stack) ->
 
     assert ("succeeded", True) == (planned["status"], planned["plan_only"])
     # terraform_data outputs are only known once applied: the plan says so.
-    assert "(known after apply)" == stack.outputs(planned)["workload_shop"]["url"]
+    assert "(known after apply)" == stack.outputs(planned)["shop"]["url"]
     # Nothing was applied by the plan: the real deploy still adds both resources.
     assert 2 == applied["metrics"]["num_tf_resources_added"]
 
@@ -74,10 +72,10 @@ def test_rollback__returns_to_the_earlier_manifest(stack: Stack) -> None:
     second = stack.deploy(demo_manifest("outlet"))
     rolled = stack.deploy(mode="rollback", rollback_to_deployment_id=first["id"])
 
-    assert "bucket-outlet" == stack.outputs(second)["workload_shop"]["bucket"]
+    assert "bucket-outlet" == stack.outputs(second)["shop"]["bucket"]
     assert "succeeded" == rolled["status"], rolled["status_message"]
     assert ("rollback", first["id"]) == (rolled["mode"], rolled["rollback_to_deployment_id"])
-    assert "bucket-shop" == stack.outputs(rolled)["workload_shop"]["bucket"]
+    assert "bucket-shop" == stack.outputs(rolled)["shop"]["bucket"]
 
 
 def test_failing_module__clear_message_and_results_stored(stack: Stack) -> None:
@@ -126,10 +124,10 @@ def test_idempotency_key__same_request_same_deployment_other_request_409(stack: 
     )
     stack.wait(first.json()["id"])
 
-    assert (201, 200) == (first.status_code, again.status_code)
+    assert (201, 201) == (first.status_code, again.status_code)
     assert first.json()["id"] == again.json()["id"]
     assert 409 == other.status_code
-    assert "Idempotency-Key" in other.json()["message"]
+    assert "incorrect manifest or mode for this idempotency key" == other.json()["message"]
 
 
 def test_dry_run__returns_runner_and_plan_of_work_without_executing(stack: Stack) -> None:

@@ -107,7 +107,7 @@ def test_kubernetes_agent__deploys_end_to_end(server_url: str, tmp_path: Path) -
             stack.client.close()
 
     assert deployment["status"] == "succeeded", (deployment["status_message"], agent.output()[-3000:])
-    assert outputs["workload_shop"]["bucket"] == "bucket-shop"
+    assert outputs["shop"]["bucket"] == "bucket-shop"
     assert "terraform_data" in logs.text
     assert [job["metadata"]["name"] for job in jobs] == [deployment["id"]]
     assert {c["type"] for c in jobs[0]["status"]["conditions"]} == {"SuccessCriteriaMet", "Complete"}

@@ -75,7 +75,7 @@ def test_deploy__through_a_kubernetes_runner(server_url: str, tmp_path: Path) ->
         stack.client.close()
 
     assert deployment["status"] == "succeeded", deployment["status_message"]
-    assert outputs["workload_shop"]["bucket"] == "bucket-shop"
+    assert outputs["shop"]["bucket"] == "bucket-shop"
     assert [job["metadata"]["name"] for job in jobs] == [deployment["id"]]
     assert {c["type"] for c in jobs[0]["status"]["conditions"]} == {"SuccessCriteriaMet", "Complete"}
     (pod,) = pods

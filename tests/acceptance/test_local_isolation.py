@@ -117,7 +117,7 @@ def test_local_run__executes_as_the_unprivileged_user_without_privileges(isolate
     assert {
         "bucket": "bucket-shop",
         "url": "https://shop.example.test/bucket-shop",
-    } == isolated.stack.outputs(deployment)["workload_shop"]
+    } == isolated.stack.outputs(deployment)["shop"]
 
 
 def test_local_run__lives_outside_the_data_dir_in_its_own_private_directory(isolated: Isolated) -> None:

@@ -185,7 +185,7 @@ def test_deploy__outputs_then_no_changes_then_logs_deployments_and_tf(platform: 
 
     tf = _ok(octl("tf", first_id))
     assert 'module "' in tf.stdout
-    assert 'output "workload_app"' in tf.stdout
+    assert 'output "app"' in tf.stdout
 
 
 def test_deploy__dry_run_prints_runner_diff_and_code_and_deploys_nothing(platform: Platform) -> None:
@@ -195,7 +195,7 @@ def test_deploy__dry_run_prints_runner_diff_and_code_and_deploys_nothing(platfor
     printed = yaml.safe_load(result.stdout)
     assert "local" == printed["runner_id"]
     assert printed["diff"]
-    assert 'output "workload_app"' in printed["tf"]
+    assert 'output "app"' in printed["tf"]
     assert "Dry run: the deployment would run on runner local; nothing changed." in result.stderr
     assert "No deployments found" in platform.octl("get", "deployments").stderr
 
@@ -233,7 +233,7 @@ def test_deploy__no_wait_prints_id_and_logs_key_and_saves_keys(platform: Platfor
         assert "succeeded" == done["status"], done
         raw = client.get_encrypted_outputs(ORG, deployment_id)
     outputs_key = files[f"{deployment_id}.outputs.key"].read_text().splitlines()[-1]
-    assert {"workload_app": {"greeting": "hello moon"}} == json.loads(age.decrypt_b64(raw, outputs_key))
+    assert {"app": {"greeting": "hello moon"}} == json.loads(age.decrypt_b64(raw, outputs_key))
     logs = platform.octl("logs", deployment_id, "--key", f"@{files[f'{deployment_id}.logs.key']}")
     _ok(logs)
     assert "terraform_data.first" in logs.stdout

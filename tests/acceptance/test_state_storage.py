@@ -341,7 +341,7 @@ def test_s3__state_object_is_env_uuid_tfstate_in_the_bucket(
     deployment = stack.deploy()
 
     assert_succeeded(deployment)
-    assert "https://shop.example.test/bucket-shop" == stack.outputs(deployment)["workload_shop"]["url"]
+    assert "https://shop.example.test/bucket-shop" == stack.outputs(deployment)["shop"]["url"]
     key = f"{prefix}/{env}.tfstate" if prefix else f"{env}.tfstate"
     assert [key] == s3_keys(s3, bucket)  # the state only: the lock object is gone
     assert_demo_state(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
@@ -358,7 +358,7 @@ def test_gcs__state_object_is_env_uuid_default_tfstate_under_the_prefix(
     deployment = stack.deploy()
 
     assert_succeeded(deployment)
-    assert "https://shop.example.test/bucket-shop" == stack.outputs(deployment)["workload_shop"]["url"]
+    assert "https://shop.example.test/bucket-shop" == stack.outputs(deployment)["shop"]["url"]
     name = f"{prefix}/{env}/default.tfstate" if prefix else f"{env}/default.tfstate"
     assert [name] == gcs_names(fake_gcs, bucket)
     state = httpx.get(gcs_object_url(fake_gcs, bucket, name), params={"alt": "media"})

@@ -299,7 +299,7 @@ def test_bundle__applies_with_outputs_flowing_through_references_in_order(
     log = engine.ok(code, "apply", "-auto-approve", "-input=false", "-no-color", "-parallelism=1")
     outputs = engine.outputs(code)
 
-    api = outputs["workload_api"]
+    api = outputs["api"]
     assert api["sensitive"] is True
     assert {
         "dsn": "postgres://db-orders@net-10.0.0.0/16/orders",
@@ -369,7 +369,7 @@ def test_bundle__literal_text_survives_terraform_exactly(engine: Engine, tmp_pat
 
     engine.ok(code, "init", "-input=false", "-no-color")
     engine.ok(code, "apply", "-auto-approve", "-input=false", "-no-color")
-    got = engine.outputs(code)["workload_lit"]["value"]
+    got = engine.outputs(code)["lit"]["value"]
 
     expected: dict[str, Any] = {f"t{i}": text.replace("$\\{", "${") for i, text in enumerate(TRICKY)}
     expected["t10"] = "100% dev$"
@@ -505,7 +505,7 @@ def test_backend__orchestrator_state_goes_to_the_http_backend_with_credentials_f
     outputs = engine.outputs(code, extra_env=credentials)
 
     assert state_server.password not in compiled.main_tf
-    assert "postgres://db-orders@net-10.0.0.0/16/orders" == outputs["workload_api"]["value"]["dsn"]
+    assert "postgres://db-orders@net-10.0.0.0/16/orders" == outputs["api"]["value"]["dsn"]
     state = json.loads(state_server.states[state_path])
     assert {"wl_api__db__network", "wl_api__db__postgres", "wl_api__cache__echo", "shared__jobs__echo"} == {
         r["module"].removeprefix("module.") for r in state["resources"]

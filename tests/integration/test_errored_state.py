@@ -179,7 +179,7 @@ async def test_errored_state__bad_uploads_are_refused_with_the_reason(env: Env) 
         bad_serial.status_code,
         bad_serial.json()["message"],
     )
-    assert 401 == wrong_token.status_code
+    assert (400, "the runner token is not valid") == (wrong_token.status_code, wrong_token.json()["message"])
     assert 404 == none_kept.status_code
     assert [] == await env.stored()
 

@@ -1,6 +1,7 @@
 """Retention of deployment objects: bundles and logs deleted PO_OBJECT_RETENTION_DAYS after the deployment
 finished and once its environment is deleted, on a real object store (files, and S3 on moto); executing
-deployments keep theirs; the logs API then answers 410 naming the retention."""
+deployments keep theirs; the logs API then answers 410 naming the retention. Encrypted outputs are answered
+PO_OUTPUTS_RETENTION_SECONDS after the deployment finished, then 404 (upstream's message), and deleted."""
 
 from __future__ import annotations
 
@@ -266,3 +267,70 @@ def test_retention__settings_from_the_environment(monkeypatch: pytest.MonkeyPatc
     assert (7.5, 60.0) == (configured.object_retention_days, configured.cleanup_interval_seconds)
     with pytest.raises(pydantic.ValidationError, match="object_retention_days"):
         ServerSettings()
+
+
+async def test_outputs__answered_for_their_retention_then_404_and_deleted(org: Org, app: FastAPI) -> None:
+    """Upstream keeps outputs 5 minutes (DEPLOYMENTS_COMPLETED_BEFORE) and then answers 404 "deployment
+    outputs are no longer available"; so do we (PO_OUTPUTS_RETENTION_SECONDS, 300 by default), whether or
+    not the worker has deleted the ciphertext yet."""
+    worker: RetentionWorker = app.state.retention
+    now = datetime.now(UTC)
+    env = await _env(org, "dev")
+    old = await _insert(app, org, env, at=now - timedelta(seconds=301))
+    recent = await _insert(app, org, env, at=now - timedelta(seconds=60))
+    executing = await _insert(app, org, await _env(org, "stage"), at=now, status="executing")
+
+    def outputs(deployment_id: str) -> Any:
+        return org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}/encrypted-outputs")
+
+    async def stored(deployment_id: str) -> Any:
+        async with app.state.services.engine.connect() as conn:
+            found = await deployment_store.get(conn, org.id, uuid.UUID(deployment_id))
+        assert found is not None
+        return found.outputs
+
+    before = [await outputs(d) for d in (old, recent, executing)]
+    rows_before = [(await org.admin.get(f"/orgs/{org.id}/deployments/{d}")).json() for d in (old, recent)]
+    kept_before = await stored(old)
+    await worker.run_once()
+    after = [await outputs(d) for d in (old, recent)]
+    row = (await org.admin.get(f"/orgs/{org.id}/deployments/{old}")).json()
+
+    assert [404, 200, 404] == [r.status_code for r in before]
+    assert "deployment outputs are no longer available" == before[0].json()["message"]
+    assert before[1].json()["raw"]
+    assert (
+        f"deployment '{executing}' has no outputs yet: it is still executing" == before[2].json()["message"]
+    )
+    # The API says so at once; the worker deletes the ciphertext on its next round.
+    assert [False, True] == [row["has_outputs"] for row in rows_before]
+    assert kept_before is not None
+    assert None is await stored(old)  # the ciphertext is gone from the database
+    assert await stored(recent) is not None
+    assert [404, 200] == [r.status_code for r in after]
+    assert "deployment outputs are no longer available" == after[0].json()["message"]
+    assert row["has_outputs"] is False
+
+
+async def test_outputs__the_loop_comes_as_often_as_outputs_fall_due(org: Org, app: FastAPI) -> None:
+    services = app.state.services
+    old = await _insert(app, org, await _env(org, "dev"), at=datetime.now(UTC) - timedelta(seconds=2))
+    worker = RetentionWorker(
+        engine=services.engine,
+        blobs=services.blobs,
+        retention=DAY,
+        interval_seconds=3600,
+        outputs_retention=timedelta(seconds=0.05),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    for _ in range(400):
+        async with services.engine.connect() as conn:
+            found = await deployment_store.get(conn, org.id, uuid.UUID(old))
+        if found is not None and found.outputs is None:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await task
+
+    assert found is not None and found.outputs is None

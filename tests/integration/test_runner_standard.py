@@ -57,6 +57,8 @@ class Gateway:
     #: Set when a bundle is requested; the answer waits ``bundle_delay_seconds``.
     bundle_requested: threading.Event = field(default_factory=threading.Event)
     bundle_delay_seconds: float = 0.0
+    #: How a wrong token is answered: 401 (upstream's gateway) or 400 (ours, upstream's data plane).
+    wrong_token_status: int = 401
 
 
 class GatewayServer(ThreadingHTTPServer):
@@ -130,6 +132,10 @@ class GatewayHandler(BaseHTTPRequestHandler):
             self._answer(HTTPStatus.NOT_FOUND, {"error": "API-404", "message": "no such route"})
             return False
         if self.headers.get(results.DEPLOYMENT_TOKEN_HEADER) != self.gateway.token:
+            if self.gateway.wrong_token_status == 400:
+                body = {"error": "API-400", "message": results.RUNNER_TOKEN_INVALID}
+                self._answer(HTTPStatus.BAD_REQUEST, body)
+                return False
             self._answer(HTTPStatus.UNAUTHORIZED, {"error": "API-401", "message": "invalid deployment token"})
             return False
         return True
@@ -506,10 +512,13 @@ def test_standard__failing_module_reports_the_diagnostic(
     assert "deployment failed: [TF_DIAGNOSTIC_ERROR]" in run.stderr
 
 
+@pytest.mark.parametrize("status", [401, 400])
 def test_standard__wrong_token_is_refused_and_exits_non_zero(
-    gateway: Gateway, keys: Keys, tmp_path: Path
+    gateway: Gateway, keys: Keys, tmp_path: Path, status: int
 ) -> None:
-    """With a token the gateway rejects (401), nothing is stored and the runner says why."""
+    """With a token the gateway rejects (upstream's gateway: 401; ours: 400 "the runner token is not
+    valid"), nothing is stored and the runner says why."""
+    gateway.wrong_token_status = status
     gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
 
     run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1", token="not-the-right-token")
@@ -517,11 +526,11 @@ def test_standard__wrong_token_is_refused_and_exits_non_zero(
     assert 1 == run.exit_code
     assert {} == gateway.results
     assert {} == gateway.logs
-    assert "401" in run.stderr
+    assert str(status) in run.stderr
     assert "deployment token was rejected" in run.stderr
-    statuses = {(method, status) for method, _, status in gateway.requests}
-    assert {("GET", 401), ("POST", 401), ("PUT", 401)} == statuses
-    assert 3 == len(gateway.requests), "a 401 must not be retried"
+    statuses = {(method, answered) for method, _, answered in gateway.requests}
+    assert {("GET", status), ("POST", status), ("PUT", status)} == statuses
+    assert 3 == len(gateway.requests), f"a {status} must not be retried"
 
 
 def _evil_bundle(kind: str) -> bytes:

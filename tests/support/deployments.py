@@ -11,6 +11,9 @@ from fastapi import FastAPI
 
 from orchestrator.store import deployments as deployment_store
 
+#: The age recipient the inserted deployments were created with (their outputs are stand-in ciphertext).
+OUTPUTS_RECIPIENT = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
+
 
 async def insert_deployment(
     app: FastAPI,
@@ -48,6 +51,7 @@ async def insert_deployment(
                 "tf": tf,
                 "graph": [],
                 "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
+                "encrypted_outputs_recipient": OUTPUTS_RECIPIENT,
                 "runner_log_level": "info",
                 "request_digest": "0" * 64,
                 "created_by": created_by,

@@ -194,6 +194,14 @@ def test_parse_manifest__reads_class_and_deprecated_variables() -> None:
         ({"workloads": {}, "extra": 1}, "manifest.extra: unknown field"),
         ({"workloads": {"Api": {}}}, "manifest.workloads.Api: invalid workload name 'Api'"),
         ({"workloads": {"a": {}}}, "manifest.workloads.a: invalid workload name 'a'"),
+        # The name is the workload's Terraform output: Terraform refuses an output name starting with a
+        # digit, and no workload can be named like the metadata output.
+        ({"workloads": {"9lives": {}}}, "manifest.workloads.9lives: invalid workload name '9lives'"),
+        (
+            {"workloads": {"platform_orchestrator_metadata": {}}},
+            "manifest.workloads.platform_orchestrator_metadata: invalid workload name "
+            "'platform_orchestrator_metadata'",
+        ),
         ({"workloads": {"api": {"foo": 1}}}, "manifest.workloads.api.foo: unknown field"),
         (
             {"workloads": {"api": {"resources": {"db": {"type": "p"}}}}},
@@ -307,14 +315,14 @@ def test_compile__sibling_reference_becomes_a_module_traversal_and_a_dependency(
         "}\n"
     ) == block(compiled.main_tf, "module", "wl_api__cache__redis")
     assert (
-        'output "workload_api" {\n'
+        'output "api" {\n'
         "  description = \"The outputs of workload 'api'\"\n"
         "  value = {\n"
         "    db_host = module.wl_api__db__postgres.host\n"
         '    dsn     = "postgres://${module.wl_api__db__postgres.host}:5432/orders"\n'
         "  }\n"
         "}\n"
-    ) == block(compiled.main_tf, "output", "workload_api")
+    ) == block(compiled.main_tf, "output", "api")
 
 
 def test_compile__shared_resources_are_named_from_workloads() -> None:
@@ -336,7 +344,7 @@ def test_compile__shared_resources_are_named_from_workloads() -> None:
     redis = block(compiled.main_tf, "module", "wl_api__cache__redis")
     assert '  url_prefix = "${module.shared__jobs__queue.url}/api"\n' in redis
     assert "    module.shared__jobs__queue,\n" in redis
-    assert "    jobs = module.shared__jobs__queue.url\n" in block(compiled.main_tf, "output", "workload_api")
+    assert "    jobs = module.shared__jobs__queue.url\n" in block(compiled.main_tf, "output", "api")
     assert 'module "shared__jobs__queue" {' in compiled.main_tf
 
 
@@ -433,7 +441,7 @@ def test_compile__a_dollar_before_an_interpolation_stays_literal() -> None:
         catalogue(QUEUE),
     )
 
-    outputs = block(compiled.main_tf, "output", "workload_api")
+    outputs = block(compiled.main_tf, "output", "api")
     assert '    price = "${"$"}${module.wl_api__q__queue.amount}"\n' in outputs
     assert '    two   = "${"$$"}${module.wl_api__q__queue.amount}!"\n' in outputs
 
@@ -521,7 +529,7 @@ def test_compile__output_keys_are_free_without_listed_properties_or_with_additio
         catalogue(QUEUE, dns),
     )
 
-    outputs = block(compiled.main_tf, "output", "workload_api")
+    outputs = block(compiled.main_tf, "output", "api")
     assert "    a = module.wl_api__q__queue.anything.deep[0]\n" in outputs
     assert "    b = module.wl_api__d__dns.other\n" in outputs
 
@@ -543,8 +551,8 @@ def test_compile__a_sensitive_output_makes_the_workload_output_sensitive() -> No
         catalogue(PG),
     )
 
-    assert "  sensitive = true\n" in block(compiled.main_tf, "output", "workload_api")
-    assert "sensitive" not in block(compiled.main_tf, "output", "workload_web")
+    assert "  sensitive = true\n" in block(compiled.main_tf, "output", "api")
+    assert "sensitive" not in block(compiled.main_tf, "output", "web")
 
 
 # --- modules, params, catalogue ------------------------------------------------------------------
@@ -620,7 +628,11 @@ def test_compile__unknown_param_is_named() -> None:
 def test_compile__missing_required_param_is_named() -> None:
     message = error_of({"workloads": {"api": {"resources": {"db": {"type": "postgres"}}}}}, catalogue(PG))
 
-    assert message.startswith("manifest.workloads.api.resources.db.params.name: required by module 'pg'")
+    assert message.startswith(
+        "manifest.workloads.api.resources.db.params.name: node 'type=postgres,class=default,"
+        "id=workloads.api.db': uses module pg@"
+    )
+    assert message.endswith(" which requires string param 'name' to be set")
 
 
 @pytest.mark.parametrize(
@@ -1123,11 +1135,11 @@ def test_compile__every_workload_has_an_output() -> None:
     compiled = compile_({"workloads": {"empty": {}}}, catalogue())
 
     assert (
-        'output "workload_empty" {\n  description = "The outputs of workload \'empty\'"\n'
-        "  value       = {}\n}\n" == block(compiled.main_tf, "output", "workload_empty")
+        'output "empty" {\n  description = "The outputs of workload \'empty\'"\n'
+        "  value       = {}\n}\n" == block(compiled.main_tf, "output", "empty")
     )
     assert {"empty": {"a": 1}} == compiler.workload_outputs(
-        {"workload_empty": {"a": 1}, "platform_orchestrator_metadata": {}}
+        {"empty": {"a": 1}, "platform_orchestrator_metadata": {}}
     )
 
 

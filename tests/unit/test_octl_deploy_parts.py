@@ -12,7 +12,6 @@ import yaml
 from rich.console import Console
 
 from orchestrator.cli.octl import keys, manifest, output
-from orchestrator.cli.octl.commands.deploy import by_workload
 from orchestrator.cli.octl.inputs import InputError
 from orchestrator.cli.octl.progress import WaitProgress, format_duration
 from orchestrator.protocol import age
@@ -208,8 +207,3 @@ def test_to_yaml__multiline_strings_are_literal_blocks_and_round_trip(text: str)
     assert text == yaml.safe_load(printed)["tf"]
     if "\n" in text and "  \n" not in text:
         assert printed.startswith("tf: |")
-
-
-def test_by_workload__strips_the_output_prefix() -> None:
-    assert {"api": {"url": "u"}, "other": 1} == by_workload({"workload_api": {"url": "u"}, "other": 1})
-    assert [1] == by_workload([1])

@@ -7,7 +7,7 @@ import asyncio
 import base64
 import binascii
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 import pyrage
@@ -20,7 +20,7 @@ from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, 
 from orchestrator.api.errors import error_body
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import creation, errored_states
-from orchestrator.domain.deployments import Deployment, Mode, is_final
+from orchestrator.domain.deployments import Deployment, Mode, Status, is_final
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
 
@@ -112,16 +112,23 @@ class DeploymentOut(DeploymentSummaryOut):
     #: The runner's error when the deployment failed.
     error: dict[str, Any] | None = schemas.optional()
     has_logs: bool = False
+    #: GET .../encrypted-outputs answers them (kept, within PO_OUTPUTS_RETENTION_SECONDS).
     has_outputs: bool = False
 
     @classmethod
-    def of(cls, d: Deployment) -> DeploymentOut:
+    def of(cls, d: Deployment, *, outputs_retention: timedelta | None = None) -> DeploymentOut:
+        """``outputs_retention``: outputs finished longer ago count as gone (default: as stored)."""
+        missing = (
+            None
+            if outputs_retention is None
+            else outputs_missing(d, now=datetime.now(UTC), retention=outputs_retention)
+        )
         return cls(
             **cls.fields_of(d),
             manifest=d.manifest,
             error=d.error,
             has_logs=d.logs_key is not None,
-            has_outputs=d.outputs is not None,
+            has_outputs=d.outputs is not None and missing is None,
         )
 
 
@@ -138,6 +145,9 @@ class EncryptedOutputsOut(BaseModel):
 
 def _mode(body: DeploymentCreateBody) -> tuple[Mode, bool]:
     if body.mode == "plan_only":
+        if body.plan_only is False:
+            # Upstream's words (pinned by its integration tests).
+            raise InvalidInputError("plan_only cannot be false if mode is plan_only")
         return Mode.DEPLOY, True
     return Mode(body.mode), bool(body.plan_only)
 
@@ -173,8 +183,11 @@ async def create_deployment(
         return JSONResponse(out.model_dump(mode="json"), status_code=200)
     if outcome.new:
         svc.wake_dispatcher()
+    # 201 for a repeat with the same Idempotency-Key too (the deployment it made), as upstream answers:
+    # its clients read a 200 as a dry run's answer.
     return JSONResponse(
-        DeploymentOut.of(outcome.deployment).model_dump(mode="json"), status_code=201 if outcome.new else 200
+        _out(svc, outcome.deployment).model_dump(mode="json"),
+        status_code=201,
     )
 
 
@@ -215,7 +228,7 @@ async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployme
 async def get_deployment(
     org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> DeploymentOut:
-    return DeploymentOut.of(await _get(svc, org_id, deployment_id))
+    return _out(svc, await _get(svc, org_id, deployment_id))
 
 
 @router.get(
@@ -234,7 +247,7 @@ async def wait_for_complete(
     while True:
         deployment = await _get(svc, org_id, deployment_id)
         if is_final(deployment.status):
-            return JSONResponse(DeploymentOut.of(deployment).model_dump(mode="json"))
+            return JSONResponse(_out(svc, deployment).model_dump(mode="json"))
         remaining = deadline - asyncio.get_running_loop().time()
         # A stopping server answers at once rather than hold its shutdown: the client calls again.
         if remaining <= 0 or svc.notifier.closed:
@@ -258,10 +271,44 @@ async def get_tf(
 async def get_encrypted_outputs(
     org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> EncryptedOutputsOut:
+    """The outputs, age ciphertext (base64): answered ``PO_OUTPUTS_RETENTION_SECONDS`` after the deployment
+    finished, then 404 "deployment outputs are no longer available" (upstream's answer)."""
     deployment = await _get(svc, org_id, deployment_id)
-    if deployment.outputs is None:
-        raise NotFoundError(f"deployment '{deployment_id}' has no outputs")
+    missing = outputs_missing(deployment, now=datetime.now(UTC), retention=_outputs_retention(svc))
+    if missing is not None or deployment.outputs is None:
+        raise NotFoundError(missing or f"deployment '{deployment_id}' has no outputs")
     return EncryptedOutputsOut(raw=deployment.outputs)
+
+
+def _outputs_retention(svc: Services) -> timedelta:
+    return timedelta(seconds=svc.settings.outputs_retention_seconds)
+
+
+def _out(svc: Services, deployment: Deployment) -> DeploymentOut:
+    return DeploymentOut.of(deployment, outputs_retention=_outputs_retention(svc))
+
+
+#: Upstream's message (pinned by its integration tests) once the outputs' retention has passed.
+OUTPUTS_GONE = "deployment outputs are no longer available"
+
+
+def outputs_missing(deployment: Deployment, *, now: datetime, retention: timedelta) -> str | None:
+    """Why the deployment's outputs cannot be answered (the 404 message), or None when they can."""
+    where = f"deployment '{deployment.id}'"
+    if not is_final(deployment.status):
+        return f"{where} has no outputs yet: it is still executing"
+    if deployment.mode == Mode.DESTROY:
+        return f"{where} has no outputs: a destroy reports none"
+    if deployment.encrypted_outputs_recipient is None:
+        return f"{where} has no outputs: it was created without an encrypted_outputs_recipient"
+    finished = deployment.completed_at or deployment.updated_at
+    if deployment.outputs is None and deployment.status != Status.SUCCEEDED:
+        return f"{where} has no outputs: it {deployment.status}"
+    if now >= finished + retention:
+        return OUTPUTS_GONE
+    if deployment.outputs is None:
+        return f"{where} has no outputs: its runner reported none"
+    return None
 
 
 def _objects_removed(svc: Services, deployment_id: uuid.UUID, removed_at: datetime) -> JSONResponse:

@@ -476,7 +476,7 @@ class ApiClient:
         idempotency_key: str | None = None,
         on_retry: Callable[[ApiConnectionError], None] | None = None,
     ) -> JsonObject:
-        """Create a deployment: the Deployment (201; 200 when ``idempotency_key`` named an existing one),
+        """Create a deployment: the Deployment (201, also when ``idempotency_key`` named an existing one),
         or ``{runner_id, diff, tf}`` for a dry run (``is_dry_run``).
 
         With an ``idempotency_key`` a POST whose connection failed is sent again with the same key (up to

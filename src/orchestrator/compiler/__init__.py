@@ -9,8 +9,9 @@ Pure code: no I/O, no database. The deployment code loads what it needs and call
 4. :func:`graph_of` to store with the deployment, :func:`diff_graphs` against the previous deployment's
    stored graph, and :func:`build_bundle` for the runner.
 
-Key contracts: module names are a pure function of a resource's ``(type, class, id)``; workload outputs
-are the Terraform outputs ``workload_<name>``; ``main.tf`` never holds a credential.
+Key contracts: module names are a pure function of a resource's ``(type, class, id)``; each workload's
+outputs are the Terraform output named as the workload (upstream's names); ``main.tf`` never holds a
+credential.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from orchestrator.compiler.backend import render_backend
 from orchestrator.compiler.bundle import build_bundle
 from orchestrator.compiler.deployment import (
     METADATA_OUTPUT,
-    WORKLOAD_OUTPUT_PREFIX,
     CompiledDeployment,
     EnvInfo,
     ResourceNode,
@@ -35,7 +35,6 @@ from orchestrator.compiler.manifest import Manifest, ManifestResource, ManifestW
 
 __all__ = [
     "METADATA_OUTPUT",
-    "WORKLOAD_OUTPUT_PREFIX",
     "CompiledDeployment",
     "EnvInfo",
     "Manifest",

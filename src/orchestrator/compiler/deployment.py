@@ -6,8 +6,10 @@ provider, one ``module`` block per resource node (sorted by name), and the outpu
 
 - ``platform_orchestrator_metadata``: ``{node id: the module's platform_orchestrator_metadata output or
   {}}``, which the runner reports as resource metadata and leaves out of the outputs;
-- ``workload_<name>`` (:func:`workload_output_name`) for every workload: an object of its ``outputs``;
-  sensitive only when it reads an output the resource type's schema marks sensitive.
+- one output per workload, named as the workload (:func:`workload_output_name`, upstream's names: the
+  decrypted outputs read ``{"api": {...}}``): an object of its ``outputs``; sensitive only when it reads
+  an output the resource type's schema marks sensitive. Workload names cannot clash with the metadata
+  output (``manifest`` allows no ``_`` in them) and start with a letter, as Terraform output names must.
 
 The same inputs give the same text, byte for byte.
 """
@@ -41,24 +43,20 @@ from orchestrator.errors import InvalidInputError
 
 #: The output holding each node's metadata; the runner's ``METADATA_KEY`` default.
 METADATA_OUTPUT: Final = "platform_orchestrator_metadata"
-#: Prefix of the output of each workload (``workload_api``).
-WORKLOAD_OUTPUT_PREFIX: Final = "workload_"
 MAIN_FILE: Final = "main.tf"
 #: The values of the variables standing for module providers' credentials (loaded by Terraform itself).
 PROVIDER_SECRETS_FILE: Final = "po-provider-secrets.auto.tfvars.json"
 
 
 def workload_output_name(workload: str) -> str:
-    return WORKLOAD_OUTPUT_PREFIX + workload
+    """The Terraform output holding the workload's outputs: the workload's name, as upstream names it."""
+    return workload
 
 
 def workload_outputs(outputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The runner's outputs (``{output name: value}``) as ``{workload: its outputs}``."""
-    return {
-        name.removeprefix(WORKLOAD_OUTPUT_PREFIX): value
-        for name, value in outputs.items()
-        if name.startswith(WORKLOAD_OUTPUT_PREFIX)
-    }
+    """The Terraform outputs of a compiled deployment as ``{workload: its outputs}`` (the metadata output
+    left out, as the runner leaves it out of the outputs it reports)."""
+    return {name: value for name, value in outputs.items() if name != METADATA_OUTPUT}
 
 
 @dataclass(frozen=True, kw_only=True)

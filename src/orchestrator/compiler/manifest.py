@@ -4,7 +4,10 @@ Upstream's ``DeploymentManifest`` (data-plane API) with its limits, parsed stric
 errors, and every error names its field under ``manifest.``. Names that become parts of Terraform
 identifiers are checked here, so that the compiler can derive module and output names from them:
 
-- workload names and shared aliases: upstream's ``^[a-z0-9][a-z0-9-]{0,61}[a-z0-9]$``;
+- workload names and shared aliases: upstream's ``^[a-z0-9][a-z0-9-]{0,61}[a-z0-9]$``; a workload name
+  also names the workload's Terraform output, so it must start with a letter (Terraform refuses an
+  output ``9lives``; upstream accepts the name and fails the run), and it never clashes with the
+  metadata output ``platform_orchestrator_metadata`` (no ``_``);
 - resource aliases in a workload: letters, digits, ``-``, and single ``_`` between them (no ``__``);
 - workload output names: Terraform identifiers.
 
@@ -30,8 +33,9 @@ MAX_PARAMS: Final = 20
 TYPE_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,61}[A-Za-z0-9]$")
 CLASS_PATTERN: Final = TYPE_PATTERN
 ID_PATTERN: Final = re.compile(r"^(?=.{1,63}$)[a-z0-9]+(?:-+[a-z0-9]+)*(?:\.[a-z0-9]+(?:-+[a-z0-9]+)*)*$")
-WORKLOAD_NAME_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,61}[a-z0-9]$")
-SHARED_ALIAS_PATTERN: Final = WORKLOAD_NAME_PATTERN
+SHARED_ALIAS_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,61}[a-z0-9]$")
+#: Upstream's pattern, starting with a letter: the name is a Terraform output name too.
+WORKLOAD_NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
 RESOURCE_ALIAS_PATTERN: Final = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]+(?:(?:_|-+)[A-Za-z0-9]+)*$")
 OUTPUT_NAME_PATTERN: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
 
@@ -151,7 +155,8 @@ class Manifest(BaseModel):
             value,
             WORKLOAD_NAME_PATTERN,
             "workload name",
-            "use 2 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+            "use 2 to 63 lowercase letters, digits and '-', starting with a letter (it names the "
+            "workload's Terraform output) and ending with a letter or digit",
         )
         return value
 

@@ -76,10 +76,18 @@ def _type_matches(expected: str, value: Any) -> bool:
 
 
 def check_params(node: Node) -> None:
-    """The node's params against its module's ``module_params``: known, present unless optional, typed."""
+    """The node's params against its module's ``module_params``: present unless optional (checked first,
+    as upstream does, whose words the message ends with), known, typed."""
     module = node.required_module
     declared = module.content.module_params
     where = node.params_where
+    for name, param in sorted(declared.items()):
+        if not param.is_optional and node.params.get(name) is None:
+            c = node.coordinate
+            raise InvalidInputError(
+                f"{where}.{name}: node 'type={c.type},class={c.resource_class},id={c.id}': uses module "
+                f"{module.id}@{module.version_id} which requires {param.type} param '{name}' to be set"
+            )
     for name in sorted(node.params):
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
@@ -90,11 +98,6 @@ def check_params(node: Node) -> None:
             raise InvalidInputError(
                 f"{where}.{name}: module '{module.id}' expects a {declared[name].type}, "
                 f"got {type(node.params[name]).__name__}"
-            )
-    for name, param in sorted(declared.items()):
-        if not param.is_optional and node.params.get(name) is None:
-            raise InvalidInputError(
-                f"{where}.{name}: required by module '{module.id}' for resource {node.coordinate}"
             )
     for name in sorted(set(node.params) | set(module.content.module_inputs)):
         if name in RESERVED_MODULE_ARGUMENTS:

@@ -37,6 +37,8 @@ from orchestrator.store import resource_types as resource_type_store
 from orchestrator.store import runners as runner_store
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
+#: The 409 to an Idempotency-Key repeated with another request.
+IDEMPOTENCY_CONFLICT = "incorrect manifest or mode for this idempotency key"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +151,9 @@ async def _idempotent(
         await store.forget_idempotency_key(conn, existing.id)
         return None
     if existing.request_digest != request_digest:
-        raise ConflictError("the Idempotency-Key was already used for a different deployment request")
+        # Upstream's words (its integration tests pin them); the request compared is the environment,
+        # mode, plan_only, manifest and rollback target.
+        raise ConflictError(IDEMPOTENCY_CONFLICT)
     return existing
 
 
@@ -158,7 +162,7 @@ async def _manifest_and_reference(
 ) -> dict[str, Any]:
     if request.mode is Mode.ROLLBACK:
         if request.rollback_to_deployment_id is None:
-            raise InvalidInputError("rollback_to_deployment_id: required when mode is rollback")
+            raise InvalidInputError("rollback_to_deployment_id must be set when mode is rollback")
         target = await store.get(conn, org_id, request.rollback_to_deployment_id)
         if target is None or target.env_uuid != env.uuid:
             raise InvalidInputError(

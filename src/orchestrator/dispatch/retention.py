@@ -9,6 +9,10 @@ error), but each deployment is recorded once; a crash between the deletes and th
 objects are deleted again next time. Executing deployments are never touched, nor the code a destroy of
 a still existing environment needs (its newest successful change); the rows stay, and the logs API then
 answers 410, naming the retention.
+
+Each round also deletes the encrypted outputs of deployments finished more than
+``PO_OUTPUTS_RETENTION_SECONDS`` ago (upstream keeps them 5 minutes); the outputs API refuses them from
+that moment on (404 "deployment outputs are no longer available"), whether or not a round has run.
 """
 
 from __future__ import annotations
@@ -50,17 +54,25 @@ class RetentionWorker:
         blobs: BlobStore,
         retention: timedelta,
         interval_seconds: float,
+        outputs_retention: timedelta | None = None,
         batch_size: int = 50,
     ) -> None:
         self.engine = engine
         self.blobs = blobs
         self.retention = retention
+        #: None: outputs are kept (tests of the objects alone).
+        self.outputs_retention = outputs_retention
         self.interval_seconds = interval_seconds
         self.batch_size = batch_size
 
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until ``stop`` is set; errors are logged and the loop goes on."""
-        delay = random.uniform(0.5, 1.0) * min(self.interval_seconds, FIRST_ROUND_SECONDS)
+        # Outputs are due minutes after their deployment: rounds come at least that often (a round with
+        # nothing to do reads two rows at most).
+        interval = self.interval_seconds
+        if self.outputs_retention is not None:
+            interval = min(interval, self.outputs_retention.total_seconds())
+        delay = random.uniform(0.5, 1.0) * min(interval, FIRST_ROUND_SECONDS)
         while not await sleep_unless_stopped(stop, delay):
             try:
                 deleted = await self.run_once()
@@ -69,12 +81,13 @@ class RetentionWorker:
             else:
                 if deleted:
                     log.info("deployment objects deleted", deployments=len(deleted))
-            delay = self.interval_seconds
+            delay = interval
 
     async def run_once(self, now: datetime | None = None) -> list[Deleted]:
         """Delete the objects of every deployment due at ``now`` (default: the current time); what was
         deleted. A batch whose objects could not all be deleted ends the round (tried again next round)."""
         now = now or datetime.now(UTC)
+        await self.delete_outputs(now)
         cutoff = now - self.retention
         # A cheap read first: a round with nothing to do takes no write transaction.
         async with db.readonly(self.engine).connect() as conn:
@@ -91,6 +104,20 @@ class RetentionWorker:
             if len(due) < self.batch_size:
                 return done
             after = due[-1].id
+
+    async def delete_outputs(self, now: datetime) -> int:
+        """Delete the encrypted outputs past their retention at ``now``; how many deployments had some."""
+        if self.outputs_retention is None:
+            return 0
+        cutoff = now - self.outputs_retention
+        async with db.readonly(self.engine).connect() as conn:
+            if not await store.has_outputs_due(conn, cutoff=cutoff):
+                return 0
+        async with self.engine.begin() as conn:
+            count = await store.delete_outputs(conn, cutoff=cutoff)
+        if count:
+            log.info("deployment outputs deleted after their retention", deployments=count)
+        return count
 
     async def _delete(self, item: store.KeptObjects, now: datetime) -> bool:
         """Delete one deployment's objects and record it; False if that failed (tried again next round)

@@ -6,6 +6,10 @@ Each route is authorized by the deployment's token (``X-Deployment-Token``), thr
 deployment, and only while that deployment executes or finished at most
 ``PO_DEPLOYMENT_TOKEN_GRACE_SECONDS`` ago (the runner's last log upload, a result retry). Results and logs
 are written once: an identical repeat of the results is answered success, anything else 409.
+
+A missing token, or one that is not the deployment's, is answered as upstream's data plane answers it (its
+integration tests pin the messages): 400 naming the header, 400 "the runner token is not valid". A valid
+token whose deployment ended too long ago (or is gone) is answered 401, saying so.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
-from orchestrator.errors import ConflictError, NotFoundError, PayloadTooLargeError, UnauthenticatedError
+from orchestrator.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnauthenticatedError,
+)
 from orchestrator.gateway import tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
@@ -94,6 +104,13 @@ async def _authorize(
     grace_seconds: float | None = None,
 ) -> Deployment:
     presented = request.headers.get(protocol.DEPLOYMENT_TOKEN_HEADER)
+    if presented is None or not presented.strip():
+        raise InvalidInputError(
+            f"{protocol.DEPLOYMENT_TOKEN_HEADER}: the header is required and may not be empty: the "
+            "deployment's token (the runner's TOKEN)"
+        )
+    if not tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
+        raise InvalidInputError(protocol.RUNNER_TOKEN_INVALID)
     deployment = await authorized_deployment(
         svc, org_id, deployment_id, presented, grace_seconds=grace_seconds
     )

@@ -50,6 +50,8 @@ def split_gateway_url(url: str) -> tuple[str, str, str]:
 
 #: Header carrying the per-deployment token on the bundle, results and logs routes.
 DEPLOYMENT_TOKEN_HEADER: Final = "X-Deployment-Token"
+#: The gateway's 400 message for a deployment token that is not the deployment's (upstream's words).
+RUNNER_TOKEN_INVALID: Final = "the runner token is not valid"
 #: Error code a runner uses for failures of its own (bundle, files, encryption, gateway).
 RUNNER_ERROR_CODE: Final = "RUNNER"
 #: Error code for an IaC command that failed without a parseable diagnostic.

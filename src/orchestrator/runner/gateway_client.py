@@ -220,7 +220,8 @@ class GatewayClient:
         )
         if body:
             message += f": {body}"
-        if response.status_code in (401, 403):
+        # Our gateway answers a wrong token 400 (as upstream's data plane), upstream's gateway 401.
+        if response.status_code in (401, 403) or results.RUNNER_TOKEN_INVALID in body:
             return GatewayAuthError(
                 f"{message} (the deployment token was rejected; check TOKEN)",
                 status_code=response.status_code,

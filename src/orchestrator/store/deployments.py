@@ -392,6 +392,22 @@ async def mark_objects_deleted(conn: AsyncConnection, deployment_id: uuid.UUID, 
     return result.rowcount > 0
 
 
+def _outputs_due(cutoff: datetime) -> sa.ColumnElement[bool]:
+    return sa.and_(deployments.c.outputs.is_not(None), deployments.c.completed_at < cutoff)
+
+
+async def has_outputs_due(conn: AsyncConnection, *, cutoff: datetime) -> bool:
+    """A cheap read before ``delete_outputs``: does a deployment finished before ``cutoff`` keep outputs?"""
+    found = await conn.execute(sa.select(deployments.c.id).where(_outputs_due(cutoff)).limit(1))
+    return found.first() is not None
+
+
+async def delete_outputs(conn: AsyncConnection, *, cutoff: datetime) -> int:
+    """Delete the encrypted outputs of the deployments finished before ``cutoff``; how many."""
+    result = await conn.execute(deployments.update().where(_outputs_due(cutoff)).values(outputs=None))
+    return result.rowcount
+
+
 async def objects_deleted_at(conn: AsyncConnection, org_id: str, deployment_id: uuid.UUID) -> datetime | None:
     """When the deployment's objects were deleted by the retention worker; None while they are kept."""
     return (

@@ -45,9 +45,6 @@ RUNNER_LOG_LEVELS = ("debug", "info", "warn", "error")
 WAIT_SECONDS = 30
 #: Consecutive connection failures while waiting before octl gives up (the deployment goes on).
 WAIT_RECONNECT_ATTEMPTS = 5
-#: The compiled code names the Terraform output of workload W ``workload_W``; octl prints outputs by
-#: workload, as upstream does.
-WORKLOAD_OUTPUT_PREFIX = "workload_"
 #: Logs are uploaded just before the results; a few short retries cover a slow upload.
 LOG_FETCH_ATTEMPTS = 4
 LOG_FETCH_DELAY_SECONDS = 0.5
@@ -336,11 +333,5 @@ def _report(
         values = json.loads(age.decrypt_b64(raw, identity))
     except (age.AgeDecryptError, ValueError) as exc:
         raise OperationFailure(f"the outputs of deployment {deployment_id} cannot be read: {exc}") from exc
-    output.emit(by_workload(values), out, ())
-
-
-def by_workload(outputs: Any) -> Any:
-    """The decrypted outputs keyed by workload name (``workload_api`` becomes ``api``)."""
-    if not isinstance(outputs, dict):
-        return outputs
-    return {str(name).removeprefix(WORKLOAD_OUTPUT_PREFIX): value for name, value in outputs.items()}
+    # Keyed by workload already: the compiled code names each workload's output after the workload.
+    output.emit(values, out, ())
