@@ -14,10 +14,10 @@ import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import input_checks
+from orchestrator.api import input_checks, openapi
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
@@ -30,7 +30,11 @@ from orchestrator.store import deployments as store
 #: How long after its deployment ended a token may still hand over the state Terraform could not save.
 ERRORED_STATE_GRACE_SECONDS = 24 * 3600.0
 
-router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}", tags=["Runner gateway"])
+router = APIRouter(
+    prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}",
+    tags=["Runner gateway"],
+    dependencies=[Security(openapi.DEPLOYMENT_TOKEN)],
+)
 
 
 async def read_limited(request: Request, limit: int, what: str) -> bytes:

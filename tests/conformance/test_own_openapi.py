@@ -1,0 +1,209 @@
+"""Schemathesis against our own ``/openapi.json``: every operation, on a real server seeded with one object of
+each kind (an organization, a project, an environment type and environment, a local runner and its rule, the
+demo module and its rule, a module provider, a token, and a deployment that ran). No answer may be a 5xx,
+break its documented response schema or content type, or have a status the operation does not document.
+
+Generated cases of the positive mode address the seeded objects (their path parameters are replaced by the
+seeds' ids), so that they reach the routes' code beyond the 404 of an unknown id; negative cases keep what
+Schemathesis generated. The API is called with the platform token, the gateway's deployment routes with the
+seeded deployment's token (and its state backend with basic auth), as their runner would. Operations run in
+the document's order, deletions last (so that they do not remove what the others read). Each operation gets
+``MAX_EXAMPLES`` derandomized examples per generation mode: the run is the same every time.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis.errors import HypothesisException
+from pydantic import SecretStr
+from schemathesis import APIOperation, Case, GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from orchestrator.gateway import tokens
+from orchestrator.protocol.results import DEPLOYMENT_TOKEN_HEADER
+from orchestrator.settings import ServerSettings
+from tests.acceptance.conftest import build_stack, running_server
+from tests.conftest import BOOTSTRAP_TOKEN
+
+#: Examples per operation and generation mode (positive, negative).
+MAX_EXAMPLES = 25
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance]
+SERVER_KEY = secrets.token_bytes(32)
+
+
+@dataclass
+class Seeds:
+    base_url: str
+    #: Path parameter name to the seeded object's id.
+    path_parameters: dict[str, str]
+    #: Per path prefix, overrides of path_parameters (``rule_id`` of a runner rule or of a module rule).
+    by_prefix: dict[str, dict[str, str]] = field(default_factory=dict)
+    deployment_token: str = ""
+
+    def parameters_for(self, path: str) -> dict[str, str]:
+        chosen = dict(self.path_parameters)
+        for prefix, overrides in self.by_prefix.items():
+            if path.startswith(prefix):
+                chosen.update(overrides)
+        return chosen
+
+
+@pytest.fixture
+def seeds(settings: ServerSettings, tmp_path: Path) -> Iterator[Seeds]:
+    def make(port: int) -> ServerSettings:
+        return settings.model_copy(
+            update={
+                "listen": f"127.0.0.1:{port}",
+                "public_url": f"http://127.0.0.1:{port}",
+                "status_check_interval_seconds": 0.5,
+                # The finished deployment's token still opens the gateway (its routes then answer
+                # what a late runner gets: no bundle, results and logs already written).
+                "deployment_token_grace_seconds": 3600.0,
+                "encryption_key": SecretStr(base64.b64encode(SERVER_KEY).decode()),
+            }
+        )
+
+    with running_server(make) as base_url:
+        stack = build_stack(base_url, tmp_path)
+        try:
+            yield _seed(stack.client, base_url, stack.deploy())
+        finally:
+            stack.client.close()
+
+
+def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Seeds:
+    org = "acme"
+    assert "succeeded" == deployment["status"], deployment
+    provider = {
+        "provider_type": "aws",
+        "id": "default",
+        "source": "hashicorp/aws",
+        "version_constraint": "~> 5.0",
+    }
+    assert 201 == client.post(f"/orgs/{org}/module-providers", json=provider).status_code
+    created = client.post(f"/orgs/{org}/tokens", json={"role": "viewer", "description": "probe"})
+    assert 201 == created.status_code, created.text
+    token = created.json()
+    env = client.get(f"/orgs/{org}/projects/shop/envs/dev").json()
+    runner_rule = client.get(f"/orgs/{org}/runner-rules").json()["items"][0]
+    module_rule = client.get(f"/orgs/{org}/module-rules").json()["items"][0]
+    versions = client.get(f"/orgs/{org}/modules/demo-app/versions").json()["items"]
+    return Seeds(
+        base_url=base_url,
+        path_parameters={
+            "org_id": org,
+            "project_id": "shop",
+            "env_id": "dev",
+            "env_type_id": "development",
+            "env_uuid": env["uuid"],
+            "runner_id": "local",
+            "type_id": "demo-app",
+            "module_id": "demo-app",
+            "version_id": versions[0]["version_id"],
+            "provider_type": "aws",
+            "provider_id": "default",
+            "deployment_id": deployment["id"],
+            "token_id": token["id"],
+        },
+        by_prefix={
+            "/orgs/{org_id}/runner-rules": {"rule_id": runner_rule["id"]},
+            "/orgs/{org_id}/module-rules": {"rule_id": module_rule["id"]},
+        },
+        deployment_token=tokens.deployment_token(tokens.token_key(SERVER_KEY), org, deployment["id"]),
+    )
+
+
+def _credentials(operation: APIOperation, seeds: Seeds) -> dict[str, str]:
+    schemes = {name for requirement in operation.definition.raw.get("security", []) for name in requirement}
+    if "DeploymentToken" in schemes:
+        return {DEPLOYMENT_TOKEN_HEADER: seeds.deployment_token}
+    if "StateBasicAuth" in schemes:
+        user = seeds.path_parameters["deployment_id"]
+        basic = base64.b64encode(f"{user}:{seeds.deployment_token}".encode()).decode()
+        return {"Authorization": f"Basic {basic}"}
+    return {"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}
+
+
+def _ordered(schema: Any) -> list[APIOperation]:
+    operations = [result.ok() for result in schema.get_all_operations()]
+    return sorted(operations, key=lambda operation: operation.method.upper() == "DELETE")
+
+
+def _probe(
+    operation: APIOperation, mode: GenerationMode, seeds: Seeds, found: list[str], statuses: list[int]
+) -> None:
+    headers = _credentials(operation, seeds)
+    known = seeds.parameters_for(operation.path)
+
+    @hypothesis_settings(
+        max_examples=MAX_EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def probe(case: Case) -> None:
+        if mode is GenerationMode.POSITIVE and case.path_parameters:
+            case.path_parameters = {
+                name: known.get(name, value) for name, value in case.path_parameters.items()
+            }
+        response = case.call(base_url=seeds.base_url, headers=headers, timeout=30)
+        statuses.append(response.status_code)
+        try:
+            case.validate_response(response, checks=CHECKS)
+        except FailureGroup as group:
+            found.extend(_describe(operation, mode, response.status_code, f) for f in group.exceptions)
+        except Failure as failure:
+            found.append(_describe(operation, mode, response.status_code, failure))
+
+    try:
+        probe()
+    except HypothesisException as exc:  # nothing to generate in this mode (no inputs to break)
+        if mode is GenerationMode.POSITIVE:
+            raise
+        del exc
+
+
+def _describe(operation: APIOperation, mode: GenerationMode, status: int, failure: BaseException) -> str:
+    title = getattr(failure, "title", type(failure).__name__)
+    detail = " ".join(str(getattr(failure, "message", failure)).split())[:240]
+    return f"{operation.label} [{mode.value}] {status}: {title}: {detail}"
+
+
+@pytest.mark.timeout(900)
+def test_own_openapi__every_answer_is_documented(seeds: Seeds) -> None:
+    """Zero 5xx, zero response-schema or content-type violations, zero undocumented status codes."""
+    schema = schemathesis.openapi.from_url(f"{seeds.base_url}/openapi.json")
+    operations = _ordered(schema)
+    found: list[str] = []
+    statuses: list[int] = []
+
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _probe(operation, mode, seeds, found, statuses)
+
+    assert len(operations) > 70
+    # Enough calls got past authentication and the 404 of unknown ids to mean something.
+    assert len(statuses) > 5 * len(operations)
+    assert sum(1 for status in statuses if status < 300) > 2 * len(operations), Counter(statuses)
+    assert [] == found, f"{len(found)} findings:\n" + "\n".join(found)
