@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import HypothesisException
@@ -38,6 +39,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from orchestrator.gateway import tokens
+from orchestrator.protocol import agent_auth
 from orchestrator.protocol.results import DEPLOYMENT_TOKEN_HEADER
 from orchestrator.settings import ServerSettings
 from tests.acceptance.conftest import build_stack, running_server
@@ -47,6 +49,8 @@ from tests.conftest import BOOTSTRAP_TOKEN
 MAX_EXAMPLES = 25
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance]
 SERVER_KEY = secrets.token_bytes(32)
+AGENT_RUNNER = "agent1"
+AGENT_ROUTES = "/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}"
 
 
 @dataclass
@@ -57,6 +61,8 @@ class Seeds:
     #: Per path prefix, overrides of path_parameters (``rule_id`` of a runner rule or of a module rule).
     by_prefix: dict[str, dict[str, str]] = field(default_factory=dict)
     deployment_token: str = ""
+    #: The agent runner's private key: each of its requests gets a fresh JWT (each is accepted once).
+    agent_key: Ed25519PrivateKey | None = None
 
     def parameters_for(self, path: str) -> dict[str, str]:
         chosen = dict(self.path_parameters)
@@ -77,6 +83,8 @@ def seeds(settings: ServerSettings, tmp_path: Path) -> Iterator[Seeds]:
                 # The finished deployment's token still opens the gateway (its routes then answer
                 # what a late runner gets: no bundle, results and logs already written).
                 "deployment_token_grace_seconds": 3600.0,
+                # The agent runner has nothing to deliver: its long polls end soon (204).
+                "agent_fetch_wait_seconds": 0.2,
                 "encryption_key": SecretStr(base64.b64encode(SERVER_KEY).decode()),
             }
         )
@@ -106,6 +114,18 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
     runner_rule = client.get(f"/orgs/{org}/runner-rules").json()["items"][0]
     module_rule = client.get(f"/orgs/{org}/module-rules").json()["items"][0]
     versions = client.get(f"/orgs/{org}/modules/demo-app/versions").json()["items"]
+    private_pem, public_pem = agent_auth.generate_key_pair()
+    agent = {
+        "id": AGENT_RUNNER,
+        "runner_configuration": {
+            "type": "kubernetes-agent",
+            "key": public_pem,
+            "job": {"namespace": "po", "service_account": "po-runner"},
+        },
+        "state_storage_configuration": {"type": "kubernetes", "namespace": "po"},
+    }
+    created = client.post(f"/orgs/{org}/runners", json=agent)
+    assert 201 == created.status_code, created.text
     return Seeds(
         base_url=base_url,
         path_parameters={
@@ -126,13 +146,19 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
         by_prefix={
             "/orgs/{org_id}/runner-rules": {"rule_id": runner_rule["id"]},
             "/orgs/{org_id}/module-rules": {"rule_id": module_rule["id"]},
+            f"{AGENT_ROUTES}/commands": {"runner_id": AGENT_RUNNER},
+            f"{AGENT_ROUTES}/events": {"runner_id": AGENT_RUNNER},
         },
         deployment_token=tokens.deployment_token(tokens.token_key(SERVER_KEY), org, deployment["id"]),
+        agent_key=agent_auth.load_private_key(private_pem),
     )
 
 
 def _credentials(operation: APIOperation, seeds: Seeds) -> dict[str, str]:
     schemes = {name for requirement in operation.definition.raw.get("security", []) for name in requirement}
+    if "AgentJWT" in schemes and seeds.agent_key is not None:
+        token = agent_auth.sign(seeds.agent_key, seeds.path_parameters["org_id"], AGENT_RUNNER)
+        return {"Authorization": f"Bearer {token}"}
     if "DeploymentToken" in schemes:
         return {DEPLOYMENT_TOKEN_HEADER: seeds.deployment_token}
     if "StateBasicAuth" in schemes:
@@ -150,7 +176,6 @@ def _ordered(schema: Any) -> list[APIOperation]:
 def _probe(
     operation: APIOperation, mode: GenerationMode, seeds: Seeds, found: list[str], statuses: list[int]
 ) -> None:
-    headers = _credentials(operation, seeds)
     known = seeds.parameters_for(operation.path)
 
     @hypothesis_settings(
@@ -167,6 +192,7 @@ def _probe(
             case.path_parameters = {
                 name: known.get(name, value) for name, value in case.path_parameters.items()
             }
+        headers = _credentials(operation, seeds)
         response = case.call(base_url=seeds.base_url, headers=headers, timeout=30)
         statuses.append(response.status_code)
         try:
@@ -203,7 +229,26 @@ def test_own_openapi__every_answer_is_documented(seeds: Seeds) -> None:
             _probe(operation, mode, seeds, found, statuses)
 
     assert len(operations) > 70
+    assert len(operations) == len({op.label for op in operations})
     # Enough calls got past authentication and the 404 of unknown ids to mean something.
     assert len(statuses) > 5 * len(operations)
     assert sum(1 for status in statuses if status < 300) > 2 * len(operations), Counter(statuses)
     assert [] == found, f"{len(found)} findings:\n" + "\n".join(found)
+
+
+def test_own_openapi__the_checks_find_a_violation(seeds: Seeds) -> None:
+    """The same probe, on a document whose organization schema requires a field we never send, finds it:
+    the checks above are live, not vacuous."""
+    document = httpx.get(f"{seeds.base_url}/openapi.json").json()
+    organization = document["components"]["schemas"]["OrganizationOut"]
+    organization["required"] = [*organization.get("required", []), "colour"]
+    del document["paths"]["/orgs/{org_id}"]["get"]["responses"]["404"]
+    schema = schemathesis.openapi.from_dict(document)
+    operation = next(op for op in _ordered(schema) if op.label == "GET /orgs/{org_id}")
+    found: list[str] = []
+
+    _probe(operation, GenerationMode.POSITIVE, seeds, found, [])
+    _probe(operation, GenerationMode.NEGATIVE, seeds, found, [])
+
+    assert any("200: Response violates schema" in finding for finding in found), found
+    assert any("404: Undocumented status code" in finding for finding in found), found

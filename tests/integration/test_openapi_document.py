@@ -49,7 +49,9 @@ def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]
 async def test_openapi__declares_the_security_schemes(document: dict[str, Any]) -> None:
     declared = document["components"]["securitySchemes"]
 
-    assert SCHEMES == {name: {k: v for k, v in s.items() if k != "description"} for name, s in declared.items()}
+    assert SCHEMES == {
+        name: {k: v for k, v in s.items() if k != "description"} for name, s in declared.items()
+    }
 
 
 async def test_openapi__each_operation_names_its_credentials(document: dict[str, Any]) -> None:
@@ -109,9 +111,7 @@ async def test_openapi__statuses_follow_what_the_route_does(document: dict[str, 
     assert {"200"} == codes("get", "/healthz")
 
 
-async def test_openapi__documented_400_is_what_validation_answers(
-    org: Org, document: dict[str, Any]
-) -> None:
+async def test_openapi__documented_400_is_what_validation_answers(org: Org, document: dict[str, Any]) -> None:
     response = await org.admin.post(f"/orgs/{org.id}/projects", json={"id": 7})
 
     assert 400 == response.status_code

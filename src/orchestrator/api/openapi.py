@@ -31,6 +31,7 @@ from fastapi.openapi.models import SecurityBase as SecurityModel
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from fastapi.security.base import SecurityBase
+from pydantic import BaseModel
 
 __all__ = [
     "AGENT_TOKEN",
@@ -38,8 +39,10 @@ __all__ = [
     "DEPLOYMENT_TOKEN",
     "STATE_CREDENTIALS",
     "install",
+    "json_body",
     "may_answer",
     "never_answers",
+    "raw_body",
 ]
 
 ERROR_SCHEMA_NAME: Final = "Error"
@@ -83,6 +86,8 @@ _ADDS: Final = "__po_openapi_adds__"
 _OMITS: Final = "__po_openapi_omits__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: Models of bodies that routes read themselves (:func:`json_body`), by component name.
+_BODY_MODELS: dict[str, type[BaseModel]] = {}
 
 
 class DocumentedCredentials(SecurityBase):
@@ -144,6 +149,29 @@ def never_answers(*statuses: int) -> Callable[[_F], _F]:
         return func
 
     return mark
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` of a route that reads ``model`` from its JSON body itself (the gateway's routes
+    read their bodies with a size limit first): the document shows the body, and ``model`` is added to
+    its components."""
+    _BODY_MODELS[model.__name__] = model
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def raw_body(media_type: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """``openapi_extra`` of a route that keeps its body as it is (a state, a log ciphertext)."""
+    content = {media_type: {"schema": schema}}
+    return {"requestBody": {"required": True, "description": description, "content": content}}
+
+
+def _add_body_models(schemas: dict[str, Any]) -> None:
+    for name, model in sorted(_BODY_MODELS.items()):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for sub_name, sub_schema in schema.pop("$defs", {}).items():
+            schemas.setdefault(sub_name, sub_schema)
+        schemas.setdefault(name, schema)
 
 
 def error_statuses(route: RouteContext, method: str, operation: dict[str, Any]) -> set[int]:
@@ -260,6 +288,7 @@ def build(app: FastAPI, *, extra_paths: Iterable[tuple[str, dict[str, Any]]] = (
     paths.update(dict(extra_paths))
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     schemas[ERROR_SCHEMA_NAME] = ERROR_SCHEMA
+    _add_body_models(schemas)
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
     return document

@@ -416,7 +416,12 @@ def _receipt(request: Request, org_id: str, runner_id: str, command_id: str, tex
     )
 
 
-@router.post("/commands/{command_id}/ack", dependencies=[AGENT], status_code=204)
+@router.post(
+    "/commands/{command_id}/ack",
+    dependencies=[AGENT],
+    status_code=204,
+    openapi_extra=openapi.json_body(protocol.AckRequest),
+)
 async def ack_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -430,7 +435,12 @@ async def ack_command(
     return Response(status_code=204)
 
 
-@router.post("/commands/{command_id}/retry", dependencies=[AGENT], status_code=204)
+@router.post(
+    "/commands/{command_id}/retry",
+    dependencies=[AGENT],
+    status_code=204,
+    openapi_extra=openapi.json_body(protocol.RetryRequest),
+)
 async def retry_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -446,7 +456,12 @@ async def retry_command(
     return Response(status_code=204)
 
 
-@router.post("/commands/{command_id}/reject", dependencies=[AGENT], status_code=204)
+@router.post(
+    "/commands/{command_id}/reject",
+    dependencies=[AGENT],
+    status_code=204,
+    openapi_extra=openapi.json_body(protocol.RejectRequest),
+)
 async def reject_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -464,7 +479,9 @@ async def reject_command(
     return Response(status_code=204)
 
 
-@router.post("/events", dependencies=[AGENT], status_code=202)
+@router.post(
+    "/events", dependencies=[AGENT], status_code=202, openapi_extra=openapi.json_body(protocol.EventEnvelope)
+)
 async def post_event(
     org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:

@@ -121,7 +121,11 @@ async def get_bundle(
     return Response(data, media_type="application/gzip", headers={"Cache-Control": "no-store"})
 
 
-@router.post("/deployments/{deployment_id}/results", status_code=202)
+@router.post(
+    "/deployments/{deployment_id}/results",
+    status_code=202,
+    openapi_extra=openapi.json_body(protocol.DeploymentResults),
+)
 async def post_results(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -155,7 +159,13 @@ def _final_message(deployment: Deployment) -> str:
     )
 
 
-@router.put("/environments/{env_uuid}/deployments/{deployment_id}/logs", status_code=202)
+@router.put(
+    "/environments/{env_uuid}/deployments/{deployment_id}/logs",
+    status_code=202,
+    openapi_extra=openapi.raw_body(
+        "text/plain", {"type": "string"}, "The age ciphertext of the logs, in standard base64."
+    ),
+)
 async def put_logs(
     org_id: str,
     runner_id: str,
@@ -191,6 +201,9 @@ def _logs_stored(deployment_id: uuid.UUID) -> str:
 @router.post(
     "/environments/{env_uuid}/deployments/{deployment_id}/errored-state",
     response_model=protocol.ErroredStateReceipt,
+    openapi_extra=openapi.raw_body(
+        "application/json", {"type": "object"}, "The state Terraform could not save, as it wrote it."
+    ),
 )
 @input_checks.opaque_body  # kept as it is: a state holding any text must never be refused
 async def post_errored_state(

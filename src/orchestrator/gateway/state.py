@@ -71,7 +71,10 @@ async def get_state(
     return Response(data, media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
-@router.post("/state")
+@router.post(
+    "/state",
+    openapi_extra=openapi.raw_body("application/json", {"type": "object"}, "A Terraform state document."),
+)
 @input_checks.opaque_body  # sealed as it is: a state holding any text must never be refused
 async def put_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
