@@ -106,7 +106,16 @@ async def _authorize(
     return deployment
 
 
-@router.get("/deployments/{deployment_id}/bundle")
+@router.get(
+    "/deployments/{deployment_id}/bundle",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The deployment's bundle (tar.gz): the compiled root module and its modules.",
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def get_bundle(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
