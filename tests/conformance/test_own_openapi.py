@@ -148,8 +148,8 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
         },
         "state_storage_configuration": {"type": "kubernetes", "namespace": "po"},
     }
-    created = client.post(f"/orgs/{org}/runners", json=agent)
-    assert 201 == created.status_code, created.text
+    executing = _agent_deployment(client, org, agent)
+    token_key = tokens.token_key(SERVER_KEY)
     return Seeds(
         base_url=base_url,
         path_parameters={
@@ -170,12 +170,33 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
         by_prefix={
             "/orgs/{org_id}/runner-rules": {"rule_id": runner_rule["id"]},
             "/orgs/{org_id}/module-rules": {"rule_id": module_rule["id"]},
-            f"{AGENT_ROUTES}/commands": {"runner_id": AGENT_RUNNER},
-            f"{AGENT_ROUTES}/events": {"runner_id": AGENT_RUNNER},
+            # The gateway serves the deployment that executes on the agent runner.
+            "/runner-gateway": {
+                "runner_id": AGENT_RUNNER,
+                "deployment_id": executing["id"],
+                "env_uuid": executing["env_uuid"],
+            },
         },
-        deployment_token=tokens.deployment_token(tokens.token_key(SERVER_KEY), org, deployment["id"]),
+        deployment_token=tokens.deployment_token(token_key, org, executing["id"]),
         agent_key=agent_auth.load_private_key(private_pem),
     )
+
+
+def _agent_deployment(client: httpx.Client, org: str, agent: dict[str, Any]) -> dict[str, Any]:
+    """A deployment of environment shop/agents, linked to the agent runner: it executes until the end of
+    the test (no agent takes its command), so the gateway serves its bundle and its state."""
+    for path, body in [
+        ("/runners", agent),
+        ("/env-types", {"id": "agents"}),
+        ("/projects/shop/envs", {"id": "agents", "env_type_id": "agents"}),
+        ("/runner-rules", {"runner_id": AGENT_RUNNER, "env_type_id": "agents"}),
+    ]:
+        created = client.post(f"/orgs/{org}{path}", json=body)
+        assert 201 == created.status_code, (path, created.text)
+    created = client.post(f"/orgs/{org}/deployments", json={**DEPLOY_REQUEST, "env_id": "agents"})
+    assert 201 == created.status_code, created.text
+    env = client.get(f"/orgs/{org}/projects/shop/envs/agents").json()
+    return {"id": created.json()["id"], "env_uuid": env["uuid"]}
 
 
 def _credentials(operation: APIOperation, seeds: Seeds) -> dict[str, str]:
@@ -186,15 +207,23 @@ def _credentials(operation: APIOperation, seeds: Seeds) -> dict[str, str]:
     if "DeploymentToken" in schemes:
         return {DEPLOYMENT_TOKEN_HEADER: seeds.deployment_token}
     if "StateBasicAuth" in schemes:
-        user = seeds.path_parameters["deployment_id"]
+        user = seeds.parameters_for("/runner-gateway")["deployment_id"]
         basic = base64.b64encode(f"{user}:{seeds.deployment_token}".encode()).decode()
         return {"Authorization": f"Basic {basic}"}
     return {"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}
 
 
+#: Operations that can end the executing deployment (after them the gateway serves it no more).
+ENDING = ("/results", "/events", "/reject")
+
+
 def _ordered(schema: Any) -> list[APIOperation]:
+    """The document's order, except: what can end the executing deployment, then deletions, last."""
     operations = [result.ok() for result in schema.get_all_operations()]
-    return sorted(operations, key=lambda operation: operation.method.upper() == "DELETE")
+    return sorted(
+        operations,
+        key=lambda operation: (operation.method.upper() == "DELETE", operation.path.endswith(ENDING)),
+    )
 
 
 def _probe(

@@ -480,7 +480,11 @@ async def reject_command(
 
 
 @router.post(
-    "/events", dependencies=[AGENT], status_code=202, openapi_extra=openapi.json_body(protocol.EventEnvelope)
+    "/events",
+    dependencies=[AGENT],
+    status_code=202,
+    response_class=Response,  # no body
+    openapi_extra=openapi.json_body(protocol.EventEnvelope),
 )
 async def post_event(
     org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)

@@ -133,6 +133,7 @@ async def get_bundle(
 @router.post(
     "/deployments/{deployment_id}/results",
     status_code=202,
+    response_class=Response,  # no body
     openapi_extra=openapi.json_body(protocol.DeploymentResults),
 )
 async def post_results(
@@ -171,6 +172,7 @@ def _final_message(deployment: Deployment) -> str:
 @router.put(
     "/environments/{env_uuid}/deployments/{deployment_id}/logs",
     status_code=202,
+    response_class=Response,  # no body
     openapi_extra=openapi.raw_body(
         "text/plain", {"type": "string"}, "The age ciphertext of the logs, in standard base64."
     ),

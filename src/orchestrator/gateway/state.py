@@ -58,7 +58,16 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
     return deployment_id
 
 
-@router.get("/state", responses={204: {"description": "No state stored yet."}})
+@router.get(
+    "/state",
+    responses={
+        200: {
+            "description": "The environment's latest state.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        204: {"description": "No state stored yet."},
+    },
+)
 async def get_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -73,6 +82,7 @@ async def get_state(
 
 @router.post(
     "/state",
+    response_class=Response,  # no body
     openapi_extra=openapi.raw_body("application/json", {"type": "object"}, "A Terraform state document."),
 )
 @input_checks.opaque_body  # sealed as it is: a state holding any text must never be refused
