@@ -117,6 +117,11 @@ def seeds(settings: ServerSettings, tmp_path: Path) -> Iterator[Seeds]:
             )
             assert 201 == created.status_code, created.text
             yield _seed(stack.client, base_url, stack.wait(created.json()["id"]))
+            # Deleting shop/dev started a destroy run on this host: let it end before the server does.
+            executing = stack.client.get("/orgs/acme/deployments", params={"by_status[]": "executing"})
+            for deployment in executing.json()["items"]:
+                if deployment["runner_id"] != AGENT_RUNNER:
+                    stack.wait(deployment["id"])
         finally:
             stack.client.close()
 
