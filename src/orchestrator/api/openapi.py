@@ -17,6 +17,9 @@ Error answers are derived per operation, in one place (:func:`error_statuses`), 
 - whatever a route adds with its decorator's ``responses`` or :func:`may_answer`.
 
 Every one of them has the error body ``{error, message, details?}`` (``api.errors.error_body``).
+
+Bodies that a route reads itself (the gateway's, size-limited first) are shown with :func:`json_body` or
+:func:`raw_body`. The document also lists itself and ``/docs``, which need no credentials.
 """
 
 from __future__ import annotations
