@@ -22,7 +22,18 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator import data_dir
-from orchestrator.api import catalogue, deployments, errors, orgs, projects, runner_rules, runners
+from orchestrator.api import (
+    catalogue,
+    deployments,
+    docs,
+    errors,
+    methods,
+    openapi,
+    orgs,
+    projects,
+    runner_rules,
+    runners,
+)
 from orchestrator.api.context import Services, api_token_key, hash_token
 from orchestrator.api.input_checks import InputCheckMiddleware
 from orchestrator.api.limits import BodyLimitMiddleware
@@ -51,6 +62,14 @@ log = structlog.get_logger(__name__)
 
 #: The signals that stop ``orchestrator serve`` gracefully.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+API_DESCRIPTION = (
+    "The orchestrator's API (`/orgs/...`) and its runner gateway (`/runner-gateway/v1/...`). Each operation "
+    "names the credentials it needs (Authorize: an API token for the API; a deployment token, the state "
+    "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
+    "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json` and `/docs` "
+    "need no credentials."
+)
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
@@ -310,8 +329,9 @@ def create_app(
         title="Platform Orchestrator",
         version="0.1.0",
         lifespan=lifespan,
+        description=API_DESCRIPTION,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # served by api.docs, from the package's own assets
         redoc_url=None,
     )
     errors.install(app)
@@ -340,4 +360,8 @@ def create_app(
         """2xx once the server has started (migrations done); touches no database."""
         return JSONResponse({"status": "ok"})
 
+    docs.install(app)
+    openapi.install(app, extra_paths=[(docs.DOCS_PATH, docs.PATH_ITEM)])
+    # Last: OPTIONS, and 405 for the other methods, on every path the routes above serve.
+    app.router.routes.append(methods.AllowedMethodsRoute(list(app.router.routes)))
     return app

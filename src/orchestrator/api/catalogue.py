@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.api import schemas
+from orchestrator.api import openapi, schemas
 from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import catalogue, provider_secrets
@@ -817,6 +817,7 @@ async def get_module_rule(
 
 
 @router.delete("/orgs/{org_id}/module-rules/{rule_id}", status_code=204, tags=["Rules"])
+@openapi.never_answers(409)
 async def delete_module_rule(
     org_id: str, rule_id: uuid.UUID, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> Response:

@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from orchestrator.api import openapi
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import creation
 from orchestrator.domain.entities import ApiToken
@@ -85,7 +86,9 @@ def legacy_hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def principal(request: Request, svc: Services = Depends(services)) -> Principal:
+async def principal(
+    request: Request, svc: Services = Depends(services), _documented: None = Security(openapi.API_TOKEN)
+) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -131,7 +134,8 @@ def org_access(permission: Permission) -> Callable[..., Awaitable[Principal]]:
             raise ForbiddenError(f"role '{caller.role}' may not {permission} in organization '{org_id}'")
         return caller
 
-    return check
+    # Every role reads; only the other permissions can be refused.
+    return check if permission is Permission.READ else openapi.may_answer(403)(check)
 
 
 READ = Depends(org_access(Permission.READ))

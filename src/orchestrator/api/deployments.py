@@ -152,7 +152,18 @@ def _mode(body: DeploymentCreateBody) -> tuple[Mode, bool]:
     return Mode(body.mode), bool(body.plan_only)
 
 
-@router.post("/orgs/{org_id}/deployments", status_code=201, response_model=DeploymentOut | DryRunOut)
+@router.post(
+    "/orgs/{org_id}/deployments",
+    status_code=201,
+    response_model=DeploymentOut,
+    responses={
+        200: {
+            "model": DryRunOut | DeploymentOut,
+            "description": "A dry run: what would run; or the deployment an earlier request with this "
+            "Idempotency-Key created.",
+        }
+    },
+)
 async def create_deployment(
     org_id: str,
     body: DeploymentCreateBody,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Body, Depends, Response
 
-from orchestrator.api import schemas
+from orchestrator.api import openapi, schemas
 from orchestrator.api.context import (
     MANAGE,
     READ,
@@ -30,6 +30,7 @@ TOKEN_PREFIX = "po_"
 
 
 @router.post("/orgs", status_code=201, response_model=schemas.OrganizationOut)
+@openapi.may_answer(403)
 async def create_org(
     body: schemas.OrganizationCreateBody | None = Body(default=None),
     caller: Principal = Depends(principal),
@@ -103,6 +104,7 @@ async def list_tokens(
 
 
 @router.delete("/orgs/{org_id}/tokens/{token_id}", status_code=204, tags=["Token"])
+@openapi.never_answers(409)
 async def revoke_token(
     org_id: str, token_id: uuid.UUID, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> Response:

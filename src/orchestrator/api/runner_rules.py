@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from orchestrator.api import schemas
+from orchestrator.api import openapi, schemas
 from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.errors import NotFoundError
@@ -66,6 +66,7 @@ async def get_rule(
 
 
 @router.delete("/orgs/{org_id}/runner-rules/{rule_id}", status_code=204)
+@openapi.never_answers(409)
 async def delete_rule(
     org_id: str, rule_id: uuid.UUID, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> Response:

@@ -33,10 +33,11 @@ from typing import Any, TypeVar
 
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.api import openapi
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import agent_commands as policy
 from orchestrator.domain.deployments import Deployment
@@ -365,7 +366,11 @@ def agent_gateway(request: Request) -> AgentGateway:
 
 
 async def authenticated_agent(
-    org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
+    org_id: str,
+    runner_id: str,
+    request: Request,
+    svc: Services = Depends(services),
+    _documented: None = Security(openapi.AGENT_TOKEN),
 ) -> None:
     """Admit the request if it carries a valid agent token of ``org_id/runner_id``; a generic 401 else."""
     await agent_gateway(request).authenticate(svc, org_id, runner_id, request.headers.get("authorization"))
@@ -386,7 +391,13 @@ def _parse(model: type[_Model], body: bytes, what: str) -> _Model:
         raise InvalidInputError(f"invalid {what}: {named}", details={"errors": problems}) from exc
 
 
-@router.post("/commands/next", dependencies=[AGENT], response_model=protocol.NextCommand)
+@router.post(
+    "/commands/next",
+    dependencies=[AGENT],
+    response_model=protocol.NextCommand,
+    responses={204: {"description": "No command came within the wait: call again."}},
+)
+@openapi.never_answers(404, 409)
 async def next_command(
     org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -403,7 +414,12 @@ def _receipt(request: Request, org_id: str, runner_id: str, command_id: str, tex
     )
 
 
-@router.post("/commands/{command_id}/ack", dependencies=[AGENT], status_code=204)
+@router.post(
+    "/commands/{command_id}/ack",
+    dependencies=[AGENT],
+    status_code=204,
+    openapi_extra=openapi.json_body(protocol.AckRequest),
+)
 async def ack_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -417,7 +433,12 @@ async def ack_command(
     return Response(status_code=204)
 
 
-@router.post("/commands/{command_id}/retry", dependencies=[AGENT], status_code=204)
+@router.post(
+    "/commands/{command_id}/retry",
+    dependencies=[AGENT],
+    status_code=204,
+    openapi_extra=openapi.json_body(protocol.RetryRequest),
+)
 async def retry_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -433,7 +454,12 @@ async def retry_command(
     return Response(status_code=204)
 
 
-@router.post("/commands/{command_id}/reject", dependencies=[AGENT], status_code=204)
+@router.post(
+    "/commands/{command_id}/reject",
+    dependencies=[AGENT],
+    status_code=204,
+    openapi_extra=openapi.json_body(protocol.RejectRequest),
+)
 async def reject_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -451,7 +477,13 @@ async def reject_command(
     return Response(status_code=204)
 
 
-@router.post("/events", dependencies=[AGENT], status_code=202)
+@router.post(
+    "/events",
+    dependencies=[AGENT],
+    status_code=202,
+    response_class=Response,  # no body
+    openapi_extra=openapi.json_body(protocol.EventEnvelope),
+)
 async def post_event(
     org_id: str, runner_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:

@@ -18,10 +18,10 @@ import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import input_checks
+from orchestrator.api import input_checks, openapi
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
@@ -40,7 +40,11 @@ from orchestrator.store import deployments as store
 #: How long after its deployment ended a token may still hand over the state Terraform could not save.
 ERRORED_STATE_GRACE_SECONDS = 24 * 3600.0
 
-router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}", tags=["Runner gateway"])
+router = APIRouter(
+    prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}",
+    tags=["Runner gateway"],
+    dependencies=[Security(openapi.DEPLOYMENT_TOKEN)],
+)
 
 
 async def read_limited(request: Request, limit: int, what: str) -> bytes:
@@ -119,7 +123,16 @@ async def _authorize(
     return deployment
 
 
-@router.get("/deployments/{deployment_id}/bundle")
+@router.get(
+    "/deployments/{deployment_id}/bundle",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The deployment's bundle (tar.gz): the compiled root module and its modules.",
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def get_bundle(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -134,7 +147,12 @@ async def get_bundle(
     return Response(data, media_type="application/gzip", headers={"Cache-Control": "no-store"})
 
 
-@router.post("/deployments/{deployment_id}/results", status_code=202)
+@router.post(
+    "/deployments/{deployment_id}/results",
+    status_code=202,
+    response_class=Response,  # no body
+    openapi_extra=openapi.json_body(protocol.DeploymentResults),
+)
 async def post_results(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -168,7 +186,14 @@ def _final_message(deployment: Deployment) -> str:
     )
 
 
-@router.put("/environments/{env_uuid}/deployments/{deployment_id}/logs", status_code=202)
+@router.put(
+    "/environments/{env_uuid}/deployments/{deployment_id}/logs",
+    status_code=202,
+    response_class=Response,  # no body
+    openapi_extra=openapi.raw_body(
+        "text/plain", {"type": "string"}, "The age ciphertext of the logs, in standard base64."
+    ),
+)
 async def put_logs(
     org_id: str,
     runner_id: str,
@@ -204,6 +229,9 @@ def _logs_stored(deployment_id: uuid.UUID) -> str:
 @router.post(
     "/environments/{env_uuid}/deployments/{deployment_id}/errored-state",
     response_model=protocol.ErroredStateReceipt,
+    openapi_extra=openapi.raw_body(
+        "application/json", {"type": "object"}, "The state Terraform could not save, as it wrote it."
+    ),
 )
 @input_checks.opaque_body  # kept as it is: a state holding any text must never be refused
 async def post_errored_state(

@@ -15,10 +15,10 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import input_checks
+from orchestrator.api import input_checks, openapi
 from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import errored_states
 from orchestrator.domain.deployments import Status
@@ -27,7 +27,11 @@ from orchestrator.gateway.deployments import authorized_deployment, read_limited
 from orchestrator.protocol import results as protocol
 from orchestrator.store import states as store
 
-router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}", tags=["State backend"])
+router = APIRouter(
+    prefix="/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}",
+    tags=["State backend"],
+    dependencies=[Security(openapi.STATE_CREDENTIALS)],
+)
 
 MAX_STATE_BYTES = protocol.MAX_STATE_BYTES
 MAX_LOCK_BYTES = 64 * 1024
@@ -54,7 +58,16 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
     return deployment_id
 
 
-@router.get("/state")
+@router.get(
+    "/state",
+    responses={
+        200: {
+            "description": "The environment's latest state.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        204: {"description": "No state stored yet."},
+    },
+)
 async def get_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -67,7 +80,11 @@ async def get_state(
     return Response(data, media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
-@router.post("/state")
+@router.post(
+    "/state",
+    response_class=Response,  # no body
+    openapi_extra=openapi.raw_body("application/json", {"type": "object"}, "A Terraform state document."),
+)
 @input_checks.opaque_body  # sealed as it is: a state holding any text must never be refused
 async def put_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
@@ -107,7 +124,8 @@ async def _lock_body(request: Request) -> dict[str, Any]:
     return info
 
 
-@router.api_route("/state/lock", methods=["LOCK"])
+@router.api_route("/state/lock", methods=["LOCK"], summary="Take the state lock")
+@openapi.may_answer(413, 423)
 async def lock_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
@@ -137,7 +155,8 @@ def _same_lock(holder: dict[str, Any], lock_id: str, deployment_id: uuid.UUID) -
     return bool(holder["lock_id"] == lock_id and holder["deployment_id"] == deployment_id)
 
 
-@router.api_route("/state/lock", methods=["UNLOCK"])
+@router.api_route("/state/lock", methods=["UNLOCK"], summary="Release the state lock")
+@openapi.may_answer(409, 413)
 async def unlock_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
