@@ -157,11 +157,11 @@ def _mode(body: DeploymentCreateBody) -> tuple[Mode, bool]:
     status_code=201,
     response_model=DeploymentOut,
     responses={
-        200: {
-            "model": DryRunOut | DeploymentOut,
-            "description": "A dry run: what would run; or the deployment an earlier request with this "
+        200: {"model": DryRunOut, "description": "A dry run: what would run."},
+        201: {
+            "description": "The deployment created, or the one an earlier request with this "
             "Idempotency-Key created.",
-        }
+        },
     },
 )
 async def create_deployment(
