@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from orchestrator import data_dir
+from orchestrator import data_dir, deployment_tokens
 from orchestrator.api import (
     catalogue,
     deployments,
@@ -44,7 +44,7 @@ from orchestrator.domain.runner_types import K8sRunnerConfiguration
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
-from orchestrator.gateway import receipts, tokens
+from orchestrator.gateway import receipts
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers import run_user
@@ -242,7 +242,7 @@ def create_app(
             box = SecretBox(key)
             async with engine.begin() as conn:
                 await catalogue.seal_clear_provider_configurations(conn, box)
-            token_key = tokens.token_key(key)
+            token_key = deployment_tokens.token_key(key)
             notifier = Notifier()
             blobs = await open_blob_store(
                 settings.object_store_url,

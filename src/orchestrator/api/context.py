@@ -70,7 +70,8 @@ _API_TOKEN_PURPOSE = b"po-api-token-hash-v1"
 
 
 def api_token_key(server_key: bytes) -> bytes:
-    """The key of stored API token hashes, derived from the server key (as ``gateway.tokens.token_key``)."""
+    """The key of stored API token hashes, derived from the server key (as ``deployment_tokens.token_key``
+    derives the deployment tokens' key)."""
     return hmac.new(server_key, _API_TOKEN_PURPOSE, hashlib.sha256).digest()
 
 
