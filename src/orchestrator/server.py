@@ -22,20 +22,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator import data_dir, deployment_tokens
-from orchestrator.api import (
-    catalogue,
-    deployments,
-    docs,
-    errors,
-    methods,
-    openapi,
-    orgs,
-    projects,
-    runner_rules,
-    runners,
-)
-from orchestrator.api.context import Services, api_token_key, hash_token
-from orchestrator.api.input_checks import InputCheckMiddleware
+from orchestrator.api import catalogue, deployments, docs, methods, orgs, projects, runner_rules, runners
+from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation, retention
@@ -57,6 +45,9 @@ from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import db, key_checks, listener, migrate
 from orchestrator.store import orgs as org_store
+from orchestrator.web import errors, openapi
+from orchestrator.web.input_checks import InputCheckMiddleware
+from orchestrator.web.services import Services
 
 log = structlog.get_logger(__name__)
 

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from structlog.testing import capture_logs
 
 from orchestrator import deployment_tokens
-from orchestrator.api.input_checks import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
+from orchestrator.web.input_checks import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE
 from tests.conftest import BOOTSTRAP_TOKEN, Org
 from tests.support.deployments import insert_deployment
 from tests.support.live_server import serve_in_thread

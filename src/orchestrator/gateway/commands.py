@@ -38,8 +38,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from orchestrator import deployment_tokens
-from orchestrator.api import openapi
-from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import agent_commands as policy
 from orchestrator.domain.deployments import Deployment
 from orchestrator.domain.key_material import load_agent_public_key
@@ -54,6 +52,8 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as store
 from orchestrator.store import runners as runner_store
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
 
 log = structlog.get_logger(__name__)
 

@@ -22,8 +22,6 @@ from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
 from orchestrator import deployment_tokens
-from orchestrator.api import input_checks, openapi
-from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
@@ -36,6 +34,8 @@ from orchestrator.errors import (
 )
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
+from orchestrator.web import input_checks, openapi
+from orchestrator.web.services import Services, services, transaction
 
 #: How long after its deployment ended a token may still hand over the state Terraform could not save.
 ERRORED_STATE_GRACE_SECONDS = 24 * 3600.0
