@@ -67,7 +67,8 @@ def _tables(text: str) -> Iterator[list[list[str]]]:
 @cache
 def layers() -> Layers:
     text = README.read_text()
-    section = text[text.index("Source layout (`src/orchestrator/`)") :]
+    start = text.index("Source layout (`src/orchestrator/`)")
+    section = text[start : text.index("\n## ", start)]
     tables = {rows[0][0]: rows for rows in _tables(section)}
     may_import: dict[str, frozenset[str] | None] = {}
     for package, _holds, allowed in tables["package"][1:]:
