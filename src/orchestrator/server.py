@@ -21,21 +21,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from orchestrator import data_dir
-from orchestrator.api import (
-    catalogue,
-    deployments,
-    docs,
-    errors,
-    methods,
-    openapi,
-    orgs,
-    projects,
-    runner_rules,
-    runners,
-)
-from orchestrator.api.context import Services, api_token_key, hash_token
-from orchestrator.api.input_checks import InputCheckMiddleware
+from orchestrator import data_dir, deployment_tokens
+from orchestrator.api import catalogue, deployments, docs, methods, orgs, projects, runner_rules, runners
+from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import creation, retention
@@ -44,7 +32,7 @@ from orchestrator.domain.runner_types import K8sRunnerConfiguration
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
-from orchestrator.gateway import receipts, tokens
+from orchestrator.gateway import receipts
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers import run_user
@@ -57,6 +45,9 @@ from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import db, key_checks, listener, migrate
 from orchestrator.store import orgs as org_store
+from orchestrator.web import errors, openapi
+from orchestrator.web.input_checks import InputCheckMiddleware
+from orchestrator.web.services import Services
 
 log = structlog.get_logger(__name__)
 
@@ -242,7 +233,7 @@ def create_app(
             box = SecretBox(key)
             async with engine.begin() as conn:
                 await catalogue.seal_clear_provider_configurations(conn, box)
-            token_key = tokens.token_key(key)
+            token_key = deployment_tokens.token_key(key)
             notifier = Notifier()
             blobs = await open_blob_store(
                 settings.object_store_url,

@@ -36,7 +36,7 @@ import boto3
 import httpx
 import pytest
 
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.protocol import age
 from orchestrator.secretbox import SecretBox, load_or_create_key
 from orchestrator.settings import ServerSettings
@@ -303,8 +303,10 @@ class OrchestratorState:
 
     def auth(self, deployment_id: str) -> httpx.BasicAuth:
         """The deployment's credentials, as the runner hands them to Terraform (TF_HTTP_USERNAME/PASSWORD)."""
-        key = tokens.token_key(load_or_create_key(self.settings.data_dir))
-        return httpx.BasicAuth(deployment_id, tokens.deployment_token(key, self.org, deployment_id))
+        key = deployment_tokens.token_key(load_or_create_key(self.settings.data_dir))
+        return httpx.BasicAuth(
+            deployment_id, deployment_tokens.deployment_token(key, self.org, deployment_id)
+        )
 
     def url(self, env: str) -> str:
         return f"{self.base_url}/runner-gateway/v1/orgs/{self.org}/environments/{env}/state"

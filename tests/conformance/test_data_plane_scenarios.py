@@ -26,7 +26,7 @@ import pytest
 import time_machine
 import yaml
 
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.protocol import age
 from orchestrator.secretbox import load_or_create_key
 from orchestrator.settings import ServerSettings
@@ -295,8 +295,8 @@ def test_bundle_tokens_outputs_and_results(agent_stack: Stack, server_settings: 
     created = _create(stack, encrypted_outputs_recipient=recipient)
     assert 201 == created.status_code, created.text
     deployment_id = created.json()["id"]
-    key = tokens.token_key(load_or_create_key(server_settings.data_dir))
-    token = tokens.deployment_token(key, stack.org, deployment_id)
+    key = deployment_tokens.token_key(load_or_create_key(server_settings.data_dir))
+    token = deployment_tokens.deployment_token(key, stack.org, deployment_id)
     # Upstream's test calls the data plane's legacy route GET /orgs/{org}/deployments/{id}/bundle (its
     # runners before v3); ours are the runner gateway's (notes §4), which upstream's v3 runners call.
     runner = f"/runner-gateway/v1/orgs/{stack.org}/runners/local/deployments/{deployment_id}"

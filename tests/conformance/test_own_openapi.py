@@ -39,7 +39,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.protocol import age, agent_auth
 from orchestrator.protocol.results import DEPLOYMENT_TOKEN_HEADER
 from orchestrator.settings import ServerSettings
@@ -154,7 +154,7 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
         "state_storage_configuration": {"type": "kubernetes", "namespace": "po"},
     }
     executing = _agent_deployment(client, org, agent)
-    token_key = tokens.token_key(SERVER_KEY)
+    token_key = deployment_tokens.token_key(SERVER_KEY)
     return Seeds(
         base_url=base_url,
         path_parameters={
@@ -182,7 +182,7 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
                 "env_uuid": executing["env_uuid"],
             },
         },
-        deployment_token=tokens.deployment_token(token_key, org, executing["id"]),
+        deployment_token=deployment_tokens.deployment_token(token_key, org, executing["id"]),
         agent_key=agent_auth.load_private_key(private_pem),
     )
 

@@ -18,7 +18,7 @@ import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.gateway.commands import UNAUTHENTICATED
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
@@ -93,7 +93,7 @@ async def test_next__delivers_the_command_with_its_token_lease_and_receipt(
     )
     assert timedelta(hours=24) == delivered.command.expires_at - delivered.command.created_at
     assert payload.spec.token is not None
-    expected_token = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    expected_token = deployment_tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
     assert expected_token == payload.spec.token.get_secret_value()
     assert (deployment_id, "vm", "deploy") == (payload.job_id, payload.spec.runner_type, payload.spec.mode)
     assert set(response.json()) == {"command", "receipt", "attempt", "lease_expires_at"}
@@ -118,7 +118,7 @@ async def test_next__kubernetes_agent_command_carries_the_job_spec_with_token_on
     )
     deployment_id = await agent.deployment(runner="k8s1")
     [stored] = await agent.commands(deployment_id)
-    token = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    token = deployment_tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
 
     response = await agent.next(runner="k8s1")
     payload = response.json()["command"]["payload"]
@@ -171,7 +171,7 @@ async def test_next__kubernetes_agent_command_stored_before_job_specs_is_deliver
     assert 200 == response.status_code
     assert "configuration" not in response.json()["command"]["payload"]
     assert payload.spec.token is not None
-    expected = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    expected = deployment_tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
     assert expected == payload.spec.token.get_secret_value()
     assert ("kubernetes-agent", job) == (payload.spec.runner_type, payload.spec.job)
 

@@ -21,11 +21,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from orchestrator import deployment_tokens
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent, Outcome
 from orchestrator.agent.settings import AgentSettings
-from orchestrator.gateway import tokens
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
@@ -120,7 +120,7 @@ async def test_agent__launches_the_run_reports_job_created_and_acks(
     assert ("acked", deployment_id) == (command.state, command.job_id)
     assert command.job_created_at is not None
     # The runner gets its deployment token and the agent's gateway URL; nothing of the agent's secrets.
-    expected = tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
+    expected = deployment_tokens.deployment_token(app.state.services.token_key, "acme", deployment_id)
     assert (expected, GATEWAY, deployment_id) == (
         runner_env["TOKEN"],
         runner_env["RUNNER_GATEWAY_URL"],

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI
 
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store.schema import tf_state_locks, tf_states
 from tests.conftest import Org
@@ -35,7 +35,9 @@ class Env:
         return await insert_deployment(self.app, self.org.id, self.env, status=status, tf=tf)
 
     def token(self, deployment_id: str) -> str:
-        return tokens.deployment_token(self.app.state.services.token_key, self.org.id, deployment_id)
+        return deployment_tokens.deployment_token(
+            self.app.state.services.token_key, self.org.id, deployment_id
+        )
 
     async def upload(self, deployment_id: str, state: Any, *, token: str | None = None) -> httpx.Response:
         path = protocol.errored_state_path(self.org.id, "vm1", self.env["uuid"], deployment_id)

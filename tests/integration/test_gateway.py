@@ -16,7 +16,7 @@ import sqlalchemy as sa
 import yaml
 from fastapi import FastAPI
 
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store.schema import deployments, tf_states
 from tests.conftest import Org
@@ -35,7 +35,7 @@ class Gateway:
 
     def token(self, deployment_id: str | None = None) -> str:
         key = self.app.state.services.token_key
-        return tokens.deployment_token(key, self.org, deployment_id or self.deployment_id)
+        return deployment_tokens.deployment_token(key, self.org, deployment_id or self.deployment_id)
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         return {protocol.DEPLOYMENT_TOKEN_HEADER: token if token is not None else self.token()}
@@ -351,11 +351,13 @@ async def test_state__credentials_must_match_an_executing_deployment_of_the_env(
 
 
 def test_tokens__derived_per_deployment_and_compared_safely() -> None:
-    key = tokens.token_key(b"k" * 32)
+    key = deployment_tokens.token_key(b"k" * 32)
 
-    assert tokens.verify(key, "o", "d1", tokens.deployment_token(key, "o", "d1"))
-    assert not tokens.verify(key, "o", "d2", tokens.deployment_token(key, "o", "d1"))
-    assert not tokens.verify(key, "p", "d1", tokens.deployment_token(key, "o", "d1"))
-    assert not tokens.verify(tokens.token_key(b"j" * 32), "o", "d1", tokens.deployment_token(key, "o", "d1"))
-    assert not tokens.verify(key, "o", "d1", None)
-    assert base64.urlsafe_b64decode(tokens.deployment_token(key, "o", "d1") + "=")
+    assert deployment_tokens.verify(key, "o", "d1", deployment_tokens.deployment_token(key, "o", "d1"))
+    assert not deployment_tokens.verify(key, "o", "d2", deployment_tokens.deployment_token(key, "o", "d1"))
+    assert not deployment_tokens.verify(key, "p", "d1", deployment_tokens.deployment_token(key, "o", "d1"))
+    assert not deployment_tokens.verify(
+        deployment_tokens.token_key(b"j" * 32), "o", "d1", deployment_tokens.deployment_token(key, "o", "d1")
+    )
+    assert not deployment_tokens.verify(key, "o", "d1", None)
+    assert base64.urlsafe_b64decode(deployment_tokens.deployment_token(key, "o", "d1") + "=")

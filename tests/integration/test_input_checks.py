@@ -15,10 +15,10 @@ import yaml
 from fastapi import FastAPI
 from structlog.testing import capture_logs
 
-from orchestrator.api.input_checks import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE
-from orchestrator.gateway import tokens
+from orchestrator import deployment_tokens
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
+from orchestrator.web.input_checks import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE
 from tests.conftest import BOOTSTRAP_TOKEN, Org
 from tests.support.deployments import insert_deployment
 from tests.support.live_server import serve_in_thread
@@ -164,7 +164,7 @@ async def test_input__a_state_document_is_kept_whatever_text_it_holds(app: FastA
         await org.admin.post(f"{base}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"})
     ).json()
     deployment_id = await insert_deployment(app, org.id, env, status="executing")
-    token = tokens.deployment_token(app.state.services.token_key, org.id, deployment_id)
+    token = deployment_tokens.deployment_token(app.state.services.token_key, org.id, deployment_id)
     auth = {"Authorization": "Basic " + base64.b64encode(f"{deployment_id}:{token}".encode()).decode()}
     state = b'{"version": 4, "serial": 1, "lineage": "l", "outputs": {"x": {"value": "a\\u0000b"}}}'
     url = f"/runner-gateway/v1/orgs/{org.id}/environments/{env['uuid']}/state"

@@ -425,21 +425,6 @@ def test_console_script__runs_as_a_process(octl: Octl) -> None:
     assert "Error: not found: project 'nope' not found\n" == missing.stderr
 
 
-def test_client__imports_no_server_code() -> None:
-    """octl and the client ship without the server extra: importing them loads none of it."""
-    code = (
-        "import sys, orchestrator.cli.octl, orchestrator.client; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'sqlalchemy', 'uvicorn', "
-        "'starlette', 'asyncpg', 'aiosqlite') or m.startswith(('orchestrator.store', 'orchestrator.api', "
-        "'orchestrator.dispatch', 'orchestrator.server', 'orchestrator.gateway'))))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ}
-    ).stdout
-
-    assert "[]\n" == out
-
-
 def test_client__api_error_carries_status_and_code(live_server: str, org_token: str) -> None:
     with ApiClient(live_server, org_token) as client, pytest.raises(ApiError) as caught:
         client.get_project(ORG, "nope")

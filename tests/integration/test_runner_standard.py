@@ -702,23 +702,3 @@ def test_runner_cli__remote_without_its_environment_exits_2_naming_what_is_missi
     assert 2 == bad_key.returncode
     assert "private key" in bad_key.stderr
     assert TOKEN not in bad_key.stderr + bad_key.stdout
-
-
-SERVER_ONLY: tuple[str, ...] = ("orchestrator.store", "orchestrator.dispatch", "orchestrator.api")
-SERVER_ONLY += ("orchestrator.gateway", "fastapi", "sqlalchemy", "starlette", "uvicorn", "asyncpg", "alembic")
-RUNNER_MODULES = (
-    "orchestrator.cli.runner",
-    "orchestrator.runner.standard",
-    "orchestrator.runner.embedded_terraform",
-)
-
-
-def test_runner_imports_no_server_code() -> None:
-    """The runner ships as its own image: loading its CLI must not import any server module."""
-    code = (
-        f"import sys, {', '.join(RUNNER_MODULES)};"
-        f" print(sorted(m for m in sys.modules if m.startswith({SERVER_ONLY!r})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-
-    assert "[]\n" == out

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.api import input_checks
-from orchestrator.api.input_checks import (
+from orchestrator.web import input_checks
+from orchestrator.web.input_checks import (
     NON_FINITE_MESSAGE,
     NUL_MESSAGE,
     SURROGATE_MESSAGE,

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.api import openapi, schemas
-from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
+from orchestrator.api import schemas
+from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import catalogue, provider_secrets
 from orchestrator.domain.catalogue import ModuleContent, ModuleParam, ResourceRequest
@@ -26,6 +26,8 @@ from orchestrator.store import module_rules as rule_store
 from orchestrator.store import modules as module_store
 from orchestrator.store import projects as project_store
 from orchestrator.store import resource_types as type_store
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter()
 

@@ -1,47 +1,22 @@
-"""What every route needs: the database, the server key and the caller, with its organization checked."""
+"""The user API's caller: its bearer token checked, its organization and role admitted (``READ``, ``DEPLOY``,
+``MANAGE``). The services and the transaction every route uses are in ``web.services``."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fastapi import Depends, Request, Security
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from orchestrator.api import openapi
-from orchestrator.blobs import BlobStore
-from orchestrator.dispatch import creation
 from orchestrator.domain.entities import ApiToken
 from orchestrator.domain.roles import Permission, Role, allows
 from orchestrator.errors import ForbiddenError, NotFoundError, UnauthenticatedError
-from orchestrator.notify import Notifier
-from orchestrator.secretbox import SecretBox
-from orchestrator.settings import ServerSettings
 from orchestrator.store import orgs as org_store
-
-
-@dataclass(frozen=True, kw_only=True)
-class Services:
-    """Process-wide objects, created once by ``server.create_app``."""
-
-    settings: ServerSettings
-    engine: AsyncEngine
-    #: The same engine for read-only work (``store.db.readonly``).
-    reader: AsyncEngine
-    box: SecretBox
-    blobs: BlobStore
-    #: Key of the per-deployment tokens (derived from the server key).
-    token_key: bytes
-    #: Key of the stored API token hashes (derived from the server key; :func:`api_token_key`).
-    api_token_key: bytes
-    notifier: Notifier
-    creation: creation.Context
-    #: Tells the dispatcher that a deployment was committed.
-    wake_dispatcher: Callable[[], None]
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,23 +29,12 @@ class Principal:
     role: Role
 
 
-def services(request: Request) -> Services:
-    svc: Services = request.app.state.services
-    return svc
-
-
-@asynccontextmanager
-async def transaction(svc: Services) -> AsyncIterator[AsyncConnection]:
-    """One transaction; committed before the route answers, rolled back on any error."""
-    async with svc.engine.begin() as conn:
-        yield conn
-
-
 _API_TOKEN_PURPOSE = b"po-api-token-hash-v1"
 
 
 def api_token_key(server_key: bytes) -> bytes:
-    """The key of stored API token hashes, derived from the server key (as ``gateway.tokens.token_key``)."""
+    """The key of stored API token hashes, derived from the server key (as ``deployment_tokens.token_key``
+    derives the deployment tokens' key)."""
     return hmac.new(server_key, _API_TOKEN_PURPOSE, hashlib.sha256).digest()
 
 

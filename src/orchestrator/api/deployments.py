@@ -16,13 +16,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AfterValidator, BaseModel, StringConstraints
 
 from orchestrator.api import schemas
-from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, services, transaction
-from orchestrator.api.errors import error_body
+from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import creation, errored_states
 from orchestrator.domain.deployments import Deployment, Mode, Status, is_final
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
+from orchestrator.web.errors import error_body
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter(tags=["Deployment"])
 

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
-from orchestrator.api import errors
+from orchestrator.web import errors
 
 _SCOPE_KEY = "po.allowed_methods"
 #: The order methods are listed in (any others follow, sorted).

@@ -8,21 +8,14 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Body, Depends, Response
 
-from orchestrator.api import openapi, schemas
-from orchestrator.api.context import (
-    MANAGE,
-    READ,
-    Principal,
-    Services,
-    hash_token,
-    principal,
-    services,
-    transaction,
-)
+from orchestrator.api import schemas
+from orchestrator.api.context import MANAGE, READ, Principal, hash_token, principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain.roles import Role
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError
 from orchestrator.store import orgs as org_store
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter(tags=["Organization"])
 

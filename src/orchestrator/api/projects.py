@@ -9,12 +9,13 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
 from orchestrator.api import schemas
-from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal, Services, services, transaction
+from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import creation, environments, links
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.store import deployments as deployment_store
 from orchestrator.store import projects as store
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter()
 

@@ -7,11 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from orchestrator.api import openapi, schemas
-from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
+from orchestrator.api import schemas
+from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.errors import NotFoundError
 from orchestrator.store import runners as store
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter(tags=["RunnerRule"])
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.api import schemas
-from orchestrator.api.context import MANAGE, READ, Principal, Services, services, transaction
+from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import entities
 from orchestrator.domain.runner_requests import RunnerCreateBody, RunnerUpdateBody, apply_runner_patch
@@ -32,6 +32,7 @@ from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import runners as store
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter(tags=["Runner"])
 

@@ -36,6 +36,7 @@ import structlog
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from orchestrator import deployment_tokens
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import agent_commands as agent_policy
 from orchestrator.dispatch import errored_states
@@ -44,7 +45,6 @@ from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, Dispatc
 from orchestrator.domain.runner_secrets import restore_secrets
 from orchestrator.domain.runner_types import launched_by
 from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
-from orchestrator.gateway import tokens
 from orchestrator.launchers.base import (
     KeepsUnsavedState,
     Launcher,
@@ -242,7 +242,9 @@ class Dispatcher:
             deployment_id=str(deployment.id),
             env_uuid=str(deployment.env_uuid),
             mode=RunnerMode(runner_mode(deployment.mode, deployment.plan_only)),
-            token=SecretStr(tokens.deployment_token(self.token_key, deployment.org_id, str(deployment.id))),
+            token=SecretStr(
+                deployment_tokens.deployment_token(self.token_key, deployment.org_id, str(deployment.id))
+            ),
             gateway_url=self.gateway_url,
             encrypting_key=deployment.encrypted_outputs_recipient,
             encrypting_logs_key=deployment.encrypted_logs_recipient,

@@ -37,14 +37,13 @@ from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.api import openapi
-from orchestrator.api.context import Services, services, transaction
+from orchestrator import deployment_tokens
 from orchestrator.dispatch import agent_commands as policy
 from orchestrator.domain.deployments import Deployment
 from orchestrator.domain.key_material import load_agent_public_key
 from orchestrator.domain.runner_types import agent_public_key
 from orchestrator.errors import InvalidInputError, UnauthenticatedError
-from orchestrator.gateway import receipts, tokens
+from orchestrator.gateway import receipts
 from orchestrator.gateway.deployments import read_limited
 from orchestrator.gateway.token_uses import TokenUses
 from orchestrator.notify import sleep_unless_stopped
@@ -53,6 +52,8 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as store
 from orchestrator.store import runners as runner_store
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
 
 log = structlog.get_logger(__name__)
 
@@ -294,7 +295,7 @@ class AgentGateway:
         envelope: dict[str, Any] = dict(command.envelope)
         # The deployment token travels only in the delivery (``spec.token``, and ``TOKEN`` in the JobSpec
         # of a kubernetes-agent command): derived from the server key, stored nowhere.
-        token = tokens.deployment_token(svc.token_key, command.org_id, str(command.deployment_id))
+        token = deployment_tokens.deployment_token(svc.token_key, command.org_id, str(command.deployment_id))
         envelope["payload"] = protocol.with_deployment_token(envelope["payload"], token)
         receipt = receipts.seal(
             self.receipt_key,

@@ -21,8 +21,7 @@ from datetime import UTC, datetime, timedelta
 from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import input_checks, openapi
-from orchestrator.api.context import Services, services, transaction
+from orchestrator import deployment_tokens
 from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
@@ -33,9 +32,10 @@ from orchestrator.errors import (
     PayloadTooLargeError,
     UnauthenticatedError,
 )
-from orchestrator.gateway import tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
+from orchestrator.web import input_checks, openapi
+from orchestrator.web.services import Services, services, transaction
 
 #: How long after its deployment ended a token may still hand over the state Terraform could not save.
 ERRORED_STATE_GRACE_SECONDS = 24 * 3600.0
@@ -77,7 +77,7 @@ async def authorized_deployment(
     Every gateway route a deployment token opens calls this first; it checks nothing else (the route's
     runner or environment, what the deployment's status allows).
     """
-    if not tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
+    if not deployment_tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
         raise UnauthenticatedError("invalid deployment token")
     async with svc.reader.connect() as conn:
         deployment = await store.get(conn, org_id, deployment_id)
@@ -113,7 +113,7 @@ async def _authorize(
             f"{protocol.DEPLOYMENT_TOKEN_HEADER}: the header is required and may not be empty: the "
             "deployment's token (the runner's TOKEN)"
         )
-    if not tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
+    if not deployment_tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
         raise InvalidInputError(protocol.RUNNER_TOKEN_INVALID)
     deployment = await authorized_deployment(
         svc, org_id, deployment_id, presented, grace_seconds=grace_seconds

@@ -15,9 +15,9 @@ import re
 import sqlalchemy.exc
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.api import errors
 from orchestrator.errors import OrchestratorError, PayloadTooLargeError
 from orchestrator.gateway.commands import MAX_ANSWER_BYTES, AgentGateway
+from orchestrator.web import errors
 
 PATH = re.compile(r"/runner-gateway/v1/orgs/(?P<org>[^/]+)/runners/(?P<runner>[^/]+)/commands/next")
 

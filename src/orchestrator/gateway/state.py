@@ -18,14 +18,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator.api import input_checks, openapi
-from orchestrator.api.context import Services, services, transaction
 from orchestrator.dispatch import errored_states
 from orchestrator.domain.deployments import Status
 from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
 from orchestrator.gateway.deployments import authorized_deployment, read_limited
 from orchestrator.protocol import results as protocol
 from orchestrator.store import states as store
+from orchestrator.web import input_checks, openapi
+from orchestrator.web.services import Services, services, transaction
 
 router = APIRouter(
     prefix="/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}",

@@ -27,10 +27,10 @@ from urllib.parse import parse_qsl
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.api import errors
 from orchestrator.domain.validation import Loc, describe_errors
 from orchestrator.errors import InvalidInputError
 from orchestrator.protocol.results import MAX_RESULTS_BYTES
+from orchestrator.web import errors
 
 __all__ = ["InputCheckMiddleware", "json_problems", "opaque_body", "text_problem"]
 

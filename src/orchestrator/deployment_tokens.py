@@ -1,4 +1,8 @@
-"""Per-deployment tokens: derived from the server key, stored nowhere, compared in constant time."""
+"""Per-deployment tokens: derived from the server key, stored nowhere, compared in constant time.
+
+Minted by the dispatcher (a launched run's ``TOKEN``) and the agent gateway (a command's delivery), checked
+by the runner gateway: beside the secret box, below both, so that the dispatcher need not import the gateway.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ answers as before. An operation without any says ``security: []``.
 Error answers are derived per operation, in one place (:func:`error_statuses`), from what the route is:
 
 - 400 when it takes any input (parameters, a body); FastAPI's validation errors are answered 400 naming
-  the field (``api.errors``), so FastAPI's 422 is dropped everywhere;
+  the field (``web.errors``), so FastAPI's 422 is dropped everywhere;
 - 401 and 503 when it needs credentials (checking them reads the database);
 - 403 when a dependency or the route is marked :func:`may_answer` ``403`` (a permission beyond reading);
 - 404 when its path has parameters (an organization or object that may not exist);
@@ -16,7 +16,7 @@ Error answers are derived per operation, in one place (:func:`error_statuses`), 
 - 413 for requests with a body (POST, PUT, PATCH);
 - whatever a route adds with its decorator's ``responses`` or :func:`may_answer`.
 
-Every one of them has the error body ``{error, message, details?}`` (``api.errors.error_body``).
+Every one of them has the error body ``{error, message, details?}`` (``web.errors.error_body``).
 
 Bodies that a route reads itself (the gateway's, size-limited first) are shown with :func:`json_body` or
 :func:`raw_body`. The document also lists itself and ``/docs``, which need no credentials.
