@@ -1,6 +1,6 @@
 """The gateway CA as the agent hands it on: checked when the agent starts, given to Kubernetes Jobs as PEM
 text (``RUNNER_GATEWAY_CA``) in their pod template, and trusted by the runner from that text alone (a real
-TLS server whose certificate that CA signed). The one TLS builder both clients use is ``protocol.tls``."""
+TLS server whose certificate that CA signed). The one TLS builder both clients use is ``client.tls``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from orchestrator import errors
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.kubernetes import COMMAND_ANNOTATION, _unstarted_run, job_with_agent_additions
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.client.errors import UnavailableError
+from orchestrator.client.tls import GatewayTls, gateway_verify
 from orchestrator.protocol import agent_auth
-from orchestrator.protocol.tls import GatewayTls, gateway_verify
-from orchestrator.runner.gateway_client import GatewayClient, GatewayError
+from orchestrator.runner.gateway_client import GatewayClient
 from orchestrator.runner.settings import RunnerSettings
 from tests.support.kube_api import CertificateAuthority
 
@@ -117,7 +118,7 @@ def test_runner__without_the_ca_the_gateway_is_not_trusted(gateway: str) -> None
             tls=settings.gateway_tls(),
             attempts=1,
         ) as client,
-        pytest.raises(GatewayError, match="CERTIFICATE_VERIFY_FAILED"),
+        pytest.raises(UnavailableError, match="CERTIFICATE_VERIFY_FAILED"),
     ):
         client.download_bundle("d1")
 

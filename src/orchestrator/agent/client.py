@@ -1,7 +1,8 @@
-"""The agent's client for the gateway's command routes; every request carries a fresh agent JWT.
+"""The agent's client for the gateway's command routes; every request carries a fresh agent JWT. Built on
+``client.http`` (TLS) and ``client.gateway`` (errors); its retries are the agent loop's (``agent.loop``).
 
-Failures raise ``GatewayError`` (``retryable`` for no answer, 429 and 5xx) or ``GatewayAuthError`` for a
-401/403: the gateway does not know this key for this runner.
+Failures raise ``client.errors.ClientError`` (``retryable`` for no answer, 429 and 5xx) or ``AuthError`` for
+a 401/403: the gateway does not know this key for this runner.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.protocol import agent_auth, results
+from orchestrator.client.errors import ClientError
+from orchestrator.client.gateway import gateway_connection, gateway_failure, gateway_unreachable
+from orchestrator.client.tls import GatewayTls
+from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
-from orchestrator.protocol.tls import GatewayTls, gateway_verify
-from orchestrator.runner.gateway_client import GatewayAuthError, GatewayError
 
-__all__ = ["AgentClient", "GatewayAuthError", "GatewayError"]
+__all__ = ["AgentClient"]
 
 
 class AgentClient:
     """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events``; ``tls`` (extra CA,
-    mTLS pair; ``protocol.tls``, the runner's too) wins over ``verify``."""
+    mTLS pair; ``client.tls``, the runner's too) wins over ``verify``."""
 
     def __init__(
         self,
@@ -37,19 +39,14 @@ class AgentClient:
         poll_timeout_seconds: float = 90.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        _scheme, origin, self.base_path = results.split_gateway_url(gateway_url)
+        connection, self.base_path = gateway_connection(
+            gateway_url, user_agent="po-runner-agent", timeout_seconds=timeout_seconds, tls=tls, verify=verify
+        )
         self.org_id = org_id
         self.runner_id = runner_id
         self._key = private_key
         self._poll_timeout = poll_timeout_seconds
-        self._http = httpx.AsyncClient(
-            base_url=origin,
-            verify=gateway_verify(tls) if tls is not None else verify,
-            timeout=timeout_seconds,
-            transport=transport,
-            headers={"User-Agent": "po-runner-agent"},
-            follow_redirects=False,
-        )
+        self._http = connection.async_client(transport)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -70,16 +67,10 @@ class AgentClient:
                 timeout=read_timeout if read_timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
-            raise GatewayError(f"POST {path} failed: {exc!r}") from exc
+            raise gateway_unreachable("POST", path, repr(exc)) from exc
         if response.is_success:
             return response
-        message = f"POST {path}: the runner gateway answered {response.status_code} {response.reason_phrase}"
-        detail = response.text[:500].strip()
-        if detail:
-            message += f": {detail}"
-        if response.status_code in (401, 403):
-            raise GatewayAuthError(message, status_code=response.status_code)
-        raise GatewayError(message, status_code=response.status_code)
+        raise gateway_failure("POST", path, response)
 
     async def next_command(self) -> protocol.NextCommand | None:
         """Long poll: the next command with its lease, or None when none came in the gateway's wait."""
@@ -90,7 +81,7 @@ class AgentClient:
         try:
             return protocol.NextCommand.model_validate_json(response.content)
         except ValidationError as exc:
-            raise GatewayError(
+            raise ClientError(
                 f"POST {path}: the gateway's answer is not a command: {exc.error_count()} problems",
                 retryable=True,
             ) from exc

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator import errors
+from orchestrator.client.errors import ClientError
 from orchestrator.protocol import age, results
 from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs, state
 from orchestrator.runner.settings import RunnerSettings
@@ -261,7 +262,7 @@ class _Deployment:
         self.log.info("downloading deployment bundle")
         try:
             data = self.gateway.download_bundle(self.settings.deployment_id)
-        except gateway_client.GatewayError as exc:
+        except ClientError as exc:
             message = "failed to obtain deployment bundle from runner gateway"
             raise StepFailedError(_runner_error(message, exc)) from exc
         try:
@@ -367,7 +368,7 @@ def _report(
 ) -> Outcome:
     try:
         receipt = gateway.post_results(settings.deployment_id, body)
-    except gateway_client.GatewayError as exc:
+    except ClientError as exc:
         log.error("failed to report the results", reason=exc.message)
         return Outcome(results=body, receipt=None, problem=f"could not report the results: {exc.message}")
     if receipt is gateway_client.ResultsReceipt.ALREADY_REPORTED:
