@@ -7,15 +7,12 @@ a 401/403: the gateway does not know this key for this runner.
 
 from __future__ import annotations
 
-import ssl
-
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.client.errors import ClientError
-from orchestrator.client.gateway import gateway_connection, gateway_failure, gateway_unreachable
-from orchestrator.client.tls import GatewayTls
+from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_unreachable
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
 
@@ -23,36 +20,27 @@ __all__ = ["AgentClient"]
 
 
 class AgentClient:
-    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events``; ``tls`` (extra CA,
-    mTLS pair; ``client.tls``, the runner's too) wins over ``verify``."""
+    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events`` (``gateway``)."""
 
     def __init__(
         self,
         *,
-        gateway_url: str,
-        org_id: str,
-        runner_id: str,
+        gateway: RunnerGateway,
         private_key: Ed25519PrivateKey,
-        verify: ssl.SSLContext | bool = True,
-        tls: GatewayTls | None = None,
-        timeout_seconds: float = 30.0,
         poll_timeout_seconds: float = 90.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        connection, self.base_path = gateway_connection(
-            gateway_url, user_agent="po-runner-agent", timeout_seconds=timeout_seconds, tls=tls, verify=verify
-        )
-        self.org_id = org_id
-        self.runner_id = runner_id
+        self.gateway = gateway
         self._key = private_key
         self._poll_timeout = poll_timeout_seconds
+        connection = gateway.connection(user_agent="po-runner-agent")
         self._http = connection.async_client(transport)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     def _headers(self) -> dict[str, str]:
-        token = agent_auth.sign(self._key, self.org_id, self.runner_id)
+        token = agent_auth.sign(self._key, self.gateway.org_id, self.gateway.runner_id)
         return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     async def _post(
@@ -74,7 +62,7 @@ class AgentClient:
 
     async def next_command(self) -> protocol.NextCommand | None:
         """Long poll: the next command with its lease, or None when none came in the gateway's wait."""
-        path = protocol.next_command_path(self.org_id, self.runner_id, base_path=self.base_path)
+        path = self.gateway.path(protocol.next_command_path)
         response = await self._post(path, None, read_timeout=self._poll_timeout)
         if response.status_code == 204:
             return None
@@ -87,9 +75,7 @@ class AgentClient:
             ) from exc
 
     def _action(self, command_id: str, action: str) -> str:
-        return protocol.command_action_path(
-            self.org_id, self.runner_id, command_id, action, base_path=self.base_path
-        )
+        return self.gateway.path(protocol.command_action_path, command_id, action)
 
     async def ack(self, command_id: str, receipt: str) -> None:
         await self._post(self._action(command_id, "ack"), protocol.AckRequest(receipt=receipt))
@@ -106,4 +92,4 @@ class AgentClient:
         )
 
     async def send_event(self, event: protocol.EventEnvelope) -> None:
-        await self._post(protocol.events_path(self.org_id, self.runner_id, base_path=self.base_path), event)
+        await self._post(self.gateway.path(protocol.events_path), event)

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -61,22 +61,6 @@ class Outcome(StrEnum):
     UNANSWERED = "unanswered"
 
 
-class Command(Protocol):
-    """What events about a command need: a ``CommandEnvelope``, or a ``ResumedCommand``."""
-
-    @property
-    def command_id(self) -> str: ...
-
-    @property
-    def organization_id(self) -> str: ...
-
-    @property
-    def runner_id(self) -> str: ...
-
-    @property
-    def deployment_id(self) -> str: ...
-
-
 @dataclass(frozen=True)
 class ResumedCommand:
     """The command of a run launched before this agent started (found in the cluster, not delivered)."""
@@ -85,6 +69,10 @@ class ResumedCommand:
     organization_id: str
     runner_id: str
     deployment_id: str
+
+
+#: What events about a command need (its id, organization, runner and deployment).
+Command = protocol.CommandEnvelope | ResumedCommand
 
 
 def backoff_seconds(failures: int, *, cap: float, rng: random.Random | None = None) -> float:

@@ -9,7 +9,6 @@ Imports httpx and ``client.tls`` only: the runner and the agent ship without ser
 from __future__ import annotations
 
 import random
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,25 +48,13 @@ class Retry:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
 
-    def wait(
-        self,
-        failure: ClientError,
-        attempt: int,
-        *,
-        deadline: float | None = None,
-        on_retry: Callable[[ClientError], None] | None = None,
-    ) -> bool:
-        """After the failed ``attempt``: sleep and answer True if there is another, else answer False."""
+    def delay_after(self, failure: ClientError, attempt: int, deadline: float | None) -> float | None:
+        """The wait before the attempt after the failed ``attempt``, or None: no more attempts."""
         if not (isinstance(failure, self.on) and failure.retryable):
-            return False
+            return None
         delay = self.backoff.delay(attempt)
         within_deadline = deadline is not None and self.clock() + delay < deadline
-        if attempt >= self.attempts and not within_deadline:
-            return False
-        if on_retry is not None:
-            on_retry(failure)
-        self.sleep(delay)
-        return True
+        return None if attempt >= self.attempts and not within_deadline else delay
 
     def call(
         self,
@@ -76,34 +63,39 @@ class Retry:
         deadline: float | None = None,
         on_retry: Callable[[ClientError], None] | None = None,
     ) -> T:
-        """``request()`` until it answers, or its :class:`ClientError` is final (raised)."""
+        """``request()`` until it answers, or its :class:`ClientError` is final (raised); ``on_retry`` is
+        told of each failure that is tried again."""
         attempt = 0
         while True:
             attempt += 1
             try:
                 return request()
             except ClientError as failure:
-                if not self.wait(failure, attempt, deadline=deadline, on_retry=on_retry):
+                delay = self.delay_after(failure, attempt, deadline)
+                if delay is None:
                     raise
+                if on_retry is not None:
+                    on_retry(failure)
+                self.sleep(delay)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Connection:
     """What every client of one orchestrator URL is built with: relative paths against ``base_url``
-    (``scheme://host[:port][/path]``), redirects never followed, ``tls`` winning over ``verify``."""
+    (``scheme://host[:port][/path]``), redirects never followed, trusting the system CAs and ``tls``
+    (extra CA, mTLS pair); over plain ``http`` without a proxy no CA bundle is loaded at all."""
 
     base_url: str
     user_agent: str
     timeout_seconds: float
     headers: Mapping[str, str] = field(default_factory=dict)
     tls: GatewayTls | None = None
-    verify: ssl.SSLContext | bool = True
 
     def _options(self) -> dict[str, Any]:
         scheme = httpx.URL(self.base_url).scheme
         return {
             "base_url": self.base_url,
-            "verify": client_verify(scheme, tls=self.tls, verify=self.verify),
+            "verify": client_verify(scheme, self.tls),
             "timeout": self.timeout_seconds,
             "headers": {"User-Agent": self.user_agent, **self.headers},
             "follow_redirects": False,

@@ -105,11 +105,8 @@ def plain_http_verify(scheme: str) -> ssl.SSLContext | bool:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
-def client_verify(
-    scheme: str, *, tls: GatewayTls | None = None, verify: ssl.SSLContext | bool = True
-) -> ssl.SSLContext | bool:
-    """The ``verify`` argument of a client of ``scheme``://one host: ``tls`` (extra CA, mTLS pair) wins over
-    ``verify``; the default (``True``) over plain ``http`` is :func:`plain_http_verify`'s context."""
-    if tls is not None:
-        verify = gateway_verify(tls)
+def client_verify(scheme: str, tls: GatewayTls | None = None) -> ssl.SSLContext | bool:
+    """The ``verify`` argument of a client of ``scheme``://one host: the system CAs plus ``tls``
+    (:func:`gateway_verify`), or over plain ``http`` without any :func:`plain_http_verify`'s context."""
+    verify = gateway_verify(tls)
     return plain_http_verify(scheme) if verify is True else verify

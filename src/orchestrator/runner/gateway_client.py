@@ -10,9 +10,6 @@ Failures raise ``client.errors.ClientError``: ``AuthError`` when the deployment 
 
 from __future__ import annotations
 
-import ssl
-import time
-from collections.abc import Callable
 from enum import StrEnum
 from types import TracebackType
 
@@ -20,15 +17,22 @@ import httpx
 from pydantic import SecretStr
 
 from orchestrator.client.errors import ClientError
-from orchestrator.client.gateway import gateway_connection, gateway_failure, gateway_unreachable
+from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_unreachable
 from orchestrator.client.http import Backoff, Retry
-from orchestrator.client.tls import GatewayTls
 from orchestrator.protocol import results
 
 #: Longest wait between two attempts: a runner goes on at most this long after the orchestrator is back.
 MAX_BACKOFF_SECONDS = 10.0
 #: Appended to the message of a rejected deployment token.
 TOKEN_HINT = " (the deployment token was rejected; check TOKEN)"
+
+
+def runner_retry(*, attempts: int = 5, backoff_seconds: float = 1.0) -> Retry:
+    """The runner's policy (``RUNNER_HTTP_ATTEMPTS``, ``RUNNER_HTTP_BACKOFF_SECONDS``): ``attempts`` tries
+    of each request, ``backoff_seconds`` before the second, doubling up to :data:`MAX_BACKOFF_SECONDS`."""
+    return Retry(
+        attempts=attempts, backoff=Backoff(first_seconds=backoff_seconds, max_seconds=MAX_BACKOFF_SECONDS)
+    )
 
 
 class ResultsReceipt(StrEnum):
@@ -40,42 +44,21 @@ class ResultsReceipt(StrEnum):
 
 
 class GatewayClient:
-    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/...`` for one deployment.
-
-    A ``gateway_url`` without a path gets the default base path ``/runner-gateway``; one with a path
-    (upstream style, e.g. ``https://gw.example.com/runner-gateway``) uses that path as the base. ``tls``
-    (extra CA, mTLS pair; ``client.tls``) wins over ``verify``.
-    """
+    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/...`` (``gateway``) for one
+    deployment."""
 
     def __init__(
         self,
         *,
-        gateway_url: str,
-        org_id: str,
-        runner_id: str,
+        gateway: RunnerGateway,
         token: SecretStr,
-        verify: ssl.SSLContext | bool = True,
-        tls: GatewayTls | None = None,
-        timeout_seconds: float = 40.0,
-        attempts: int = 5,
-        backoff_seconds: float = 1.0,
+        retry: Retry | None = None,
         transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        connection, self._base_path = gateway_connection(
-            gateway_url, user_agent="po-runner", timeout_seconds=timeout_seconds, tls=tls, verify=verify
-        )
-        self._org_id = org_id
-        self._runner_id = runner_id
+        self._gateway = gateway
         self._token = token
-        self._clock = clock
-        self._retry = Retry(
-            attempts=attempts,
-            backoff=Backoff(first_seconds=backoff_seconds, max_seconds=MAX_BACKOFF_SECONDS),
-            sleep=sleep,
-            clock=clock,
-        )
+        self._retry = retry or runner_retry()
+        connection = gateway.connection(user_agent="po-runner")
         self._http = connection.client(transport)
 
     def __enter__(self) -> GatewayClient:
@@ -91,7 +74,7 @@ class GatewayClient:
 
     def download_bundle(self, deployment_id: str, *, max_bytes: int = results.MAX_BUNDLE_BYTES) -> bytes:
         """The deployment's tar.gz bundle; ``ClientError`` if unavailable or over ``max_bytes``."""
-        path = results.bundle_path(self._org_id, self._runner_id, deployment_id, base_path=self._base_path)
+        path = self._gateway.path(results.bundle_path, deployment_id)
 
         def download() -> bytes:
             try:
@@ -107,7 +90,7 @@ class GatewayClient:
 
     def post_results(self, deployment_id: str, body: results.DeploymentResults) -> ResultsReceipt:
         """Report the results; a 2xx means accepted, a 409 that the gateway already had them."""
-        path = results.results_path(self._org_id, self._runner_id, deployment_id, base_path=self._base_path)
+        path = self._gateway.path(results.results_path, deployment_id)
         content = body.to_json_bytes()
         if len(content) > results.MAX_RESULTS_BYTES:
             raise ClientError(
@@ -121,9 +104,7 @@ class GatewayClient:
     def put_logs(self, env_uuid: str, deployment_id: str, encrypted_b64: bytes) -> None:
         """Upload the encrypted logs (standard base64 text of the age ciphertext); a 409 means the gateway
         has them already (logs are written once: a retry whose answer was lost)."""
-        path = results.logs_path(
-            self._org_id, self._runner_id, env_uuid, deployment_id, base_path=self._base_path
-        )
+        path = self._gateway.path(results.logs_path, env_uuid, deployment_id)
         if len(encrypted_b64) > results.MAX_LOG_BYTES:
             raise ClientError(
                 f"encrypted logs are {len(encrypted_b64)} bytes, over the gateway limit", retryable=False
@@ -141,9 +122,7 @@ class GatewayClient:
     ) -> results.ErroredStateReceipt:
         """Hand over a state Terraform could not save; transient failures are retried for about
         ``retry_seconds`` (an outage of the orchestrator), at least ``attempts`` times."""
-        path = results.errored_state_path(
-            self._org_id, self._runner_id, env_uuid, deployment_id, base_path=self._base_path
-        )
+        path = self._gateway.path(results.errored_state_path, env_uuid, deployment_id)
         if len(state) > results.MAX_STATE_BYTES:
             raise ClientError(f"the state is {len(state)} bytes, over the gateway limit", retryable=False)
         response = self._send(
@@ -151,7 +130,7 @@ class GatewayClient:
             path,
             content=state,
             content_type="application/json",
-            deadline=self._clock() + retry_seconds,
+            deadline=self._retry.clock() + retry_seconds,
         )
         try:
             return results.ErroredStateReceipt.model_validate_json(response.content)

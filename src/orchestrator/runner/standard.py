@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from orchestrator import errors
 from orchestrator.client.errors import ClientError
+from orchestrator.client.gateway import RunnerGateway
 from orchestrator.protocol import age, results
 from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs, state
 from orchestrator.runner.settings import RunnerSettings
@@ -83,15 +84,12 @@ def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: 
     )
     log.info("platform orchestrator runner starting", version=_version())
     with gateway_client.GatewayClient(
-        gateway_url=settings.runner_gateway_url,
-        org_id=settings.org_id,
-        runner_id=settings.runner_id,
-        token=settings.token,
         # ConfigurationError here when the CA (file or PEM text) or the mTLS pair are unusable.
-        tls=settings.gateway_tls(),
-        timeout_seconds=settings.runner_http_timeout_seconds,
-        attempts=settings.runner_http_attempts,
-        backoff_seconds=settings.runner_http_backoff_seconds,
+        gateway=RunnerGateway.of(settings, timeout_seconds=settings.runner_http_timeout_seconds),
+        token=settings.token,
+        retry=gateway_client.runner_retry(
+            attempts=settings.runner_http_attempts, backoff_seconds=settings.runner_http_backoff_seconds
+        ),
     ) as gateway:
         body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ)
         # Logs first: once the results arrive the deployment is complete, and its logs should be there.
