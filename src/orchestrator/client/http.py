@@ -2,8 +2,8 @@
 and how a request is tried again (backoff). Each client keeps its routes and its own policy values:
 ``octl`` (``client.api``), the runner (``runner.gateway_client``), the agent (``agent.client``).
 
-Imports httpx and ``client.tls`` only: the runner and the agent ship without server code, and
-``po-runner standard`` and ``octl`` start in about 0.2 s.
+Imports httpx, ``client.errors`` and ``client.tls`` only: the runner and the agent ship without server
+code, and ``po-runner standard`` and ``octl`` start in about 0.2 s.
 """
 
 from __future__ import annotations
