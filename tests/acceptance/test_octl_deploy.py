@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from orchestrator.client import ApiClient
+from orchestrator.client.api import ApiClient
 from orchestrator.protocol import age
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN

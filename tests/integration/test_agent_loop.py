@@ -26,6 +26,7 @@ from orchestrator.agent.client import AgentClient
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent, Outcome
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.client.gateway import RunnerGateway
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
@@ -76,9 +77,7 @@ def make_agent(
         **overrides,
     )
     client = AgentClient(
-        gateway_url=gateway_url,
-        org_id=harness.org.id,
-        runner_id=runner,
+        gateway=RunnerGateway(url=gateway_url, org_id=harness.org.id, runner_id=runner),
         private_key=key or harness.key,
         transport=transport if transport is not None else httpx.ASGITransport(app=harness.app),
         poll_timeout_seconds=10,

@@ -24,6 +24,7 @@ from orchestrator.agent.kubernetes import COMMAND_ANNOTATION, kubernetes_launche
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent, Outcome
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.client.gateway import RunnerGateway
 from orchestrator.domain.runner_types import K8sRunnerJobConfig
 from orchestrator.launchers.kubernetes_job import (
     DEFAULT_RUNNER_IMAGE,
@@ -114,9 +115,7 @@ def make_agent(
         **overrides,
     )
     client = RecordingClient(
-        gateway_url=GATEWAY,
-        org_id=harness.org.id,
-        runner_id=RUNNER,
+        gateway=RunnerGateway(url=GATEWAY, org_id=harness.org.id, runner_id=RUNNER),
         private_key=harness.key,
         transport=httpx.ASGITransport(app=harness.app),
         poll_timeout_seconds=10,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.client import ApiClient, ApiError
+from orchestrator.client.api import ApiClient, ApiError
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN

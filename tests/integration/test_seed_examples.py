@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.client import ApiClient
+from orchestrator.client.api import ApiClient
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN, tools_required

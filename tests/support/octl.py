@@ -17,7 +17,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from orchestrator.cli.octl import main
-from orchestrator.client import ApiClient
+from orchestrator.client.api import ApiClient
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.conftest import BOOTSTRAP_TOKEN

@@ -1,6 +1,6 @@
 """The gateway CA as the agent hands it on: checked when the agent starts, given to Kubernetes Jobs as PEM
 text (``RUNNER_GATEWAY_CA``) in their pod template, and trusted by the runner from that text alone (a real
-TLS server whose certificate that CA signed). The one TLS builder both clients use is ``protocol.tls``."""
+TLS server whose certificate that CA signed). The one TLS builder both clients use is ``client.tls``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ from orchestrator import errors
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.kubernetes import COMMAND_ANNOTATION, _unstarted_run, job_with_agent_additions
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.client.errors import UnavailableError
+from orchestrator.client.gateway import RunnerGateway
+from orchestrator.client.tls import GatewayTls, gateway_verify
 from orchestrator.protocol import agent_auth
-from orchestrator.protocol.tls import GatewayTls, gateway_verify
-from orchestrator.runner.gateway_client import GatewayClient, GatewayError
+from orchestrator.runner.gateway_client import GatewayClient, runner_retry
 from orchestrator.runner.settings import RunnerSettings
 from tests.support.kube_api import CertificateAuthority
 
@@ -100,7 +102,8 @@ def test_runner__trusts_a_gateway_signed_by_the_ca_given_only_as_pem_text(
     settings = runner_settings(gateway, runner_gateway_ca=ca.pem.decode())
 
     with GatewayClient(
-        gateway_url=gateway, org_id="acme", runner_id="r", token=settings.token, tls=settings.gateway_tls()
+        gateway=RunnerGateway(url=gateway, org_id="acme", runner_id="r", tls=settings.gateway_tls()),
+        token=settings.token,
     ) as client:
         assert client.download_bundle("d1") == BUNDLE
 
@@ -110,14 +113,11 @@ def test_runner__without_the_ca_the_gateway_is_not_trusted(gateway: str) -> None
 
     with (
         GatewayClient(
-            gateway_url=gateway,
-            org_id="acme",
-            runner_id="r",
+            gateway=RunnerGateway(url=gateway, org_id="acme", runner_id="r", tls=settings.gateway_tls()),
             token=settings.token,
-            tls=settings.gateway_tls(),
-            attempts=1,
+            retry=runner_retry(attempts=1),
         ) as client,
-        pytest.raises(GatewayError, match="CERTIFICATE_VERIFY_FAILED"),
+        pytest.raises(UnavailableError, match="CERTIFICATE_VERIFY_FAILED"),
     ):
         client.download_bundle("d1")
 
@@ -143,11 +143,8 @@ async def test_agent_client__trusts_the_gateway_through_its_ca_file(
     settings = agent_settings(runner_gateway_ca_file=tmp_path / "ca.pem")
     private_pem, _ = agent_auth.generate_key_pair()
     client = AgentClient(
-        gateway_url=gateway,
-        org_id="acme",
-        runner_id="r",
+        gateway=RunnerGateway(url=gateway, org_id="acme", runner_id="r", tls=settings.gateway_tls()),
         private_key=agent_auth.load_private_key(private_pem),
-        tls=settings.gateway_tls(),
     )
     try:
         assert await client.next_command() is None

@@ -22,15 +22,6 @@ README: Final = ROOT / "README.md"
 PACKAGE: Final = ROOT / "src" / "orchestrator"
 TOP: Final = PACKAGE.name
 
-#: Imports allowed beyond the tables, each exactly: (importer module, imported module).
-EXCEPTIONS: Final = frozenset(
-    {
-        # TEMPORARY: the agent's client maps errors with the runner's gateway client's error types, until
-        # one HTTP client base in client/ serves both (issue 9); then this line goes.
-        ("orchestrator.agent.client", "orchestrator.runner.gateway_client"),
-    }
-)
-
 
 @dataclass(frozen=True)
 class Layers:
@@ -136,7 +127,7 @@ def test_layering__every_import_is_allowed_by_readme() -> None:
         if not (edge.target == TOP or edge.target.startswith(f"{TOP}.")):
             continue  # a library: the second table's business
         importer, imported = package_of(edge.importer), package_of(edge.target)
-        if imported in (importer, TOP) or (edge.importer, edge.target) in EXCEPTIONS:
+        if imported in (importer, TOP):
             continue
         rule = frozenset() if importer == TOP else allowed.get(importer, frozenset())
         if rule is None or imported in rule:

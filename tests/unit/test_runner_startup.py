@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.protocol.tls import plain_http_verify
+from orchestrator.client.tls import plain_http_verify
 from orchestrator.runner import embedded_terraform, logs
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -1,61 +1,46 @@
-"""The agent's client for the gateway's command routes; every request carries a fresh agent JWT.
+"""The agent's client for the gateway's command routes; every request carries a fresh agent JWT. Built on
+``client.http`` (TLS) and ``client.gateway`` (errors); its retries are the agent loop's (``agent.loop``).
 
-Failures raise ``GatewayError`` (``retryable`` for no answer, 429 and 5xx) or ``GatewayAuthError`` for a
-401/403: the gateway does not know this key for this runner.
+Failures raise ``client.errors.ClientError`` (``retryable`` for no answer, 429 and 5xx) or ``AuthError`` for
+a 401/403: the gateway does not know this key for this runner.
 """
 
 from __future__ import annotations
-
-import ssl
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.protocol import agent_auth, results
+from orchestrator.client.errors import ClientError
+from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_unreachable
+from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
-from orchestrator.protocol.tls import GatewayTls, gateway_verify
-from orchestrator.runner.gateway_client import GatewayAuthError, GatewayError
 
-__all__ = ["AgentClient", "GatewayAuthError", "GatewayError"]
+__all__ = ["AgentClient"]
 
 
 class AgentClient:
-    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events``; ``tls`` (extra CA,
-    mTLS pair; ``protocol.tls``, the runner's too) wins over ``verify``."""
+    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/commands|events`` (``gateway``)."""
 
     def __init__(
         self,
         *,
-        gateway_url: str,
-        org_id: str,
-        runner_id: str,
+        gateway: RunnerGateway,
         private_key: Ed25519PrivateKey,
-        verify: ssl.SSLContext | bool = True,
-        tls: GatewayTls | None = None,
-        timeout_seconds: float = 30.0,
         poll_timeout_seconds: float = 90.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        _scheme, origin, self.base_path = results.split_gateway_url(gateway_url)
-        self.org_id = org_id
-        self.runner_id = runner_id
+        self.gateway = gateway
         self._key = private_key
         self._poll_timeout = poll_timeout_seconds
-        self._http = httpx.AsyncClient(
-            base_url=origin,
-            verify=gateway_verify(tls) if tls is not None else verify,
-            timeout=timeout_seconds,
-            transport=transport,
-            headers={"User-Agent": "po-runner-agent"},
-            follow_redirects=False,
-        )
+        connection = gateway.connection(user_agent="po-runner-agent")
+        self._http = connection.async_client(transport)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     def _headers(self) -> dict[str, str]:
-        token = agent_auth.sign(self._key, self.org_id, self.runner_id)
+        token = agent_auth.sign(self._key, self.gateway.org_id, self.gateway.runner_id)
         return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     async def _post(
@@ -70,35 +55,27 @@ class AgentClient:
                 timeout=read_timeout if read_timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
-            raise GatewayError(f"POST {path} failed: {exc!r}") from exc
+            raise gateway_unreachable("POST", path, repr(exc)) from exc
         if response.is_success:
             return response
-        message = f"POST {path}: the runner gateway answered {response.status_code} {response.reason_phrase}"
-        detail = response.text[:500].strip()
-        if detail:
-            message += f": {detail}"
-        if response.status_code in (401, 403):
-            raise GatewayAuthError(message, status_code=response.status_code)
-        raise GatewayError(message, status_code=response.status_code)
+        raise gateway_failure("POST", path, response)
 
     async def next_command(self) -> protocol.NextCommand | None:
         """Long poll: the next command with its lease, or None when none came in the gateway's wait."""
-        path = protocol.next_command_path(self.org_id, self.runner_id, base_path=self.base_path)
+        path = self.gateway.path(protocol.next_command_path)
         response = await self._post(path, None, read_timeout=self._poll_timeout)
         if response.status_code == 204:
             return None
         try:
             return protocol.NextCommand.model_validate_json(response.content)
         except ValidationError as exc:
-            raise GatewayError(
+            raise ClientError(
                 f"POST {path}: the gateway's answer is not a command: {exc.error_count()} problems",
                 retryable=True,
             ) from exc
 
     def _action(self, command_id: str, action: str) -> str:
-        return protocol.command_action_path(
-            self.org_id, self.runner_id, command_id, action, base_path=self.base_path
-        )
+        return self.gateway.path(protocol.command_action_path, command_id, action)
 
     async def ack(self, command_id: str, receipt: str) -> None:
         await self._post(self._action(command_id, "ack"), protocol.AckRequest(receipt=receipt))
@@ -115,4 +92,4 @@ class AgentClient:
         )
 
     async def send_event(self, event: protocol.EventEnvelope) -> None:
-        await self._post(protocol.events_path(self.org_id, self.runner_id, base_path=self.base_path), event)
+        await self._post(self.gateway.path(protocol.events_path), event)

@@ -33,14 +33,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
-from orchestrator.agent.client import AgentClient, GatewayAuthError, GatewayError
+from orchestrator.agent.client import AgentClient
 from orchestrator.agent.kubernetes import job_with_agent_additions, stuck_detail
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.client.errors import AuthError, ClientError
+from orchestrator.client.http import Backoff
 from orchestrator.launchers.base import Launcher, LaunchError, RunState
 from orchestrator.protocol import commands as protocol
 from orchestrator.protocol.launch import RunSpec
@@ -59,22 +61,6 @@ class Outcome(StrEnum):
     UNANSWERED = "unanswered"
 
 
-class Command(Protocol):
-    """What events about a command need: a ``CommandEnvelope``, or a ``ResumedCommand``."""
-
-    @property
-    def command_id(self) -> str: ...
-
-    @property
-    def organization_id(self) -> str: ...
-
-    @property
-    def runner_id(self) -> str: ...
-
-    @property
-    def deployment_id(self) -> str: ...
-
-
 @dataclass(frozen=True)
 class ResumedCommand:
     """The command of a run launched before this agent started (found in the cluster, not delivered)."""
@@ -85,10 +71,13 @@ class ResumedCommand:
     deployment_id: str
 
 
+#: What events about a command need (its id, organization, runner and deployment).
+Command = protocol.CommandEnvelope | ResumedCommand
+
+
 def backoff_seconds(failures: int, *, cap: float, rng: random.Random | None = None) -> float:
     """``2^min(n,6)`` s capped at ``cap``, with jitter: a random point in its upper half."""
-    delay = min(cap, float(2 ** min(failures, 6)))
-    return (rng or random).uniform(delay / 2, delay)
+    return Backoff(first_seconds=2.0, max_seconds=cap, max_doublings=5, jitter=True).delay(failures, rng)
 
 
 @dataclass
@@ -110,7 +99,7 @@ class Agent:
         while not stop.is_set():
             try:
                 delivered = await self._next_or_stop(stop)
-            except GatewayAuthError as exc:
+            except AuthError as exc:
                 failures += 1
                 log.error(
                     "THE RUNNER GATEWAY REJECTS THIS AGENT'S CREDENTIALS: check ORG_ID, RUNNER_ID and that "
@@ -121,7 +110,7 @@ class Agent:
                 )
                 await self._pause(failures, stop)
                 continue
-            except GatewayError as exc:
+            except ClientError as exc:
                 failures += 1
                 log.warning("runner gateway unreachable", error=exc.message, failures=failures)
                 await self._pause(failures, stop)
@@ -395,7 +384,7 @@ class Agent:
             try:
                 await call()
                 return True
-            except GatewayError as exc:
+            except ClientError as exc:
                 if not exc.retryable or attempt == ANSWER_ATTEMPTS:
                     log.warning(f"could not send the {what}", error=exc.message, **context)
                     return False

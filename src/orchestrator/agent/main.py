@@ -11,6 +11,7 @@ from orchestrator.agent.kubernetes import kubernetes_launchers
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
+from orchestrator.client.gateway import RunnerGateway
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import agent_auth
 
@@ -22,12 +23,8 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
     prepare_runs_dir(settings.agent_runs_dir, run_user, setting="AGENT_RUNS_DIR")
     # ConfigurationError here when the gateway CA or the mTLS pair cannot be loaded.
     client = AgentClient(
-        gateway_url=settings.runner_gateway_url,
-        org_id=settings.org_id,
-        runner_id=settings.runner_id,
+        gateway=RunnerGateway.of(settings, timeout_seconds=settings.agent_request_timeout_seconds),
         private_key=key,
-        tls=settings.gateway_tls(),
-        timeout_seconds=settings.agent_request_timeout_seconds,
         poll_timeout_seconds=settings.agent_poll_timeout_seconds,
     )
     stop = stop or asyncio.Event()

@@ -21,8 +21,8 @@ from typing import Any
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.client.tls import GatewayTls, read_ca_file
 from orchestrator.protocol import results
-from orchestrator.protocol.tls import GatewayTls, read_ca_file
 
 #: The variable that carries the gateway CA's PEM text to a runner (``RunnerSettings.runner_gateway_ca``).
 RUNNER_GATEWAY_CA_ENV = "RUNNER_GATEWAY_CA"

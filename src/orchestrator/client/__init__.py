@@ -1,7 +1,10 @@
-"""Clients of the orchestrator's HTTP APIs (no server code: they ship without the ``server`` extra)."""
+"""Clients of the orchestrator's HTTP APIs (no server code: they ship without the ``server`` extra).
 
-from __future__ import annotations
+- ``http``: the base every client is built on (TLS, timeouts, no redirects, retries with backoff);
+- ``errors``: their one error tree, and the server's ``{error, message, details}`` body read once;
+- ``tls``: the CAs and the mTLS pair towards the runner gateway, and the plain-``http`` fast path;
+- ``gateway``: what the runner's and the agent's gateway clients share;
+- ``api``: ``octl``'s client of the user API.
 
-from orchestrator.client.api import ApiClient, ApiConnectionError, ApiError, JsonObject
-
-__all__ = ["ApiClient", "ApiConnectionError", "ApiError", "JsonObject"]
+Nothing is imported here, so that the runner and the agent load only the modules they use.
+"""

@@ -3,22 +3,22 @@
 Every method maps one API operation (control plane, module catalogue, deployments); list methods follow
 ``next_page_token`` and answer every item. A non-2xx answer raises :class:`ApiError`, an unreachable
 server :class:`ApiConnectionError`.
-The transport is injectable (``httpx.MockTransport``, a WSGI app, the network), as in httpx.
+The transport is injectable (``httpx.MockTransport``, a WSGI app, the network), as in httpx. Built on
+``client.http`` (TLS, retries) and ``client.errors`` (the error tree ``ApiError`` belongs to).
 
 This module imports no server code: the CLI ships without the ``server`` extra.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
 
-from orchestrator.errors import OrchestratorError
-from orchestrator.protocol.tls import plain_http_verify
+from orchestrator.client.errors import AuthError, ClientError, UnavailableError, read_answer
+from orchestrator.client.http import Backoff, Connection, Retry
 
 JsonObject = dict[str, Any]
 
@@ -32,6 +32,7 @@ LONG_POLL_MARGIN_SECONDS = 15.0
 #: Tries of a deployment POST that carries an Idempotency-Key when the connection fails; the same key
 #: makes a repeat safe (the server answers the deployment the first try created).
 CREATE_ATTEMPTS = 3
+#: The wait before the second try; it doubles before each further one.
 CREATE_RETRY_DELAY_SECONDS = 0.5
 
 Params = Mapping[str, str | Sequence[str] | None]
@@ -51,17 +52,18 @@ STATUS_KINDS: Mapping[int, str] = {
 }
 
 
-class ApiError(OrchestratorError):
+class ApiError(ClientError):
     """The API answered with an error."""
 
     def __init__(
         self, status: int, code: str, message: str, *, details: dict[str, Any] | None = None
     ) -> None:
-        super().__init__(message, details=details)
-        #: The HTTP status code.
-        self.status = status
-        #: The ``error`` field of the body (e.g. ``API-409``); ``code`` itself is the class-wide ``API-000``.
-        self.error = code
+        super().__init__(message, status_code=status, error=code, details=details)
+
+    @property
+    def status(self) -> int:
+        """The HTTP status code."""
+        return self.status_code or 0
 
     @property
     def kind(self) -> str:
@@ -74,7 +76,11 @@ class ApiError(OrchestratorError):
         return f"{self.kind}: {self.message}"
 
 
-class ApiConnectionError(OrchestratorError):
+class ApiAuthError(ApiError, AuthError):
+    """The API refused the token (401) or its role (403)."""
+
+
+class ApiConnectionError(UnavailableError):
     """The API could not be reached."""
 
 
@@ -84,20 +90,13 @@ def _segment(value: str) -> str:
 
 
 def _error_from(response: httpx.Response) -> ApiError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        details = body.get("details")
-        return ApiError(
-            response.status_code,
-            str(body.get("error") or f"API-{response.status_code}"),
-            body["message"],
-            details=details if isinstance(details, dict) else None,
-        )
-    text = response.text.strip().splitlines()[0][:200] if response.text.strip() else ""
-    return ApiError(response.status_code, f"API-{response.status_code}", text or response.reason_phrase)
+    answer = read_answer(response)
+    status = response.status_code
+    error = ApiAuthError if status in (401, 403) else ApiError
+    if answer.message is not None:
+        return error(status, answer.error or f"API-{status}", answer.message, details=answer.details)
+    text = answer.text.splitlines()[0][:200] if answer.text else ""
+    return error(status, f"API-{status}", text or response.reason_phrase)
 
 
 class ApiClient:
@@ -119,20 +118,13 @@ class ApiClient:
             raise ValueError(f"invalid API URL '{base_url}': it must be http(s)://host[:port]")
         self.base_url = str(base_url).rstrip("/")
         self.page_size = page_size
-        headers = {"Accept": "application/json", "User-Agent": "octl"}
+        headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            verify=plain_http_verify(url.scheme),
-            headers=headers,
-            transport=transport,
-            timeout=timeout,
-            event_hooks={
-                "request": [on_request] if on_request else [],
-                "response": [on_response] if on_response else [],
-            },
+        connection = Connection(
+            base_url=self.base_url, user_agent="octl", timeout_seconds=timeout, headers=headers
         )
+        self._http = connection.client(transport, on_request=on_request, on_response=on_response)
 
     def close(self) -> None:
         self._http.close()
@@ -484,18 +476,16 @@ class ApiClient:
         deployment instead of creating a second. Without a key nothing is repeated.
         """
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        attempts = CREATE_ATTEMPTS if idempotency_key else 1
-        attempt = 1
-        while True:
-            try:
-                return self._object("POST", f"/orgs/{_segment(org)}/deployments", body=body, headers=headers)
-            except ApiConnectionError as exc:
-                if attempt >= attempts:
-                    raise
-                if on_retry is not None:
-                    on_retry(exc)
-                time.sleep(CREATE_RETRY_DELAY_SECONDS * attempt)
-                attempt += 1
+        retry = Retry(
+            attempts=CREATE_ATTEMPTS if idempotency_key else 1,
+            backoff=Backoff(first_seconds=CREATE_RETRY_DELAY_SECONDS),
+            on=ApiConnectionError,
+        )
+        path = f"/orgs/{_segment(org)}/deployments"
+        return retry.call(
+            lambda: self._object("POST", path, body=body, headers=headers),
+            on_retry=None if on_retry is None else lambda exc: on_retry(cast(ApiConnectionError, exc)),
+        )
 
     def get_deployment(self, org: str, deployment_id: str) -> JsonObject:
         return self._object("GET", self._deployment_path(org, deployment_id))

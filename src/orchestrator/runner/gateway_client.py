@@ -1,47 +1,38 @@
 """The runner's client for the runner gateway: bundle download, results, logs and the state Terraform could
-not save (``X-Deployment-Token``).
+not save (``X-Deployment-Token``). Built on ``client.http`` (TLS, retries) and ``client.gateway``
+(errors).
 
 Transient failures (connection errors, 429, 500, 502, 503, 504) are retried with exponential backoff
 (``attempts`` per request; an errored state for as long as its caller says); anything else is final.
+Failures raise ``client.errors.ClientError``: ``AuthError`` when the deployment token is rejected.
 ``transport`` is httpx's seam, so tests can point the client at any server.
 """
 
 from __future__ import annotations
 
-import ssl
-import time
-from collections.abc import Callable
 from enum import StrEnum
 from types import TracebackType
 
 import httpx
 from pydantic import SecretStr
 
-from orchestrator import errors
+from orchestrator.client.errors import ClientError
+from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_unreachable
+from orchestrator.client.http import Backoff, Retry
 from orchestrator.protocol import results
-from orchestrator.protocol.tls import GatewayTls, gateway_verify, plain_http_verify
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Longest wait between two attempts: a runner goes on at most this long after the orchestrator is back.
 MAX_BACKOFF_SECONDS = 10.0
+#: Appended to the message of a rejected deployment token.
+TOKEN_HINT = " (the deployment token was rejected; check TOKEN)"
 
 
-class GatewayError(errors.OrchestratorError):
-    """The runner gateway did not accept the request."""
-
-    def __init__(
-        self, message: str | None = None, *, status_code: int | None = None, retryable: bool | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        #: Worth another attempt: no answer at all (transport error) or a transient status.
-        self.retryable = (
-            (status_code is None or status_code in RETRY_STATUSES) if retryable is None else retryable
-        )
-
-
-class GatewayAuthError(GatewayError):
-    """The runner gateway rejected the deployment token."""
+def runner_retry(*, attempts: int = 5, backoff_seconds: float = 1.0) -> Retry:
+    """The runner's policy (``RUNNER_HTTP_ATTEMPTS``, ``RUNNER_HTTP_BACKOFF_SECONDS``): ``attempts`` tries
+    of each request, ``backoff_seconds`` before the second, doubling up to :data:`MAX_BACKOFF_SECONDS`."""
+    return Retry(
+        attempts=attempts, backoff=Backoff(first_seconds=backoff_seconds, max_seconds=MAX_BACKOFF_SECONDS)
+    )
 
 
 class ResultsReceipt(StrEnum):
@@ -53,46 +44,22 @@ class ResultsReceipt(StrEnum):
 
 
 class GatewayClient:
-    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/...`` for one deployment.
-
-    A ``gateway_url`` without a path gets the default base path ``/runner-gateway``; one with a path
-    (upstream style, e.g. ``https://gw.example.com/runner-gateway``) uses that path as the base. ``tls``
-    (extra CA, mTLS pair; ``protocol.tls``) wins over ``verify``.
-    """
+    """Talks to ``{RUNNER_GATEWAY_URL}/v1/orgs/{org}/runners/{runner}/...`` (``gateway``) for one
+    deployment."""
 
     def __init__(
         self,
         *,
-        gateway_url: str,
-        org_id: str,
-        runner_id: str,
+        gateway: RunnerGateway,
         token: SecretStr,
-        verify: ssl.SSLContext | bool = True,
-        tls: GatewayTls | None = None,
-        timeout_seconds: float = 40.0,
-        attempts: int = 5,
-        backoff_seconds: float = 1.0,
+        retry: Retry | None = None,
         transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        scheme, origin, self._base_path = results.split_gateway_url(gateway_url)
-        self._org_id = org_id
-        self._runner_id = runner_id
+        self._gateway = gateway
         self._token = token
-        self._attempts = attempts
-        self._backoff_seconds = backoff_seconds
-        self._sleep = sleep
-        self._clock = clock
-        verify = gateway_verify(tls) if tls is not None else verify
-        self._http = httpx.Client(
-            base_url=origin,
-            verify=plain_http_verify(scheme) if verify is True else verify,
-            timeout=timeout_seconds,
-            transport=transport,
-            headers={"User-Agent": "po-runner"},
-            follow_redirects=False,
-        )
+        self._retry = retry or runner_retry()
+        connection = gateway.connection(user_agent="po-runner")
+        self._http = connection.client(transport)
 
     def __enter__(self) -> GatewayClient:
         return self
@@ -106,27 +73,27 @@ class GatewayClient:
         self._http.close()
 
     def download_bundle(self, deployment_id: str, *, max_bytes: int = results.MAX_BUNDLE_BYTES) -> bytes:
-        """The deployment's tar.gz bundle; ``GatewayError`` if unavailable or over ``max_bytes``."""
-        path = results.bundle_path(self._org_id, self._runner_id, deployment_id, base_path=self._base_path)
-        for attempt in range(1, self._attempts + 1):
+        """The deployment's tar.gz bundle; ``ClientError`` if unavailable or over ``max_bytes``."""
+        path = self._gateway.path(results.bundle_path, deployment_id)
+
+        def download() -> bytes:
             try:
                 with self._http.stream("GET", path, headers=self._headers()) as response:
                     if response.status_code == 200:
                         return _read_capped(response, max_bytes)
                     response.read()
-                    failure = self._failure("GET", path, response)
+                    raise gateway_failure("GET", path, response, auth_hint=TOKEN_HINT)
             except httpx.TransportError as exc:
-                failure = GatewayError(f"GET {path} failed: {exc}")
-            if not self._retry(failure, attempt):
-                raise failure
-        raise AssertionError("unreachable")  # pragma: no cover
+                raise gateway_unreachable("GET", path, str(exc)) from exc
+
+        return self._retry.call(download)
 
     def post_results(self, deployment_id: str, body: results.DeploymentResults) -> ResultsReceipt:
         """Report the results; a 2xx means accepted, a 409 that the gateway already had them."""
-        path = results.results_path(self._org_id, self._runner_id, deployment_id, base_path=self._base_path)
+        path = self._gateway.path(results.results_path, deployment_id)
         content = body.to_json_bytes()
         if len(content) > results.MAX_RESULTS_BYTES:
-            raise GatewayError(
+            raise ClientError(
                 f"results body is {len(content)} bytes, over the gateway limit", retryable=False
             )
         response = self._send(
@@ -137,11 +104,9 @@ class GatewayClient:
     def put_logs(self, env_uuid: str, deployment_id: str, encrypted_b64: bytes) -> None:
         """Upload the encrypted logs (standard base64 text of the age ciphertext); a 409 means the gateway
         has them already (logs are written once: a retry whose answer was lost)."""
-        path = results.logs_path(
-            self._org_id, self._runner_id, env_uuid, deployment_id, base_path=self._base_path
-        )
+        path = self._gateway.path(results.logs_path, env_uuid, deployment_id)
         if len(encrypted_b64) > results.MAX_LOG_BYTES:
-            raise GatewayError(
+            raise ClientError(
                 f"encrypted logs are {len(encrypted_b64)} bytes, over the gateway limit", retryable=False
             )
         self._send(
@@ -157,22 +122,20 @@ class GatewayClient:
     ) -> results.ErroredStateReceipt:
         """Hand over a state Terraform could not save; transient failures are retried for about
         ``retry_seconds`` (an outage of the orchestrator), at least ``attempts`` times."""
-        path = results.errored_state_path(
-            self._org_id, self._runner_id, env_uuid, deployment_id, base_path=self._base_path
-        )
+        path = self._gateway.path(results.errored_state_path, env_uuid, deployment_id)
         if len(state) > results.MAX_STATE_BYTES:
-            raise GatewayError(f"the state is {len(state)} bytes, over the gateway limit", retryable=False)
+            raise ClientError(f"the state is {len(state)} bytes, over the gateway limit", retryable=False)
         response = self._send(
             "POST",
             path,
             content=state,
             content_type="application/json",
-            deadline=self._clock() + retry_seconds,
+            deadline=self._retry.clock() + retry_seconds,
         )
         try:
             return results.ErroredStateReceipt.model_validate_json(response.content)
         except ValueError as exc:
-            raise GatewayError(f"POST {path}: the runner gateway's answer is not a receipt") from exc
+            raise ClientError(f"POST {path}: the runner gateway's answer is not a receipt") from exc
 
     def _send(
         self,
@@ -185,48 +148,20 @@ class GatewayClient:
         deadline: float | None = None,
     ) -> httpx.Response:
         headers = self._headers() | {"Content-Type": content_type}
-        attempt = 0
-        while True:
-            attempt += 1
+
+        def send() -> httpx.Response:
             try:
                 response = self._http.request(method, path, content=content, headers=headers)
-                if response.is_success or response.status_code in ok_statuses:
-                    return response
-                failure = self._failure(method, path, response)
             except httpx.TransportError as exc:
-                failure = GatewayError(f"{method} {path} failed: {exc}")
-            if not self._retry(failure, attempt, deadline=deadline):
-                raise failure
+                raise gateway_unreachable(method, path, str(exc)) from exc
+            if response.is_success or response.status_code in ok_statuses:
+                return response
+            raise gateway_failure(method, path, response, auth_hint=TOKEN_HINT)
 
-    def _retry(self, failure: GatewayError, attempt: int, *, deadline: float | None = None) -> bool:
-        """Sleep before the next attempt, if there is one: within ``attempts``, or until ``deadline``."""
-        if not failure.retryable:
-            return False
-        delay = min(self._backoff_seconds * 2 ** min(attempt - 1, 16), MAX_BACKOFF_SECONDS)
-        within_deadline = deadline is not None and self._clock() + delay < deadline
-        if attempt >= self._attempts and not within_deadline:
-            return False
-        self._sleep(delay)
-        return True
+        return self._retry.call(send, deadline=deadline)
 
     def _headers(self) -> dict[str, str]:
         return {results.DEPLOYMENT_TOKEN_HEADER: self._token.get_secret_value()}
-
-    @staticmethod
-    def _failure(method: str, path: str, response: httpx.Response) -> GatewayError:
-        body = response.text[:500].strip()
-        message = (
-            f"{method} {path}: the runner gateway answered {response.status_code} {response.reason_phrase}"
-        )
-        if body:
-            message += f": {body}"
-        # Our gateway answers a wrong token 400 (as upstream's data plane), upstream's gateway 401.
-        if response.status_code in (401, 403) or results.RUNNER_TOKEN_INVALID in body:
-            return GatewayAuthError(
-                f"{message} (the deployment token was rejected; check TOKEN)",
-                status_code=response.status_code,
-            )
-        return GatewayError(message, status_code=response.status_code)
 
 
 def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
@@ -235,7 +170,7 @@ def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
     for chunk in response.iter_bytes():
         size += len(chunk)
         if size > max_bytes:
-            raise GatewayError(
+            raise ClientError(
                 f"the deployment bundle exceeds the client limit of {max_bytes} bytes", retryable=False
             )
         chunks.append(chunk)

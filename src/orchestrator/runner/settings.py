@@ -11,9 +11,9 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.client.tls import GatewayTls, check_ca_pem
 from orchestrator.protocol import results
 from orchestrator.protocol.launch import METADATA_KEY
-from orchestrator.protocol.tls import GatewayTls, check_ca_pem
 from orchestrator.runner.engine import IacBackend
 
 DEFAULT_METADATA_KEY = METADATA_KEY

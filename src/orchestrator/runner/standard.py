@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator import errors
+from orchestrator.client.errors import ClientError
+from orchestrator.client.gateway import RunnerGateway
 from orchestrator.protocol import age, results
 from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs, state
 from orchestrator.runner.settings import RunnerSettings
@@ -82,15 +84,12 @@ def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: 
     )
     log.info("platform orchestrator runner starting", version=_version())
     with gateway_client.GatewayClient(
-        gateway_url=settings.runner_gateway_url,
-        org_id=settings.org_id,
-        runner_id=settings.runner_id,
-        token=settings.token,
         # ConfigurationError here when the CA (file or PEM text) or the mTLS pair are unusable.
-        tls=settings.gateway_tls(),
-        timeout_seconds=settings.runner_http_timeout_seconds,
-        attempts=settings.runner_http_attempts,
-        backoff_seconds=settings.runner_http_backoff_seconds,
+        gateway=RunnerGateway.of(settings, timeout_seconds=settings.runner_http_timeout_seconds),
+        token=settings.token,
+        retry=gateway_client.runner_retry(
+            attempts=settings.runner_http_attempts, backoff_seconds=settings.runner_http_backoff_seconds
+        ),
     ) as gateway:
         body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ)
         # Logs first: once the results arrive the deployment is complete, and its logs should be there.
@@ -261,7 +260,7 @@ class _Deployment:
         self.log.info("downloading deployment bundle")
         try:
             data = self.gateway.download_bundle(self.settings.deployment_id)
-        except gateway_client.GatewayError as exc:
+        except ClientError as exc:
             message = "failed to obtain deployment bundle from runner gateway"
             raise StepFailedError(_runner_error(message, exc)) from exc
         try:
@@ -367,7 +366,7 @@ def _report(
 ) -> Outcome:
     try:
         receipt = gateway.post_results(settings.deployment_id, body)
-    except gateway_client.GatewayError as exc:
+    except ClientError as exc:
         log.error("failed to report the results", reason=exc.message)
         return Outcome(results=body, receipt=None, problem=f"could not report the results: {exc.message}")
     if receipt is gateway_client.ResultsReceipt.ALREADY_REPORTED:

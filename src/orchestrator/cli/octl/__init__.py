@@ -1,6 +1,6 @@
 """``octl``: the user command line of the Platform Orchestrator (console script ``octl``).
 
-Every command goes through :class:`orchestrator.client.ApiClient`; nothing here imports server code.
+Every command goes through :class:`orchestrator.client.api.ApiClient`; nothing here imports server code.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import httpx
 
 from orchestrator.cli.octl import config as config_file
 from orchestrator.cli.octl import inputs
-from orchestrator.client import ApiClient, ApiConnectionError, ApiError
+from orchestrator.client.api import ApiClient, ApiConnectionError, ApiError
 
 #: Where ``orchestrator serve`` listens by default.
 DEFAULT_API_URL = "http://127.0.0.1:8080"

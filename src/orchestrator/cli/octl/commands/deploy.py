@@ -35,7 +35,7 @@ from orchestrator.cli.octl.session import (
     org_option,
     pass_session,
 )
-from orchestrator.client import ApiConnectionError, ApiError, JsonObject
+from orchestrator.client.api import ApiConnectionError, ApiError, JsonObject
 from orchestrator.protocol import age
 
 F = TypeVar("F", bound=Callable[..., Any])

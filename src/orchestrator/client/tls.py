@@ -1,5 +1,6 @@
-"""TLS towards the runner gateway, shared by the runner (``po-runner standard``) and the agent
-(``po-runner remote``): which CAs to trust and which mTLS client certificate to present.
+"""TLS of every orchestrator client: which CAs the runner (``po-runner standard``) and the agent
+(``po-runner remote``) trust towards the runner gateway and which mTLS client certificate they present, and
+the plain-``http`` fast path all three clients (``octl`` too) take (:func:`client_verify`).
 
 An extra CA comes as a file (``RUNNER_GATEWAY_CA_FILE``) or as PEM text (``RUNNER_GATEWAY_CA``: how the
 agent hands its CA to the runner Jobs it launches, whose pods do not have the agent's files; a CA
@@ -20,6 +21,7 @@ __all__ = [
     "PEM_CERTIFICATE_MARKER",
     "GatewayTls",
     "check_ca_pem",
+    "client_verify",
     "gateway_verify",
     "plain_http_verify",
     "read_ca_file",
@@ -91,7 +93,7 @@ def gateway_verify(tls: GatewayTls | None) -> ssl.SSLContext | bool:
 
 def plain_http_verify(scheme: str) -> ssl.SSLContext | bool:
     """``verify`` for a client whose every request goes to ``scheme``://one host (relative paths, no
-    redirects followed): the runner's gateway client and ``octl``'s API client.
+    redirects followed): every client built by :func:`client_verify`.
 
     ``verify=True`` makes httpx load certifi's CA bundle into a new SSL context when the client is built
     (about 50 ms, on every deployment and every ``octl`` command). Over plain http without a proxy from
@@ -101,3 +103,10 @@ def plain_http_verify(scheme: str) -> ssl.SSLContext | bool:
     if scheme != "http" or urllib.request.getproxies():
         return True
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def client_verify(scheme: str, tls: GatewayTls | None = None) -> ssl.SSLContext | bool:
+    """The ``verify`` argument of a client of ``scheme``://one host: the system CAs plus ``tls``
+    (:func:`gateway_verify`), or over plain ``http`` without any :func:`plain_http_verify`'s context."""
+    verify = gateway_verify(tls)
+    return plain_http_verify(scheme) if verify is True else verify
