@@ -23,14 +23,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator import data_dir
 from orchestrator.api import (
-    catalogue,
     deployments,
     docs,
     errors,
     methods,
+    module_providers,
+    module_rules,
+    modules,
     openapi,
     orgs,
     projects,
+    resource_types,
     runner_rules,
     runners,
 )
@@ -38,7 +41,7 @@ from orchestrator.api.context import Services, api_token_key, hash_token
 from orchestrator.api.input_checks import InputCheckMiddleware
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import creation, retention
+from orchestrator.dispatch import catalogue, creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import K8sRunnerConfiguration
 from orchestrator.errors import ConfigurationError
@@ -343,7 +346,10 @@ def create_app(
         projects.router,
         runners.router,
         runner_rules.router,
-        catalogue.router,
+        resource_types.router,
+        module_providers.router,
+        modules.router,
+        module_rules.router,
         deployments.router,
         gateway_deployments.router,
         gateway_commands.router,

@@ -33,6 +33,7 @@ from orchestrator.domain.catalogue import (
     ModuleRule,
     ResourceType,
 )
+from orchestrator.errors import InvalidInputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,15 @@ class Placement:
     project_id: str
     env_type_id: str
     env_id: str
+
+
+def check_scope(*, project_id: str | None, env_type_id: str | None, env_id: str | None) -> None:
+    """A rule's environment fields: an ``env_id`` needs its ``project_id`` and excludes ``env_type_id``
+    (400, as upstream)."""
+    if env_id is not None and project_id is None:
+        raise InvalidInputError("project_id: must be set when env_id is set")
+    if env_id is not None and env_type_id is not None:
+        raise InvalidInputError("env_type_id: must not be set when env_id is set")
 
 
 def is_effective(rule: ModuleRule, where: Placement) -> bool:
@@ -115,7 +125,7 @@ class ResolvedModule:
 class EnvCatalogue:
     """The modules, rules and providers that apply to one environment (upstream's internal module catalogue).
 
-    Load it once per deployment (``store.module_rules.load_env_catalogue``) and resolve every resource
+    Load it once per deployment (``dispatch.env_catalogue.load_env_catalogue``) and resolve every resource
     of the manifest against it, so that one deployment sees one consistent catalogue.
     """
 
