@@ -49,6 +49,7 @@ from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import receipts, tokens
 from orchestrator.gateway import state as gateway_state
+from orchestrator.gateway.agent_gateway import AgentGateway
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers import run_user
 from orchestrator.launchers.base import Launcher, LaunchError
@@ -174,7 +175,7 @@ def stop_long_polls(app: FastAPI) -> None:
     services: Services | None = getattr(app.state, "services", None)
     if services is not None:
         services.notifier.close()
-    gateway: gateway_commands.AgentGateway | None = getattr(app.state, "agent_gateway", None)
+    gateway: AgentGateway | None = getattr(app.state, "agent_gateway", None)
     if gateway is not None:
         gateway.stop_polls()
 
@@ -252,7 +253,7 @@ def create_app(
                 data_dir=settings.data_dir,
                 endpoint_url=settings.object_store_endpoint,
             )
-            agent_gateway = gateway_commands.AgentGateway(
+            agent_gateway = AgentGateway(
                 settings=settings, receipt_key=receipts.receipt_key(key), on_final=notifier.notify
             )
             dispatcher = Dispatcher(
