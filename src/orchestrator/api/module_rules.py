@@ -18,7 +18,7 @@ from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import catalogue as catalogue_changes
 from orchestrator.dispatch import env_catalogue
 from orchestrator.domain import catalogue
-from orchestrator.domain.module_rules import AvailableResourceType, Placement
+from orchestrator.domain.module_rules import AvailableResourceType, Placement, RuleScope
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import module_rules as rule_store
 from orchestrator.store import projects as project_store
@@ -33,6 +33,15 @@ class ModuleRuleCreateBody(schemas.Body):
     project_id: schemas.Identifier | None = None
     env_type_id: schemas.Identifier | None = None
     env_id: schemas.Identifier | None = None
+
+    def scope(self) -> RuleScope:
+        return RuleScope(
+            resource_class=self.resource_class or catalogue.DEFAULT_RESOURCE_CLASS,
+            resource_id=self.resource_id,
+            project_id=self.project_id,
+            env_type_id=self.env_type_id,
+            env_id=self.env_id,
+        )
 
 
 class ModuleRuleOut(BaseModel):
@@ -101,16 +110,7 @@ async def create_module_rule(
     org_id: str, body: ModuleRuleCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> ModuleRuleOut:
     async with transaction(svc) as conn:
-        rule = await catalogue_changes.create_rule(
-            conn,
-            org_id=org_id,
-            module_id=body.module_id,
-            resource_class=body.resource_class or catalogue.DEFAULT_RESOURCE_CLASS,
-            resource_id=body.resource_id,
-            project_id=body.project_id,
-            env_type_id=body.env_type_id,
-            env_id=body.env_id,
-        )
+        rule = await catalogue_changes.create_rule(conn, org_id, body.module_id, body.scope())
     return ModuleRuleOut.of(rule)
 
 

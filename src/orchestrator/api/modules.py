@@ -189,6 +189,15 @@ def params_out(params: dict[str, ModuleParam]) -> dict[str, ModuleParamOut]:
     }
 
 
+def _summary_fields(c: ModuleContent) -> dict[str, Any]:
+    """What a module's and a version's summary show of their content."""
+    return {
+        "module_source": c.module_source,
+        "provider_mapping": c.provider_mapping,
+        "description": c.description,
+    }
+
+
 class ModuleVersionSummaryOut(BaseModel):
     version_id: uuid.UUID
     resource_type: str
@@ -202,10 +211,8 @@ class ModuleVersionSummaryOut(BaseModel):
         return cls(
             version_id=v.id,
             resource_type=v.resource_type,
-            module_source=v.content.module_source,
-            provider_mapping=v.content.provider_mapping,
-            description=v.content.description,
             created_at=v.created_at,
+            **_summary_fields(v.content),
         )
 
 
@@ -266,11 +273,9 @@ class ModuleSummaryOut(BaseModel):
             id=m.id,
             version_id=m.version_id,
             resource_type=m.resource_type,
-            module_source=m.content.module_source,
-            provider_mapping=m.content.provider_mapping,
-            description=m.content.description,
             created_at=m.created_at,
             updated_at=m.updated_at,
+            **_summary_fields(m.content),
         )
 
 

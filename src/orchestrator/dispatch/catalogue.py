@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain import catalogue, provider_secrets
 from orchestrator.domain.catalogue import Module, ModuleContent, ModuleRule, ResourceType
-from orchestrator.domain.module_rules import check_scope
+from orchestrator.domain.module_rules import RuleScope
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.secretbox import SecretBox
 from orchestrator.store import module_providers as provider_store
@@ -148,26 +148,17 @@ async def delete_module(conn: AsyncConnection, org_id: str, module_id: str) -> b
 # --- module rules ---
 
 
-async def create_rule(
-    conn: AsyncConnection,
-    *,
-    org_id: str,
-    module_id: str,
-    resource_class: str,
-    resource_id: str | None,
-    project_id: str | None,
-    env_type_id: str | None,
-    env_id: str | None,
-) -> ModuleRule:
+async def create_rule(conn: AsyncConnection, org_id: str, module_id: str, scope: RuleScope) -> ModuleRule:
     """A rule for the module's resource type.
 
     400 for a bad scope or a missing module (as upstream), 409 for a missing project, environment type or
     environment, or when another rule of the type has the same match key.
     """
-    check_scope(project_id=project_id, env_type_id=env_type_id, env_id=env_id)
+    scope.check()
     module = await module_store.get_module(conn, org_id, module_id)
     if module is None:
         raise InvalidInputError(f"module_id: module '{module_id}' not found")
+    project_id, env_type_id, env_id = scope.project_id, scope.env_type_id, scope.env_id
     if project_id is not None and await project_store.get_project(conn, org_id, project_id) is None:
         raise ConflictError(f"project '{project_id}' not found")
     if env_type_id is not None and await project_store.get_env_type(conn, org_id, env_type_id) is None:
@@ -178,24 +169,9 @@ async def create_rule(
         and await project_store.get_env(conn, org_id, project_id, env_id) is None
     ):
         raise ConflictError(f"environment '{env_id}' not found in project '{project_id}'")
-    scope = {
-        "resource_id": resource_id,
-        "project_id": project_id,
-        "env_type_id": env_type_id,
-        "env_id": env_id,
-    }
-    existing = await rule_store.rule_with_match_key(
-        conn, org_id=org_id, resource_type=module.resource_type, resource_class=resource_class, **scope
-    )
+    existing = await rule_store.rule_with_match_key(conn, org_id, module.resource_type, scope)
     if existing is not None:
         raise ConflictError(
             f"module rule conflicts with existing rule '{existing.id}' for module '{existing.module_id}'"
         )
-    return await rule_store.insert_rule(
-        conn,
-        org_id=org_id,
-        module_id=module_id,
-        resource_type=module.resource_type,
-        resource_class=resource_class,
-        **scope,
-    )
+    return await rule_store.insert_rule(conn, org_id, module_id, module.resource_type, scope)

@@ -45,13 +45,23 @@ class Placement:
     env_id: str
 
 
-def check_scope(*, project_id: str | None, env_type_id: str | None, env_id: str | None) -> None:
-    """A rule's environment fields: an ``env_id`` needs its ``project_id`` and excludes ``env_type_id``
-    (400, as upstream)."""
-    if env_id is not None and project_id is None:
-        raise InvalidInputError("project_id: must be set when env_id is set")
-    if env_id is not None and env_type_id is not None:
-        raise InvalidInputError("env_type_id: must not be set when env_id is set")
+@dataclass(frozen=True, kw_only=True)
+class RuleScope:
+    """Which resources of its type a module rule decides, and where; with the type, the rule's match key
+    (unique in the organization)."""
+
+    resource_class: str = DEFAULT_RESOURCE_CLASS
+    resource_id: str | None = None
+    project_id: str | None = None
+    env_type_id: str | None = None
+    env_id: str | None = None
+
+    def check(self) -> None:
+        """An ``env_id`` needs its ``project_id`` and excludes ``env_type_id`` (400, as upstream)."""
+        if self.env_id is not None and self.project_id is None:
+            raise InvalidInputError("project_id: must be set when env_id is set")
+        if self.env_id is not None and self.env_type_id is not None:
+            raise InvalidInputError("env_type_id: must not be set when env_id is set")
 
 
 def is_effective(rule: ModuleRule, where: Placement) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime
 
@@ -9,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.catalogue import ModuleRule
-from orchestrator.domain.module_rules import Placement
+from orchestrator.domain.module_rules import Placement, RuleScope
 from orchestrator.errors import InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, to_page
@@ -21,27 +22,20 @@ def _rule(row: sa.Row[tuple[object, ...]]) -> ModuleRule:
 
 
 async def rule_with_match_key(
-    conn: AsyncConnection,
-    *,
-    org_id: str,
-    resource_type: str,
-    resource_class: str,
-    resource_id: str | None,
-    project_id: str | None,
-    env_type_id: str | None,
-    env_id: str | None,
+    conn: AsyncConnection, org_id: str, resource_type: str, scope: RuleScope
 ) -> ModuleRule | None:
-    """The rule of the type with this match key (empty fields equal), if any."""
+    """The rule of the type with this scope (empty fields equal), if any."""
+    c = module_rules.c
     row = (
         await conn.execute(
             module_rules.select().where(
-                module_rules.c.org_id == org_id,
-                module_rules.c.resource_type == resource_type,
-                module_rules.c.resource_class == resource_class,
-                sa.func.coalesce(module_rules.c.resource_id, "") == (resource_id or ""),
-                sa.func.coalesce(module_rules.c.project_id, "") == (project_id or ""),
-                sa.func.coalesce(module_rules.c.env_type_id, "") == (env_type_id or ""),
-                sa.func.coalesce(module_rules.c.env_id, "") == (env_id or ""),
+                c.org_id == org_id,
+                c.resource_type == resource_type,
+                c.resource_class == scope.resource_class,
+                sa.func.coalesce(c.resource_id, "") == (scope.resource_id or ""),
+                sa.func.coalesce(c.project_id, "") == (scope.project_id or ""),
+                sa.func.coalesce(c.env_type_id, "") == (scope.env_type_id or ""),
+                sa.func.coalesce(c.env_id, "") == (scope.env_id or ""),
             )
         )
     ).first()
@@ -49,16 +43,7 @@ async def rule_with_match_key(
 
 
 async def insert_rule(
-    conn: AsyncConnection,
-    *,
-    org_id: str,
-    module_id: str,
-    resource_type: str,
-    resource_class: str,
-    resource_id: str | None,
-    project_id: str | None,
-    env_type_id: str | None,
-    env_id: str | None,
+    conn: AsyncConnection, org_id: str, module_id: str, resource_type: str, scope: RuleScope
 ) -> ModuleRule:
     """Insert a rule (checked by ``dispatch.catalogue.create_rule``); 409 on a match key taken meanwhile."""
     values = {
@@ -66,16 +51,12 @@ async def insert_rule(
         "id": uuid.uuid4(),
         "module_id": module_id,
         "resource_type": resource_type,
-        "resource_class": resource_class,
-        "resource_id": resource_id,
-        "project_id": project_id,
-        "env_type_id": env_type_id,
-        "env_id": env_id,
+        **dataclasses.asdict(scope),
         "created_at": datetime.now(UTC),
     }
     with conflict_on_integrity("module rule conflicts with an existing rule"):
         await conn.execute(module_rules.insert().values(values))
-    return ModuleRule(**values)  # type: ignore[arg-type]
+    return ModuleRule(**values)
 
 
 async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> ModuleRule | None:
