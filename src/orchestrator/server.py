@@ -22,11 +22,23 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator import data_dir, deployment_tokens
-from orchestrator.api import catalogue, deployments, docs, methods, orgs, projects, runner_rules, runners
+from orchestrator.api import (
+    deployments,
+    docs,
+    methods,
+    module_providers,
+    module_rules,
+    modules,
+    orgs,
+    projects,
+    resource_types,
+    runner_rules,
+    runners,
+)
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import creation, retention
+from orchestrator.dispatch import catalogue, creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import K8sRunnerConfiguration
 from orchestrator.errors import ConfigurationError
@@ -34,6 +46,7 @@ from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
 from orchestrator.gateway import receipts
 from orchestrator.gateway import state as gateway_state
+from orchestrator.gateway.agent_gateway import AgentGateway
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers import run_user
 from orchestrator.launchers.base import Launcher, LaunchError
@@ -162,7 +175,7 @@ def stop_long_polls(app: FastAPI) -> None:
     services: Services | None = getattr(app.state, "services", None)
     if services is not None:
         services.notifier.close()
-    gateway: gateway_commands.AgentGateway | None = getattr(app.state, "agent_gateway", None)
+    gateway: AgentGateway | None = getattr(app.state, "agent_gateway", None)
     if gateway is not None:
         gateway.stop_polls()
 
@@ -240,7 +253,7 @@ def create_app(
                 data_dir=settings.data_dir,
                 endpoint_url=settings.object_store_endpoint,
             )
-            agent_gateway = gateway_commands.AgentGateway(
+            agent_gateway = AgentGateway(
                 settings=settings, receipt_key=receipts.receipt_key(key), on_final=notifier.notify
             )
             dispatcher = Dispatcher(
@@ -334,7 +347,10 @@ def create_app(
         projects.router,
         runners.router,
         runner_rules.router,
-        catalogue.router,
+        resource_types.router,
+        module_providers.router,
+        modules.router,
+        module_rules.router,
         deployments.router,
         gateway_deployments.router,
         gateway_commands.router,

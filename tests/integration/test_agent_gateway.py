@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 
 from orchestrator import deployment_tokens
-from orchestrator.gateway.commands import UNAUTHENTICATED
+from orchestrator.gateway.agent_authentication import UNAUTHENTICATED
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
@@ -195,7 +195,7 @@ async def test_presence__get_runner_answers_when_the_agent_last_polled(
     never = (await org.clients["viewer"].get(runner_path)).json()
     before = datetime.now(UTC)
     await agent.next()
-    await app.state.agent_gateway.flush_presence(app.state.services)
+    await app.state.agent_gateway.presence.flush(app.state.services)
     seen = (await org.clients["viewer"].get(runner_path)).json()
     direct = (await org.clients["viewer"].get(f"/orgs/{org.id}/runners/local1")).json()
 
@@ -210,10 +210,10 @@ async def test_presence__written_in_one_batch_skipping_runners_deleted_meanwhile
 ) -> None:
     await agent.add_runner("agent2", {"type": "vm", "connection": {"type": "agent", "key": agent.public_pem}})
     gateway = app.state.agent_gateway
-    gateway.seen(org.id, "agent1")
-    gateway.seen(org.id, "agent2")
+    gateway.presence.seen(org.id, "agent1")
+    gateway.presence.seen(org.id, "agent2")
     assert 204 == (await org.admin.delete(f"/orgs/{org.id}/runners/agent2")).status_code
-    await gateway.flush_presence(app.state.services)
+    await gateway.presence.flush(app.state.services)
     async with app.state.services.engine.connect() as conn:
         first = await command_store.last_seen(conn, org.id, "agent1")
         second = await command_store.last_seen(conn, org.id, "agent2")

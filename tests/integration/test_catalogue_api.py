@@ -15,12 +15,12 @@ import sqlalchemy as sa
 import yaml
 from fastapi import FastAPI
 
+from orchestrator.dispatch import env_catalogue
 from orchestrator.domain import provider_secrets
 from orchestrator.domain.module_rules import Placement
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import module_providers as provider_store
-from orchestrator.store import module_rules
 from orchestrator.store.schema import module_providers
 from tests.conftest import Org
 
@@ -243,7 +243,7 @@ async def test_module_providers__secret_keeps_the_stored_value_and_deploys_it(ap
         },
     )
     async with app.state.services.engine.connect() as conn:
-        catalogue = await module_rules.load_env_catalogue(
+        catalogue = await env_catalogue.load_env_catalogue(
             conn, org.id, Placement(project_id="shop", env_type_id="development", env_id="dev")
         )
     opened = provider_secrets.open_configuration(app.state.services.box, catalogue.providers["aws.main"])

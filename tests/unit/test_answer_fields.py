@@ -10,7 +10,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import catalogue, deployments, runners, schemas
+from orchestrator.api import (
+    deployments,
+    module_providers,
+    module_rules,
+    modules,
+    resource_types,
+    runners,
+    schemas,
+)
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 
@@ -18,7 +26,7 @@ from orchestrator.settings import ServerSettings
 def _omitted_when_none() -> set[tuple[str, str]]:
     """(model, field name in the answer) of every field declared with ``schemas.optional()``."""
     found = set()
-    for module in (schemas, catalogue, deployments, runners):
+    for module in (schemas, resource_types, module_providers, modules, module_rules, deployments, runners):
         for model in vars(module).values():
             if (
                 inspect.isclass(model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from orchestrator.gateway.commands import CommandWaker
+from orchestrator.gateway.command_waker import CommandWaker
 
 A = ("acme", "a")
 B = ("acme", "b")

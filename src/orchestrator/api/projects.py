@@ -11,9 +11,8 @@ from fastapi.responses import JSONResponse
 from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
-from orchestrator.dispatch import creation, environments, links
-from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
-from orchestrator.store import deployments as deployment_store
+from orchestrator.dispatch import environments, links
+from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import projects as store
 from orchestrator.web.services import Services, services, transaction
 
@@ -278,38 +277,21 @@ async def delete_env(
 ) -> Response:
     """Delete an environment: a destroy deployment runs first (202), unless nothing was ever deployed or
     ``force`` is set (204; with force the infrastructure and its state are left behind)."""
-    now = datetime.now(UTC)
     async with transaction(svc) as conn:
-        env = await store.get_env(conn, org_id, project_id, env_id, for_update=True)
-        if env is None:
-            raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")
-        executing = await deployment_store.executing_in_env(conn, env.uuid)
-        if executing is not None and not (force and executing.mode == "destroy"):
-            raise ConflictError(
-                f"deployment '{executing.id}' is executing in environment '{project_id}/{env_id}'; "
-                "wait for it to finish"
-            )
-        destroy = (
-            None
-            if force
-            else await creation.create_destroy(conn, svc.creation, env, created_by=caller.token_id, now=now)
+        deleting = await environments.delete(
+            conn,
+            svc.creation,
+            org_id,
+            project_id,
+            env_id,
+            force=force,
+            created_by=caller.token_id,
+            now=datetime.now(UTC),
         )
-        if destroy is None:
-            await environments.purge(conn, env)
-        else:
-            updated = await store.update_env(
-                conn,
-                org_id,
-                project_id,
-                env_id,
-                status="deleting",
-                status_message=f"destroy deployment '{destroy.id}'",
-            )
-    if destroy is None:
+    if deleting is None:
         return Response(status_code=204)
     svc.wake_dispatcher()
-    assert updated is not None
-    return JSONResponse(schemas.EnvironmentOut.of(updated).model_dump(mode="json"), status_code=202)
+    return JSONResponse(schemas.EnvironmentOut.of(deleting).model_dump(mode="json"), status_code=202)
 
 
 @router.post(

@@ -4,7 +4,7 @@ Pure code: no I/O, no database. The deployment code loads what it needs and call
 
 1. :func:`parse_manifest` on the request body's ``manifest``;
 2. :func:`render_backend` for the runner's state storage, keyed by the environment's UUID;
-3. :func:`compile_deployment` with the environment's catalogue (``store.module_rules.load_env_catalogue``)
+3. :func:`compile_deployment` with the environment's catalogue (``dispatch.env_catalogue.load_env_catalogue``)
    and the resource types of :func:`required_resource_types`;
 4. :func:`graph_of` to store with the deployment, :func:`diff_graphs` against the previous deployment's
    stored graph, and :func:`build_bundle` for the runner.

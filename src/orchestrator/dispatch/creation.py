@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator import compiler
 from orchestrator.blobs import BlobStore
-from orchestrator.dispatch import links
+from orchestrator.dispatch import env_catalogue, links
 from orchestrator.domain import provider_secrets
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -31,7 +31,6 @@ from orchestrator.domain.entities import Environment, Runner
 from orchestrator.domain.module_rules import Placement
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
-from orchestrator.store import module_rules as catalogue_store
 from orchestrator.store import projects as project_store
 from orchestrator.store import resource_types as resource_type_store
 from orchestrator.store import runners as runner_store
@@ -192,7 +191,7 @@ async def create(
     runner = await _linked_runner(conn, env, dry_run=request.is_dry_run)
     manifest_data = await _manifest_and_reference(conn, org_id, env, request)
     manifest = compiler.parse_manifest(manifest_data)
-    catalogue = await catalogue_store.load_env_catalogue(
+    catalogue = await env_catalogue.load_env_catalogue(
         conn,
         org_id,
         Placement(project_id=env.project_id, env_type_id=env.env_type_id, env_id=env.id),

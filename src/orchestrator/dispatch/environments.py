@@ -1,4 +1,5 @@
-"""Removing an environment for good: its row and the Terraform state the orchestrator kept for it.
+"""Deleting an environment: a destroy deployment first, unless nothing was ever deployed or the delete is
+forced; then, for good, its row and the Terraform state the orchestrator kept for it (``purge``).
 
 Its deployments stay on record (keyed by the environment's UUID, so an environment created again under
 the same id starts afresh and is never confused with the deleted one).
@@ -6,9 +7,14 @@ the same id starts afresh and is never confused with the deleted one).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator.dispatch import creation
 from orchestrator.domain.entities import Environment
+from orchestrator.errors import ConflictError, NotFoundError
+from orchestrator.store import deployments as deployment_store
 from orchestrator.store import projects as project_store
 from orchestrator.store import states as state_store
 
@@ -16,3 +22,43 @@ from orchestrator.store import states as state_store
 async def purge(conn: AsyncConnection, env: Environment) -> None:
     await state_store.delete_env(conn, env.uuid)
     await project_store.delete_env(conn, env.org_id, env.project_id, env.id)
+
+
+async def delete(
+    conn: AsyncConnection,
+    ctx: creation.Context,
+    org_id: str,
+    project_id: str,
+    env_id: str,
+    *,
+    force: bool,
+    created_by: str,
+    now: datetime,
+) -> Environment | None:
+    """Delete the environment (locked from the read on): purged at once when nothing was ever deployed or
+    ``force`` is set (None; with force its infrastructure and state are left behind), else marked
+    ``deleting`` behind a destroy deployment (the environment as it is now). 409 while another deployment
+    executes there (with force, a destroy may)."""
+    env = await project_store.get_env(conn, org_id, project_id, env_id, for_update=True)
+    if env is None:
+        raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")
+    executing = await deployment_store.executing_in_env(conn, env.uuid)
+    if executing is not None and not (force and executing.mode == "destroy"):
+        raise ConflictError(
+            f"deployment '{executing.id}' is executing in environment '{project_id}/{env_id}'; "
+            "wait for it to finish"
+        )
+    destroy = None if force else await creation.create_destroy(conn, ctx, env, created_by=created_by, now=now)
+    if destroy is None:
+        await purge(conn, env)
+        return None
+    updated = await project_store.update_env(
+        conn,
+        org_id,
+        project_id,
+        env_id,
+        status="deleting",
+        status_message=f"destroy deployment '{destroy.id}'",
+    )
+    assert updated is not None
+    return updated

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import uuid
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.dispatch import environments
 from orchestrator.domain.deployments import Deployment, Mode, Status
+from orchestrator.errors import ConflictError, NotFoundError
 from orchestrator.protocol.results import DeploymentResults, ResultStatus
 from orchestrator.store import deployments as store
 from orchestrator.store import projects as project_store
@@ -36,6 +38,41 @@ def is_repeat(deployment: Deployment, results: DeploymentResults) -> bool:
     if deployment.results_digest is None:
         return False
     return hmac.compare_digest(deployment.results_digest, results_digest(results))
+
+
+async def record_results(
+    conn: AsyncConnection,
+    org_id: str,
+    runner_id: str,
+    deployment_id: uuid.UUID,
+    results: DeploymentResults,
+    *,
+    now: datetime,
+) -> bool:
+    """The runner's results for its deployment (locked from the read on): applied once (True); a repeat
+    of the applied results (a retry whose answer was lost) changes nothing (False); other results for a
+    final deployment are a 409, and never replace the first."""
+    deployment = await store.get(conn, org_id, deployment_id, for_update=True)
+    if deployment is None or deployment.runner_id != runner_id:
+        raise NotFoundError(f"deployment '{deployment_id}' not found")
+    if deployment.status != Status.EXECUTING:
+        if is_repeat(deployment, results):
+            return False
+        raise ConflictError(_final_message(deployment))
+    await apply_results(conn, deployment, results, now=now)
+    return True
+
+
+def _final_message(deployment: Deployment) -> str:
+    if deployment.results_digest is not None:
+        return (
+            f"deployment '{deployment.id}' already has other results ({deployment.status}); results are "
+            "written once"
+        )
+    return (
+        f"deployment '{deployment.id}' already ended without results ({deployment.status}: "
+        f"{deployment.status_message}); results are no longer accepted"
+    )
 
 
 async def apply_results(

@@ -33,6 +33,7 @@ from orchestrator.domain.catalogue import (
     ModuleRule,
     ResourceType,
 )
+from orchestrator.errors import InvalidInputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,25 @@ class Placement:
     project_id: str
     env_type_id: str
     env_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleScope:
+    """Which resources of its type a module rule decides, and where; with the type, the rule's match key
+    (unique in the organization)."""
+
+    resource_class: str = DEFAULT_RESOURCE_CLASS
+    resource_id: str | None = None
+    project_id: str | None = None
+    env_type_id: str | None = None
+    env_id: str | None = None
+
+    def check(self) -> None:
+        """An ``env_id`` needs its ``project_id`` and excludes ``env_type_id`` (400, as upstream)."""
+        if self.env_id is not None and self.project_id is None:
+            raise InvalidInputError("project_id: must be set when env_id is set")
+        if self.env_id is not None and self.env_type_id is not None:
+            raise InvalidInputError("env_type_id: must not be set when env_id is set")
 
 
 def is_effective(rule: ModuleRule, where: Placement) -> bool:
@@ -115,7 +135,7 @@ class ResolvedModule:
 class EnvCatalogue:
     """The modules, rules and providers that apply to one environment (upstream's internal module catalogue).
 
-    Load it once per deployment (``store.module_rules.load_env_catalogue``) and resolve every resource
+    Load it once per deployment (``dispatch.env_catalogue.load_env_catalogue``) and resolve every resource
     of the manifest against it, so that one deployment sees one consistent catalogue.
     """
 

@@ -160,30 +160,12 @@ async def post_results(
     body = await read_limited(request, protocol.MAX_RESULTS_BYTES, "the results body")
     results = protocol.parse_results(body)
     async with transaction(svc) as conn:
-        deployment = await store.get(conn, org_id, deployment_id, for_update=True)
-        if deployment is None or deployment.runner_id != runner_id:
-            raise NotFoundError(f"deployment '{deployment_id}' not found")
-        if deployment.status != Status.EXECUTING:
-            # A repeat of the applied results (a retry whose answer was lost) is answered success;
-            # different results never replace them.
-            if results_policy.is_repeat(deployment, results):
-                return Response(status_code=202)
-            raise ConflictError(_final_message(deployment))
-        await results_policy.apply_results(conn, deployment, results, now=datetime.now(UTC))
-    svc.notifier.notify(str(deployment_id))
-    return Response(status_code=202)
-
-
-def _final_message(deployment: Deployment) -> str:
-    if deployment.results_digest is not None:
-        return (
-            f"deployment '{deployment.id}' already has other results ({deployment.status}); results are "
-            "written once"
+        applied = await results_policy.record_results(
+            conn, org_id, runner_id, deployment_id, results, now=datetime.now(UTC)
         )
-    return (
-        f"deployment '{deployment.id}' already ended without results ({deployment.status}: "
-        f"{deployment.status_message}); results are no longer accepted"
-    )
+    if applied:
+        svc.notifier.notify(str(deployment_id))
+    return Response(status_code=202)
 
 
 @router.put(

@@ -10,8 +10,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.catalogue import ModuleProvider
-from orchestrator.errors import ConflictError
-from orchestrator.store import modules as module_store
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
 from orchestrator.store.schema import module_providers
@@ -146,12 +144,6 @@ async def seal(
 
 
 async def delete_provider(conn: AsyncConnection, org_id: str, provider_type: str, provider_id: str) -> bool:
-    """Delete a provider that no module's current version maps (older versions may still name it)."""
-    key = f"{provider_type}.{provider_id}"
-    if await get_provider(conn, org_id, provider_type, provider_id) is None:
-        return False
-    users = await module_store.modules_mapping_provider(conn, org_id, key)
-    if users:
-        raise ConflictError(f"module provider '{key}' is mapped by the modules: {', '.join(users)}")
+    """Delete a provider (whether it may go is ``dispatch.catalogue.delete_provider``'s decision)."""
     result = await conn.execute(module_providers.delete().where(_key(org_id, provider_type, provider_id)))
     return result.rowcount > 0

@@ -21,13 +21,11 @@ from orchestrator.domain.catalogue import (
     ModuleVersion,
     ResourceRequest,
     mentions_type,
-    referenced_providers,
-    referenced_types,
 )
-from orchestrator.errors import ConflictError, InvalidInputError
+from orchestrator.errors import InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
-from orchestrator.store.schema import module_providers, module_rules, module_versions, modules, resource_types
+from orchestrator.store.schema import module_versions, modules
 
 _CONTENT_COLUMNS = (
     "description",
@@ -129,46 +127,6 @@ def _version(row: sa.Row[tuple[object, ...]]) -> ModuleVersion:
     )
 
 
-async def _check_references(
-    conn: AsyncConnection, org_id: str, resource_type: str, content: ModuleContent
-) -> None:
-    """409 for resource types that do not exist, 400 for an unknown provider in the mapping (as upstream)."""
-    wanted_types = referenced_types(resource_type, content)
-    found_types = set(
-        (
-            await conn.execute(
-                sa.select(resource_types.c.id).where(
-                    resource_types.c.org_id == org_id, resource_types.c.id.in_(wanted_types)
-                )
-            )
-        )
-        .scalars()
-        .all()
-    )
-    missing_types = [t for t in wanted_types if t not in found_types]
-    if missing_types:
-        raise ConflictError(
-            f"resource types referenced by the module do not exist: {', '.join(missing_types)}"
-        )
-    wanted_providers = referenced_providers(content)
-    if not wanted_providers:
-        return
-    found_providers = {
-        (provider_type, provider_id)
-        for provider_type, provider_id in (
-            await conn.execute(
-                sa.select(module_providers.c.provider_type, module_providers.c.id).where(
-                    module_providers.c.org_id == org_id,
-                    sa.tuple_(module_providers.c.provider_type, module_providers.c.id).in_(wanted_providers),
-                )
-            )
-        ).all()
-    }
-    missing = [f"{t}.{i}" for t, i in wanted_providers if (t, i) not in found_providers]
-    if missing:
-        raise InvalidInputError(f"provider_mapping: no module provider {', '.join(missing)}")
-
-
 async def _insert_version(
     conn: AsyncConnection,
     *,
@@ -194,8 +152,7 @@ async def _insert_version(
 async def create_module(
     conn: AsyncConnection, *, org_id: str, module_id: str, resource_type: str, content: ModuleContent
 ) -> Module:
-    """Insert a module and its first version. The content must have passed ``catalogue.check_content``."""
-    await _check_references(conn, org_id, resource_type, content)
+    """Insert a module and its first version (checked by ``dispatch.catalogue.create_module``)."""
     now = datetime.now(UTC)
     version_id = uuid.uuid4()
     with conflict_on_integrity(f"module '{module_id}' already exists"):
@@ -261,16 +218,9 @@ async def list_modules(
     return to_page([_module(r) for r in rows], limit, lambda m: (m.id,))
 
 
-async def update_module(
-    conn: AsyncConnection, org_id: str, module_id: str, content: ModuleContent
-) -> Module | None:
-    """Make ``content`` current, as a new version; unchanged content writes nothing. None: no such module."""
-    current = await get_module(conn, org_id, module_id, for_update=True)
-    if current is None:
-        return None
-    if content == current.content:
-        return current
-    await _check_references(conn, org_id, current.resource_type, content)
+async def update_module(conn: AsyncConnection, current: Module, content: ModuleContent) -> Module:
+    """Make ``content`` current, as a new version (checked by ``dispatch.catalogue.update_module``)."""
+    org_id, module_id = current.org_id, current.id
     now = datetime.now(UTC)
     version_id = uuid.uuid4()
     await _insert_version(
@@ -287,33 +237,34 @@ async def update_module(
         .where(modules.c.org_id == org_id, modules.c.id == module_id)
         .values(version_id=version_id, updated_at=now, **_content_values(content))
     )
-    return await get_module(conn, org_id, module_id)
+    updated = await get_module(conn, org_id, module_id)
+    assert updated is not None
+    return updated
 
 
 async def delete_module(conn: AsyncConnection, org_id: str, module_id: str) -> bool:
-    """Delete a module that no rule names, with all its versions."""
-    rule_ids = (
-        (
-            await conn.execute(
-                sa.select(module_rules.c.id)
-                .where(module_rules.c.org_id == org_id, module_rules.c.module_id == module_id)
-                .order_by(module_rules.c.id)
-                .limit(20)
-            )
-        )
-        .scalars()
-        .all()
-    )
-    if rule_ids:
-        raise ConflictError(
-            f"module '{module_id}' is used by the module rules: {', '.join(str(r) for r in rule_ids)}; "
-            "delete them first"
-        )
+    """Delete a module with all its versions (that no rule names it is ``dispatch.catalogue``'s check)."""
     with conflict_on_integrity(f"module '{module_id}' is in use"):
         result = await conn.execute(
             modules.delete().where(modules.c.org_id == org_id, modules.c.id == module_id)
         )
     return result.rowcount > 0
+
+
+async def modules_of_type(conn: AsyncConnection, org_id: str, type_id: str, *, limit: int) -> list[str]:
+    """Ids of the modules provisioning ``type_id``, the first ``limit`` by id."""
+    return list(
+        (
+            await conn.execute(
+                sa.select(modules.c.id)
+                .where(modules.c.org_id == org_id, modules.c.resource_type == type_id)
+                .order_by(modules.c.id)
+                .limit(limit)
+            )
+        )
+        .scalars()
+        .all()
+    )
 
 
 async def list_versions(

@@ -10,11 +10,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.catalogue import ResourceType
-from orchestrator.errors import ConflictError
-from orchestrator.store import modules as module_store
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
-from orchestrator.store.schema import modules, resource_types
+from orchestrator.store.schema import resource_types
 
 
 def _resource_type(row: sa.Row[tuple[object, ...]]) -> ResourceType:
@@ -82,12 +80,7 @@ async def list_resource_types(
 async def update_resource_type(
     conn: AsyncConnection, org_id: str, type_id: str, **changes: Any
 ) -> ResourceType | None:
-    """Change ``description``, ``output_schema`` or ``is_developer_accessible``; built-in types are fixed."""
-    current = await get_resource_type(conn, org_id, type_id)
-    if current is None:
-        return None
-    if current.built_in:
-        raise ConflictError(f"resource type '{type_id}' is built in and cannot be changed")
+    """Change ``description``, ``output_schema`` or ``is_developer_accessible``."""
     if changes:
         await conn.execute(
             resource_types.update()
@@ -98,34 +91,7 @@ async def update_resource_type(
 
 
 async def delete_resource_type(conn: AsyncConnection, org_id: str, type_id: str) -> bool:
-    """Delete a custom type that no module provisions or asks for (as dependency or co-provisioned)."""
-    current = await get_resource_type(conn, org_id, type_id)
-    if current is None:
-        return False
-    if current.built_in:
-        raise ConflictError(f"resource type '{type_id}' is built in and cannot be deleted")
-    provisioning = (
-        (
-            await conn.execute(
-                sa.select(modules.c.id)
-                .where(modules.c.org_id == org_id, modules.c.resource_type == type_id)
-                .order_by(modules.c.id)
-                .limit(20)
-            )
-        )
-        .scalars()
-        .all()
-    )
-    if provisioning:
-        raise ConflictError(
-            f"resource type '{type_id}' is provisioned by the modules: {', '.join(provisioning)}"
-        )
-    requesting = await module_store.modules_requesting_type(conn, org_id, type_id)
-    if requesting:
-        raise ConflictError(
-            f"resource type '{type_id}' is a dependency or co-provisioned resource of the modules: "
-            f"{', '.join(requesting)}"
-        )
+    """Delete a type (whether it may go is ``dispatch.catalogue.delete_resource_type``'s decision)."""
     with conflict_on_integrity(f"resource type '{type_id}' is in use"):
         result = await conn.execute(
             resource_types.delete().where(resource_types.c.org_id == org_id, resource_types.c.id == type_id)
