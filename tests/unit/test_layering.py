@@ -163,3 +163,37 @@ def test_layering__what_ships_apart_reaches_no_server_code() -> None:
 
     assert [] == [start for start in starts if not any(root.startswith(f"{TOP}.{start}") for root in roots)]
     assert [] == offending, "\n".join(["server code reached from what ships without it:", *offending])
+
+
+def may_import_line(readme: Path) -> str:
+    """The first sentence of the README's paragraph that starts with ``May import:``."""
+    paragraphs = [" ".join(p.split()) for p in readme.read_text().split("\n\n")]
+    (paragraph,) = [p for p in paragraphs if p.startswith("May import:")]
+    return re.split(r"\.(?:\s|$)", paragraph.removeprefix("May import:"), maxsplit=1)[0]
+
+
+def test_layering__each_package_readme_says_what_its_row_says() -> None:
+    """Every package folder has a README.md whose ``May import:`` sentence names exactly the packages of its
+    row in README's table (a library it names unquoted is not one of ours), or says "nothing"/"anything"
+    as the row does."""
+    differing = []
+    for package, allowed in sorted(layers().may_import.items()):
+        if not (PACKAGE / package).is_dir():
+            continue
+        readme = PACKAGE / package / "README.md"
+        if not readme.is_file():
+            differing.append(f"{readme.relative_to(ROOT)}: missing")
+            continue
+        line = may_import_line(readme)
+        names = set(_names(line))
+        if allowed is None:
+            ok = not names and line.split()[:1] == ["anything"]
+        elif not allowed:
+            ok = not names and line.split()[:1] == ["nothing"]
+        else:
+            ok = names == allowed
+        if not ok:
+            row = "anything" if allowed is None else ", ".join(sorted(allowed)) or "nothing"
+            differing.append(f"{readme.relative_to(ROOT)}: 'May import:{line}', README's row: {row}")
+
+    assert [] == differing, "\n".join(["package READMEs that disagree with README's table:", *differing])
