@@ -84,7 +84,14 @@ class AgentProcess:
 @pytest.fixture
 def server(database_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
     made = ServerProcess(database_url, tmp_path / "data")
-    made.env.update({"PO_AGENT_LEASE_SECONDS": str(LEASE_SECONDS), "PO_AGENT_FETCH_WAIT_SECONDS": "5"})
+    made.env.update(
+        {
+            "PO_AGENT_LEASE_SECONDS": str(LEASE_SECONDS),
+            "PO_AGENT_FETCH_WAIT_SECONDS": "5",
+            # GET runner answers an agent's last poll within a fifth of a second.
+            "PO_AGENT_PRESENCE_INTERVAL_SECONDS": "0.2",
+        }
+    )
     made.start()
     yield made
     made.stop()
@@ -176,8 +183,9 @@ def test_vm_agent__started_after_the_command_exists_gets_it(
 ) -> None:
     stack = agent_stack(stacks, server, tmp_path, keys[1])
     deployment_id = start_deploy(stack)
-    wait_for(lambda: commands(database_url), "the command")
-    time.sleep(2)  # nobody polls: the command waits in the database
+    # Nobody polls: the command waits in the database, never delivered (an hour's wait, on a simulated
+    # clock: test_late_agent__started_an_hour_later_gets_the_command in integration/test_agent_gateway.py).
+    [queued] = wait_for(lambda: commands(database_url), "the command")
     waiting = stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}").json()
 
     agent = AgentProcess(server.url, keys[0], tmp_path).start()
@@ -186,6 +194,7 @@ def test_vm_agent__started_after_the_command_exists_gets_it(
     finally:
         agent.stop()
 
+    assert ("pending", 0) == (queued["state"], queued["attempt"])
     assert "executing" == waiting["status"]
     assert "succeeded" == finished["status"], finished["status_message"]
 
@@ -256,17 +265,18 @@ def test_vm_agent__server_restarted_while_the_agent_waits(
 ) -> None:
     stack = agent_stack(stacks, server, tmp_path, keys[1])
     agent = AgentProcess(server.url, keys[0], tmp_path).start()
+    runner = f"/orgs/{stack.org}/runners/local"
     try:
-        time.sleep(2)  # the agent is in its long poll
+        # The agent has polled (the server saw it), then finds the server gone, then it is back.
+        wait_for(lambda: stack.client.get(runner).json()["status"]["last_seen_at"], "the agent's poll")
         server.kill()
-        time.sleep(2)
+        wait_for(lambda: "runner gateway unreachable" in agent.output(), "the agent to miss the server")
         server.start()
         deployment = stack.deploy()
     finally:
         agent.stop()
 
     assert "succeeded" == deployment["status"], deployment["status_message"]
-    assert "runner gateway unreachable" in agent.output()
 
 
 def test_vm_agent__a_command_nobody_picks_up_expires(

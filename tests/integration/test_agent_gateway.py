@@ -352,15 +352,20 @@ async def test_next__concurrent_agents_never_get_the_same_command(agent: AgentHa
 
 
 async def test_lease__runs_out_and_the_command_is_redelivered_with_a_new_receipt(agent: AgentHarness) -> None:
+    """Simulated clock, stopped: half a second before the lease ends the command stays out (the long poll
+    waits its whole second for nothing); just after, it goes out again."""
     await agent.deployment()
     first = (await agent.next()).json()
-    await asyncio.sleep(2.1)
+    lease_ends = datetime.fromisoformat(first["lease_expires_at"])
+    with time_machine.travel(lease_ends - timedelta(seconds=0.5), tick=False):
+        during_lease = await agent.next()
+    with time_machine.travel(lease_ends + timedelta(seconds=0.1), tick=False):
+        second = (await agent.next()).json()
+        command_id = first["command"]["command_id"]
+        stale = await agent.answer("ack", command_id, {"receipt": first["receipt"]})
+        fresh = await agent.answer("ack", command_id, {"receipt": second["receipt"]})
 
-    second = (await agent.next()).json()
-    command_id = first["command"]["command_id"]
-    stale = await agent.answer("ack", command_id, {"receipt": first["receipt"]})
-    fresh = await agent.answer("ack", command_id, {"receipt": second["receipt"]})
-
+    assert 204 == during_lease.status_code
     assert command_id == second["command"]["command_id"]
     assert (1, 2) == (first["attempt"], second["attempt"])
     assert 409 == stale.status_code
@@ -374,12 +379,17 @@ async def test_retry__redelivered_after_the_delay(agent: AgentHarness) -> None:
 
     retried = await agent.answer("retry", command_id, {"receipt": first["receipt"], "delay_seconds": 2})
     during_delay = await agent.next()
-    await asyncio.sleep(1.2)
-    after_delay = await agent.next()
+    [command] = await agent.commands(first["command"]["deployment_id"])
+    # Simulated clock, stopped: half a second before the delay ends, then just after it.
+    with time_machine.travel(command.available_at - timedelta(seconds=0.5), tick=False):
+        late_in_the_delay = await agent.next()
+    with time_machine.travel(command.available_at + timedelta(seconds=0.1), tick=False):
+        after_delay = await agent.next()
     too_long = await agent.answer("retry", command_id, {"receipt": first["receipt"], "delay_seconds": 61})
 
     assert 204 == retried.status_code
-    assert 204 == during_delay.status_code
+    assert (204, 204) == (during_delay.status_code, late_in_the_delay.status_code)
+    assert timedelta(seconds=2) == command.available_at - command.updated_at
     assert (200, 2) == (after_delay.status_code, after_delay.json()["attempt"])
     assert 400 == too_long.status_code
 
@@ -459,8 +469,9 @@ async def test_events__the_same_event_three_times_is_applied_once(agent: AgentHa
 
     answers = [await agent.event("job-created", deployment_id, payload) for _ in range(3)]
     [recorded] = await agent.commands(deployment_id)
-    await asyncio.sleep(0.05)
-    repeat = await agent.event("job-created", deployment_id, {"job_id": "another-job"})
+    # A minute later (simulated clock): applied again, the repeat would move job_created_at.
+    with time_machine.travel(datetime.now(UTC) + timedelta(minutes=1), tick=True):
+        repeat = await agent.event("job-created", deployment_id, {"job_id": "another-job"})
     [after_repeat] = await agent.commands(deployment_id)
     async with app.state.services.engine.connect() as conn:
         inbox = await command_store.count_events(conn, "acme", "agent1")

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import structlog
+import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 from pydantic import SecretStr
@@ -184,17 +185,21 @@ async def test_agent__redelivered_command_adopts_the_run_already_launched(
     )
     spec = payload.spec.to_run_spec("acme", "agent1", gateway_url=GATEWAY)
     first_handle = await first_agent.launchers.for_command(payload).launch(spec)
-    # ... and "dies": no event, no ack. A second agent process (new launchers, same runs dir) takes over.
-    await asyncio.sleep(2.2)
+    # ... and "dies": no event, no ack. A second agent process (new launchers, same runs dir) takes over:
+    # nothing for it while the lease runs, the command once it ran out (simulated clock).
     second_agent = make_agent(harness, tmp_path)
-    redelivered = await _delivered(second_agent)
     try:
-        outcome = await second_agent.handle(redelivered)
+        with time_machine.travel(delivered.lease_expires_at - timedelta(seconds=0.5), tick=False):
+            during_lease = await second_agent.client.next_command()
+        with time_machine.travel(delivered.lease_expires_at + timedelta(seconds=0.1), tick=True):
+            redelivered = await _delivered(second_agent)
+            outcome = await second_agent.handle(redelivered)
         second_handle = (tmp_path / "runs" / deployment_id / "runner.pid").read_text()
     finally:
         await first_agent.launchers.local.cancel(first_handle, grace_seconds=2)
     [command] = await harness.commands(deployment_id)
 
+    assert during_lease is None
     assert (1, 2) == (delivered.attempt, redelivered.attempt)
     assert Outcome.ACKED == outcome
     assert first_handle == second_handle
@@ -258,15 +263,19 @@ async def test_agent__transient_launch_error_is_retried_then_terminal_at_the_las
     first = await agent.handle(await _delivered(agent))
     [after_first] = await harness.commands(deployment_id)
     still = await harness.get(deployment_id)
-    await asyncio.sleep(2.1)  # the retry delay: 2^1 s
-    second = await agent.handle(await _delivered(agent))
+    # The retry delay is 2^1 s (simulated clock): nothing half a second before it ends, the command after.
+    with time_machine.travel(after_first.available_at - timedelta(seconds=0.5), tick=False):
+        during_delay = await agent.client.next_command()
+    with time_machine.travel(after_first.available_at + timedelta(seconds=0.1), tick=True):
+        second = await agent.handle(await _delivered(agent))
     deployment = await harness.final(deployment_id)
     async with harness.app.state.services.engine.connect() as conn:
         events = await command_store.count_events(conn, "acme", "flaky")
 
     assert (Outcome.RETRIED, Outcome.REJECTED) == (first, second)
     assert ("pending", 1) == (after_first.state, after_first.attempt)
-    assert after_first.available_at > datetime.now(UTC) - timedelta(seconds=2.1)
+    assert timedelta(seconds=2) == after_first.available_at - after_first.updated_at
+    assert during_delay is None
     assert "executing" == still["status"]
     assert ("failed", "REMOTE_RUNNER") == (deployment["status"], deployment["error"]["error"])
     # One retryable and one terminal runner-error.

