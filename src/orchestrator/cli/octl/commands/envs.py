@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -16,7 +17,6 @@ from orchestrator.cli.octl.session import (
     input_options,
     org_option,
     pass_session,
-    read_body,
 )
 from orchestrator.client.api import ApiError
 
@@ -52,13 +52,11 @@ def create_env(
     session: Session,
     project_id: str,
     env_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create environment ENV in PROJECT (keys: env_type_id (required), display_name)."""
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", env_id)
+    body = inputs.with_id(body, "id", env_id)
     _refuse_other_project(body, project_id)
     body.pop("project_id", None)
     org = session.org()
@@ -102,13 +100,11 @@ def update_env(
     session: Session,
     project_id: str,
     env_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update environment ENV of PROJECT (key: display_name)."""
-    body = inputs.without_id(read_body(sets, set_json, set_yaml), "id", env_id)
+    body = inputs.without_id(body, "id", env_id)
     _refuse_other_project(body, project_id)
     body.pop("project_id", None)
     org = session.org()
