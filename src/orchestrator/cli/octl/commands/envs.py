@@ -33,12 +33,15 @@ ENV = (
 )
 
 
-def _refuse_other_project(body: dict[str, object], project_id: str) -> None:
+def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
+    """The body without ``project_id`` (the argument names the project), refused when it names another."""
     if "project_id" in body and body["project_id"] != project_id:
         given = body["project_id"]
         raise inputs.InputError(
             f"the input sets project_id '{given}', but the argument is '{project_id}'; they must agree"
         )
+    body.pop("project_id", None)
+    return body
 
 
 @verbs.create.command("env")
@@ -56,9 +59,7 @@ def create_env(
     out: str,
 ) -> None:
     """Create environment ENV in PROJECT (keys: env_type_id (required), display_name)."""
-    body = inputs.with_id(body, "id", env_id)
-    _refuse_other_project(body, project_id)
-    body.pop("project_id", None)
+    body = _in_project(inputs.with_id(body, "id", env_id), project_id)
     org = session.org()
     output.emit(session.client().create_env(org, project_id, body), out, ENV)
     output.success(f"Environment {project_id}/{env_id} created in organization {org}.")
@@ -104,9 +105,7 @@ def update_env(
     out: str,
 ) -> None:
     """Update environment ENV of PROJECT (key: display_name)."""
-    body = inputs.without_id(body, "id", env_id)
-    _refuse_other_project(body, project_id)
-    body.pop("project_id", None)
+    body = _in_project(inputs.without_id(body, "id", env_id), project_id)
     org = session.org()
     output.emit(session.client().update_env(org, project_id, env_id, require_changes(body)), out, ENV)
     output.success(f"Environment {project_id}/{env_id} updated in organization {org}.")
