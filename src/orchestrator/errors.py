@@ -21,7 +21,9 @@ hold a secret, since they are answered to API clients. This module imports nothi
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
 
 
 class OrchestratorError(Exception):
@@ -58,6 +60,13 @@ class NotFoundError(OrchestratorError):
     """Not found."""
 
     code = "API-404"
+
+
+def found(value: T | None, message: str) -> T:
+    """``value``, or NotFoundError ``message`` when it is None (a lookup that found nothing)."""
+    if value is None:
+        raise NotFoundError(message)
+    return value
 
 
 class ConflictError(OrchestratorError):

@@ -15,7 +15,7 @@ from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import catalogue as catalogue_changes
 from orchestrator.domain import catalogue, provider_secrets
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import NotFoundError, found
 from orchestrator.store import module_providers as provider_store
 from orchestrator.web.services import Services, services, transaction
 
@@ -135,10 +135,8 @@ async def get_provider(
     org_id: str, provider_type: str, provider_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleProviderOut:
     async with svc.reader.connect() as conn:
-        found = await provider_store.get_provider(conn, org_id, provider_type, provider_id)
-    if found is None:
-        raise NotFoundError(f"module provider '{provider_type}.{provider_id}' not found")
-    return ModuleProviderOut.of(found)
+        provider = await provider_store.get_provider(conn, org_id, provider_type, provider_id)
+    return ModuleProviderOut.of(found(provider, f"module provider '{provider_type}.{provider_id}' not found"))
 
 
 @router.patch(_PROVIDER, response_model=ModuleProviderOut, tags=["Providers"])

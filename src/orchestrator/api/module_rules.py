@@ -19,7 +19,7 @@ from orchestrator.dispatch import catalogue as catalogue_changes
 from orchestrator.dispatch import env_catalogue
 from orchestrator.domain import catalogue
 from orchestrator.domain.module_rules import AvailableResourceType, Placement, RuleScope
-from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.errors import InvalidInputError, NotFoundError, found
 from orchestrator.store import module_rules as rule_store
 from orchestrator.store import projects as project_store
 from orchestrator.web import openapi
@@ -149,9 +149,7 @@ async def get_module_rule(
 ) -> ModuleRuleOut:
     async with svc.reader.connect() as conn:
         rule = await rule_store.get_rule(conn, org_id, rule_id)
-    if rule is None:
-        raise NotFoundError(f"module rule '{rule_id}' not found")
-    return ModuleRuleOut.of(rule)
+    return ModuleRuleOut.of(found(rule, f"module rule '{rule_id}' not found"))
 
 
 @router.delete("/orgs/{org_id}/module-rules/{rule_id}", status_code=204, tags=["Rules"])

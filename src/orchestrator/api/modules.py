@@ -17,7 +17,7 @@ from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import catalogue as catalogue_changes
 from orchestrator.domain import catalogue
 from orchestrator.domain.catalogue import ModuleContent, ModuleParam, ResourceRequest
-from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.errors import InvalidInputError, NotFoundError, found
 from orchestrator.store import modules as module_store
 from orchestrator.web.services import Services, services, transaction
 
@@ -317,10 +317,8 @@ async def get_module(
     org_id: str, module_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleOut:
     async with svc.reader.connect() as conn:
-        found = await module_store.get_module(conn, org_id, module_id)
-    if found is None:
-        raise NotFoundError(f"module '{module_id}' not found")
-    return ModuleOut.of(found)
+        module = await module_store.get_module(conn, org_id, module_id)
+    return ModuleOut.of(found(module, f"module '{module_id}' not found"))
 
 
 @router.patch("/orgs/{org_id}/modules/{module_id}", response_model=ModuleOut, tags=["Modules"])
@@ -374,7 +372,5 @@ async def get_module_version(
     org_id: str, module_id: str, version_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> ModuleVersionOut:
     async with svc.reader.connect() as conn:
-        found = await module_store.get_version(conn, org_id, module_id, version_id)
-    if found is None:
-        raise NotFoundError(f"version '{version_id}' of module '{module_id}' not found")
-    return ModuleVersionOut.of(found)
+        version = await module_store.get_version(conn, org_id, module_id, version_id)
+    return ModuleVersionOut.of(found(version, f"version '{version_id}' of module '{module_id}' not found"))

@@ -12,7 +12,7 @@ from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal, hash_token, principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain.roles import Role
-from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError
+from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError, found
 from orchestrator.store import orgs as org_store
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services, transaction
@@ -57,9 +57,7 @@ async def get_org(
 ) -> schemas.OrganizationOut:
     async with svc.reader.connect() as conn:
         org = await org_store.get_org(conn, org_id)
-    if org is None:
-        raise NotFoundError(f"organization '{org_id}' not found")
-    return schemas.OrganizationOut.of(org)
+    return schemas.OrganizationOut.of(found(org, f"organization '{org_id}' not found"))
 
 
 @router.post("/orgs/{org_id}/tokens", status_code=201, response_model=schemas.TokenCreated, tags=["Token"])

@@ -12,7 +12,7 @@ from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import environments, links
-from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.errors import InvalidInputError, NotFoundError, found
 from orchestrator.store import projects as store
 from orchestrator.web.services import Services, services, transaction
 
@@ -62,9 +62,7 @@ async def get_env_type(
 ) -> schemas.EnvironmentTypeOut:
     async with svc.reader.connect() as conn:
         env_type = await store.get_env_type(conn, org_id, env_type_id)
-    if env_type is None:
-        raise NotFoundError(f"environment type '{env_type_id}' not found")
-    return schemas.EnvironmentTypeOut.of(env_type)
+    return schemas.EnvironmentTypeOut.of(found(env_type, f"environment type '{env_type_id}' not found"))
 
 
 @router.patch(
@@ -81,9 +79,7 @@ async def update_env_type(
 ) -> schemas.EnvironmentTypeOut:
     async with transaction(svc) as conn:
         env_type = await store.update_env_type(conn, org_id, env_type_id, body.display_name)
-    if env_type is None:
-        raise NotFoundError(f"environment type '{env_type_id}' not found")
-    return schemas.EnvironmentTypeOut.of(env_type)
+    return schemas.EnvironmentTypeOut.of(found(env_type, f"environment type '{env_type_id}' not found"))
 
 
 @router.delete("/orgs/{org_id}/env-types/{env_type_id}", status_code=204, tags=["EnvironmentType"])
@@ -123,9 +119,7 @@ async def get_project(
 ) -> schemas.ProjectOut:
     async with svc.reader.connect() as conn:
         project = await store.get_project(conn, org_id, project_id)
-    if project is None:
-        raise NotFoundError(f"project '{project_id}' not found")
-    return schemas.ProjectOut.of(project)
+    return schemas.ProjectOut.of(found(project, f"project '{project_id}' not found"))
 
 
 @router.patch("/orgs/{org_id}/projects/{project_id}", response_model=schemas.ProjectOut, tags=["Project"])
@@ -138,9 +132,7 @@ async def update_project(
 ) -> schemas.ProjectOut:
     async with transaction(svc) as conn:
         project = await store.update_project(conn, org_id, project_id, body.display_name)
-    if project is None:
-        raise NotFoundError(f"project '{project_id}' not found")
-    return schemas.ProjectOut.of(project)
+    return schemas.ProjectOut.of(found(project, f"project '{project_id}' not found"))
 
 
 @router.delete("/orgs/{org_id}/projects/{project_id}", status_code=204, tags=["Project"])
@@ -235,9 +227,9 @@ async def get_env(
 ) -> schemas.EnvironmentOut:
     async with svc.reader.connect() as conn:
         env = await store.get_env(conn, org_id, project_id, env_id)
-    if env is None:
-        raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")
-    return schemas.EnvironmentOut.of(env)
+    return schemas.EnvironmentOut.of(
+        found(env, f"environment '{env_id}' not found in project '{project_id}'")
+    )
 
 
 @router.patch(

@@ -14,7 +14,7 @@ from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import catalogue as catalogue_changes
 from orchestrator.domain import catalogue
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import NotFoundError, found
 from orchestrator.store import resource_types as type_store
 from orchestrator.web.services import Services, services, transaction
 
@@ -91,10 +91,8 @@ async def get_resource_type(
     org_id: str, type_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> ResourceTypeOut:
     async with svc.reader.connect() as conn:
-        found = await type_store.get_resource_type(conn, org_id, type_id)
-    if found is None:
-        raise NotFoundError(f"resource type '{type_id}' not found")
-    return ResourceTypeOut.of(found)
+        resource_type = await type_store.get_resource_type(conn, org_id, type_id)
+    return ResourceTypeOut.of(found(resource_type, f"resource type '{type_id}' not found"))
 
 
 @router.patch(
@@ -110,9 +108,7 @@ async def update_resource_type(
     changes = body.model_dump(exclude_none=True)
     async with transaction(svc) as conn:
         updated = await catalogue_changes.update_resource_type(conn, org_id, type_id, **changes)
-    if updated is None:
-        raise NotFoundError(f"resource type '{type_id}' not found")
-    return ResourceTypeOut.of(updated)
+    return ResourceTypeOut.of(found(updated, f"resource type '{type_id}' not found"))
 
 
 @router.delete("/orgs/{org_id}/resource-types/{type_id}", status_code=204, tags=["ResourceType"])

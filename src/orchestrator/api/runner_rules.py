@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import NotFoundError, found
 from orchestrator.store import runners as store
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services, transaction
@@ -62,9 +62,7 @@ async def get_rule(
 ) -> schemas.RunnerRuleOut:
     async with svc.reader.connect() as conn:
         rule = await store.get_rule(conn, org_id, rule_id)
-    if rule is None:
-        raise NotFoundError(f"runner rule '{rule_id}' not found")
-    return schemas.RunnerRuleOut.of(rule)
+    return schemas.RunnerRuleOut.of(found(rule, f"runner rule '{rule_id}' not found"))
 
 
 @router.delete("/orgs/{org_id}/runner-rules/{rule_id}", status_code=204)

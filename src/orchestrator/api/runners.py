@@ -41,6 +41,17 @@ class TypeOnly(BaseModel):
     type: str
 
 
+def _runner_fields(runner: entities.Runner) -> dict[str, Any]:
+    """The fields the summary and the whole runner both answer as stored."""
+    return {
+        "org_id": runner.org_id,
+        "id": runner.id,
+        "description": runner.description,
+        "created_at": runner.created_at,
+        "updated_at": runner.updated_at,
+    }
+
+
 class RunnerSummaryOut(BaseModel):
     org_id: str
     id: str
@@ -53,11 +64,7 @@ class RunnerSummaryOut(BaseModel):
     @classmethod
     def of(cls, runner: entities.Runner) -> RunnerSummaryOut:
         return cls(
-            org_id=runner.org_id,
-            id=runner.id,
-            description=runner.description,
-            created_at=runner.created_at,
-            updated_at=runner.updated_at,
+            **_runner_fields(runner),
             runner_configuration=TypeOnly(type=runner.type),
             state_storage_configuration=TypeOnly(type=runner.state_type),
         )
@@ -86,11 +93,7 @@ class RunnerOut(BaseModel):
     @classmethod
     def of(cls, runner: entities.Runner) -> RunnerOut:
         return cls(
-            org_id=runner.org_id,
-            id=runner.id,
-            description=runner.description,
-            created_at=runner.created_at,
-            updated_at=runner.updated_at,
+            **_runner_fields(runner),
             runner_configuration=runner.configuration,
             state_storage_configuration=runner.state_configuration,
             launched_by=launched_by(runner.type, runner.configuration),

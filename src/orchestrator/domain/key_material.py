@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Final
 
 from cryptography import x509
@@ -88,9 +89,10 @@ class _EncryptedKeyError(ValueError):
         super().__init__("the private key must not be encrypted with a passphrase")
 
 
-def _check_private_key_pem(raw: bytes, problem: str) -> None:
+def _check_private_key(load: Callable[..., object], raw: bytes, problem: str) -> None:
+    """``load`` (a ``cryptography`` private-key loader) must read ``raw`` without a password."""
     try:
-        load_pem_private_key(raw, password=None)
+        load(raw, password=None)
     except TypeError as exc:
         raise _EncryptedKeyError() from exc
     except (ValueError, UnsupportedAlgorithm) as exc:
@@ -100,7 +102,7 @@ def _check_private_key_pem(raw: bytes, problem: str) -> None:
 def check_base64_pem_private_key(value: str) -> str:
     """Base64 of a PEM private key (kubeconfig ``client-key-data``)."""
     problem = "must be the base64 encoding of a PEM private key"
-    _check_private_key_pem(_b64decode(value, "a PEM private key"), problem)
+    _check_private_key(load_pem_private_key, _b64decode(value, "a PEM private key"), problem)
     return value
 
 
@@ -108,15 +110,8 @@ def check_ssh_private_key(value: str) -> str:
     """An unencrypted SSH private key, in OpenSSH or PEM format."""
     problem = "must be an SSH private key in OpenSSH or PEM format"
     raw = value.strip().encode("utf-8")
-    if not raw.startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----"):
-        _check_private_key_pem(raw, problem)
-        return value
-    try:
-        load_ssh_private_key(raw, password=None)
-    except TypeError as exc:
-        raise _EncryptedKeyError() from exc
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise ValueError(problem) from exc
+    openssh = raw.startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
+    _check_private_key(load_ssh_private_key if openssh else load_pem_private_key, raw, problem)
     return value
 
 

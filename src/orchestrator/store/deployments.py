@@ -13,8 +13,8 @@ import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.deployments import Deployment, DispatchState, Status
-from orchestrator.errors import ConflictError, InvalidInputError
-from orchestrator.store.pages import Page
+from orchestrator.errors import ConflictError
+from orchestrator.store.pages import Page, newest_first, newest_key, to_page
 from orchestrator.store.schema import deployments, envs
 
 #: Columns of the row that are not fields of ``Deployment`` (read with their own functions).
@@ -122,24 +122,8 @@ async def list_page(
         stmt = stmt.where(deployments.c.mode.in_(list(modes)))
     if statuses:
         stmt = stmt.where(deployments.c.status.in_(list(statuses)))
-    if after is not None:
-        try:
-            created = datetime.fromisoformat(after[0])
-            last_id = uuid.UUID(after[1])
-        except (ValueError, IndexError) as exc:
-            raise InvalidInputError("page: invalid page token") from exc
-        stmt = stmt.where(
-            sa.or_(
-                deployments.c.created_at < created,
-                sa.and_(deployments.c.created_at == created, deployments.c.id < last_id),
-            )
-        )
-    stmt = stmt.order_by(deployments.c.created_at.desc(), deployments.c.id.desc()).limit(limit + 1)
-    items = [_deployment(r) for r in (await conn.execute(stmt)).all()]
-    if len(items) > limit:
-        items = items[:limit]
-        return Page(items=items, next_key=(items[-1].created_at.isoformat(), str(items[-1].id)))
-    return Page(items=items, next_key=None)
+    stmt = newest_first(stmt, deployments.c.created_at, deployments.c.id, after, limit)
+    return to_page([_deployment(r) for r in (await conn.execute(stmt)).all()], limit, newest_key)
 
 
 # --- results ------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.catalogue import ModuleProvider
-from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.rows import created_now, insert_row
 from orchestrator.store.schema import module_providers
 
 
@@ -40,7 +40,6 @@ async def create_provider(
     configuration_sealed: str | None,
 ) -> ModuleProvider:
     """``configuration`` as answered (credentials as "SECRET"), ``configuration_sealed`` the whole one."""
-    now = datetime.now(UTC)
     values = {
         "org_id": org_id,
         "provider_type": provider_type,
@@ -50,12 +49,15 @@ async def create_provider(
         "version_constraint": version_constraint,
         "configuration": configuration,
         "configuration_sealed": configuration_sealed,
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
-    with conflict_on_integrity(f"module provider '{provider_type}.{provider_id}' already exists"):
-        await conn.execute(module_providers.insert().values(values))
-    return ModuleProvider(**values)  # type: ignore[arg-type]
+    return await insert_row(
+        conn,
+        module_providers,
+        values,
+        ModuleProvider,
+        conflict=f"module provider '{provider_type}.{provider_id}' already exists",
+    )
 
 
 async def get_provider(

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.catalogue import ModuleRule
 from orchestrator.domain.module_rules import Placement, RuleScope
 from orchestrator.errors import InvalidInputError
-from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, to_page
+from orchestrator.store.rows import first_values, insert_row, org_row
 from orchestrator.store.schema import module_rules
 
 
@@ -54,17 +54,13 @@ async def insert_rule(
         **dataclasses.asdict(scope),
         "created_at": datetime.now(UTC),
     }
-    with conflict_on_integrity("module rule conflicts with an existing rule"):
-        await conn.execute(module_rules.insert().values(values))
-    return ModuleRule(**values)
+    return await insert_row(
+        conn, module_rules, values, ModuleRule, conflict="module rule conflicts with an existing rule"
+    )
 
 
 async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> ModuleRule | None:
-    row = (
-        await conn.execute(
-            module_rules.select().where(module_rules.c.org_id == org_id, module_rules.c.id == rule_id)
-        )
-    ).first()
+    row = await org_row(conn, module_rules, org_id, rule_id)
     return _rule(row) if row else None
 
 
@@ -113,18 +109,8 @@ async def rule_ids_of_module(
     conn: AsyncConnection, org_id: str, module_id: str, *, limit: int
 ) -> list[uuid.UUID]:
     """Ids of the rules naming ``module_id``, the first ``limit`` by id."""
-    return list(
-        (
-            await conn.execute(
-                sa.select(module_rules.c.id)
-                .where(module_rules.c.org_id == org_id, module_rules.c.module_id == module_id)
-                .order_by(module_rules.c.id)
-                .limit(limit)
-            )
-        )
-        .scalars()
-        .all()
-    )
+    where = (module_rules.c.org_id == org_id, module_rules.c.module_id == module_id)
+    return await first_values(conn, module_rules.c.id, *where, limit=limit)
 
 
 async def delete_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> bool:

@@ -22,9 +22,9 @@ from orchestrator.domain.catalogue import (
     ResourceRequest,
     mentions_type,
 )
-from orchestrator.errors import InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
-from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.pages import Page, newest_first, newest_key, paged, to_page
+from orchestrator.store.rows import entity, first_values
 from orchestrator.store.schema import module_versions, modules
 
 _CONTENT_COLUMNS = (
@@ -102,29 +102,11 @@ def _content(m: Mapping[Any, Any]) -> ModuleContent:
 
 
 def _module(row: sa.Row[tuple[object, ...]]) -> Module:
-    m = row._mapping
-    return Module(
-        org_id=m["org_id"],
-        id=m["id"],
-        uuid=m["uuid"],
-        resource_type=m["resource_type"],
-        content=_content(m),
-        version_id=m["version_id"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
+    return entity(Module, row, content=_content(row._mapping))
 
 
 def _version(row: sa.Row[tuple[object, ...]]) -> ModuleVersion:
-    m = row._mapping
-    return ModuleVersion(
-        org_id=m["org_id"],
-        module_id=m["module_id"],
-        id=m["id"],
-        resource_type=m["resource_type"],
-        content=_content(m),
-        created_at=m["created_at"],
-    )
+    return entity(ModuleVersion, row, content=_content(row._mapping))
 
 
 async def _insert_version(
@@ -253,18 +235,8 @@ async def delete_module(conn: AsyncConnection, org_id: str, module_id: str) -> b
 
 async def modules_of_type(conn: AsyncConnection, org_id: str, type_id: str, *, limit: int) -> list[str]:
     """Ids of the modules provisioning ``type_id``, the first ``limit`` by id."""
-    return list(
-        (
-            await conn.execute(
-                sa.select(modules.c.id)
-                .where(modules.c.org_id == org_id, modules.c.resource_type == type_id)
-                .order_by(modules.c.id)
-                .limit(limit)
-            )
-        )
-        .scalars()
-        .all()
-    )
+    where = (modules.c.org_id == org_id, modules.c.resource_type == type_id)
+    return await first_values(conn, modules.c.id, *where, limit=limit)
 
 
 async def list_versions(
@@ -274,21 +246,9 @@ async def list_versions(
     stmt = module_versions.select().where(
         module_versions.c.org_id == org_id, module_versions.c.module_id == module_id
     )
-    if after is not None:
-        try:
-            created_at, version_id = datetime.fromisoformat(after[0]), uuid.UUID(after[1])
-        except (ValueError, IndexError) as exc:
-            raise InvalidInputError("page: invalid page token") from exc
-        # Keyset on (created_at, id), descending.
-        stmt = stmt.where(
-            sa.or_(
-                module_versions.c.created_at < created_at,
-                sa.and_(module_versions.c.created_at == created_at, module_versions.c.id < version_id),
-            )
-        )
-    stmt = stmt.order_by(module_versions.c.created_at.desc(), module_versions.c.id.desc()).limit(limit + 1)
+    stmt = newest_first(stmt, module_versions.c.created_at, module_versions.c.id, after, limit)
     rows = (await conn.execute(stmt)).all()
-    return to_page([_version(r) for r in rows], limit, lambda v: (v.created_at.isoformat(), str(v.id)))
+    return to_page([_version(r) for r in rows], limit, newest_key)
 
 
 async def get_version(

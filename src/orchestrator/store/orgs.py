@@ -10,36 +10,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.entities import ApiToken, Organization
 from orchestrator.errors import InvalidInputError
-from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.rows import created_now, entity, insert_row
 from orchestrator.store.schema import api_tokens, orgs
 
 
 def _org(row: sa.Row[tuple[object, ...]]) -> Organization:
-    m = row._mapping
-    return Organization(
-        id=m["id"],
-        uuid=m["uuid"],
-        status=m["status"],
-        created_by=m["created_by"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
+    return entity(Organization, row)
 
 
 async def create_org(conn: AsyncConnection, *, org_id: str, created_by: str) -> Organization:
-    now = datetime.now(UTC)
     values = {
         "id": org_id,
         "uuid": uuid.uuid4(),
         "status": "active",
         "created_by": created_by,
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
-    with conflict_on_integrity(f"organization '{org_id}' already exists"):
-        await conn.execute(orgs.insert().values(values))
-    return Organization(**values)  # type: ignore[arg-type]
+    return await insert_row(
+        conn, orgs, values, Organization, conflict=f"organization '{org_id}' already exists"
+    )
 
 
 async def get_org(conn: AsyncConnection, org_id: str) -> Organization | None:
@@ -58,16 +48,7 @@ async def list_orgs(
 
 
 def _token(row: sa.Row[tuple[object, ...]]) -> ApiToken:
-    m = row._mapping
-    return ApiToken(
-        id=m["id"],
-        org_id=m["org_id"],
-        role=m["role"],
-        description=m["description"],
-        prefix=m["prefix"],
-        created_at=m["created_at"],
-        expires_at=m["expires_at"],
-    )
+    return entity(ApiToken, row)
 
 
 async def create_token(
@@ -91,9 +72,7 @@ async def create_token(
         "created_at": datetime.now(UTC),
         "expires_at": expires_at,
     }
-    with conflict_on_integrity("token already exists"):
-        await conn.execute(api_tokens.insert().values(values))
-    return ApiToken(**{k: v for k, v in values.items() if k != "token_hash"})  # type: ignore[arg-type]
+    return await insert_row(conn, api_tokens, values, ApiToken, conflict="token already exists")
 
 
 async def replace_platform_token(conn: AsyncConnection, *, token_id: uuid.UUID, token_hash: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -33,6 +35,29 @@ def paged(
         bound = [sa.literal(value, column.type) for column, value in zip(key_columns, after, strict=True)]
         stmt = stmt.where(sa.tuple_(*key_columns) > sa.tuple_(*bound))
     return stmt.order_by(*key_columns).limit(limit + 1)
+
+
+def newest_first(
+    stmt: sa.Select[Any],
+    created_at: sa.ColumnElement[datetime],
+    row_id: sa.ColumnElement[uuid.UUID],
+    after: tuple[str, ...] | None,
+    limit: int,
+) -> sa.Select[Any]:
+    """Keyset on (created_at, id), descending: start after ``after`` (an ISO time and a UUID, as
+    :func:`newest_key` gives them) and fetch one row more than ``limit``."""
+    if after is not None:
+        try:
+            created, last_id = datetime.fromisoformat(after[0]), uuid.UUID(after[1])
+        except (ValueError, IndexError) as exc:
+            raise InvalidInputError("page: invalid page token") from exc
+        stmt = stmt.where(sa.or_(created_at < created, sa.and_(created_at == created, row_id < last_id)))
+    return stmt.order_by(created_at.desc(), row_id.desc()).limit(limit + 1)
+
+
+def newest_key(item: Any) -> tuple[str, str]:
+    """The page key of an item listed :func:`newest_first`."""
+    return (item.created_at.isoformat(), str(item.id))
 
 
 def to_page(items: list[T], limit: int, key: Any) -> Page[T]:

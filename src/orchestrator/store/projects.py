@@ -12,6 +12,7 @@ from orchestrator.domain.entities import Environment, EnvironmentType, Project
 from orchestrator.errors import ConflictError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.rows import created_now, insert_row, org_row
 from orchestrator.store.schema import env_types, envs, projects, runner_rules
 
 
@@ -22,26 +23,20 @@ def _env_type(row: sa.Row[tuple[object, ...]]) -> EnvironmentType:
 async def create_env_type(
     conn: AsyncConnection, org_id: str, env_type_id: str, display_name: str
 ) -> EnvironmentType:
-    now = datetime.now(UTC)
     values = {
         "org_id": org_id,
         "id": env_type_id,
         "uuid": uuid.uuid4(),
         "display_name": display_name,
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
-    with conflict_on_integrity(f"environment type '{env_type_id}' already exists"):
-        await conn.execute(env_types.insert().values(values))
-    return EnvironmentType(**values)  # type: ignore[arg-type]
+    return await insert_row(
+        conn, env_types, values, EnvironmentType, conflict=f"environment type '{env_type_id}' already exists"
+    )
 
 
 async def get_env_type(conn: AsyncConnection, org_id: str, env_type_id: str) -> EnvironmentType | None:
-    row = (
-        await conn.execute(
-            env_types.select().where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
-        )
-    ).first()
+    row = await org_row(conn, env_types, org_id, env_type_id)
     return _env_type(row) if row else None
 
 
@@ -87,25 +82,21 @@ def _project(row: sa.Row[tuple[object, ...]]) -> Project:
 
 
 async def create_project(conn: AsyncConnection, org_id: str, project_id: str, display_name: str) -> Project:
-    now = datetime.now(UTC)
     values = {
         "org_id": org_id,
         "id": project_id,
         "uuid": uuid.uuid4(),
         "display_name": display_name,
         "status": "active",
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
-    with conflict_on_integrity(f"project '{project_id}' already exists"):
-        await conn.execute(projects.insert().values(values))
-    return Project(**values)  # type: ignore[arg-type]
+    return await insert_row(
+        conn, projects, values, Project, conflict=f"project '{project_id}' already exists"
+    )
 
 
 async def get_project(conn: AsyncConnection, org_id: str, project_id: str) -> Project | None:
-    row = (
-        await conn.execute(projects.select().where(projects.c.org_id == org_id, projects.c.id == project_id))
-    ).first()
+    row = await org_row(conn, projects, org_id, project_id)
     return _project(row) if row else None
 
 
@@ -174,7 +165,6 @@ def _env_select() -> sa.Select[tuple[object, ...]]:
 async def create_env(
     conn: AsyncConnection, org_id: str, project_id: str, env_id: str, env_type_id: str, display_name: str
 ) -> Environment:
-    now = datetime.now(UTC)
     values = {
         "org_id": org_id,
         "project_id": project_id,
@@ -185,8 +175,7 @@ async def create_env(
         "status": "active",
         "status_message": None,
         "runner_id": None,
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
     with conflict_on_integrity(f"environment '{env_id}' already exists in project '{project_id}'"):
         await conn.execute(envs.insert().values(values))

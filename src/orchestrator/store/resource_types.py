@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.catalogue import ResourceType
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.rows import created_now, insert_row, org_row
 from orchestrator.store.schema import resource_types
 
 
@@ -29,7 +30,6 @@ async def create_resource_type(
     is_developer_accessible: bool,
     built_in: bool = False,
 ) -> ResourceType:
-    now = datetime.now(UTC)
     values = {
         "org_id": org_id,
         "id": type_id,
@@ -37,20 +37,15 @@ async def create_resource_type(
         "output_schema": output_schema,
         "is_developer_accessible": is_developer_accessible,
         "built_in": built_in,
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
-    with conflict_on_integrity(f"resource type '{type_id}' already exists"):
-        await conn.execute(resource_types.insert().values(values))
-    return ResourceType(**values)  # type: ignore[arg-type]
+    return await insert_row(
+        conn, resource_types, values, ResourceType, conflict=f"resource type '{type_id}' already exists"
+    )
 
 
 async def get_resource_type(conn: AsyncConnection, org_id: str, type_id: str) -> ResourceType | None:
-    row = (
-        await conn.execute(
-            resource_types.select().where(resource_types.c.org_id == org_id, resource_types.c.id == type_id)
-        )
-    ).first()
+    row = await org_row(conn, resource_types, org_id, type_id)
     return _resource_type(row) if row else None
 
 

@@ -15,13 +15,14 @@ from orchestrator.domain.entities import Runner, RunnerRule
 from orchestrator.errors import ConflictError, InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.rows import created_now, entity, insert_row, org_row
 from orchestrator.store.schema import deployments, env_types, envs, projects, runner_rules, runners
 
 _RUNNER_COLUMNS = [c for c in runners.c if c.name != "config_secret"]
 
 
 def _runner(row: sa.Row[tuple[object, ...]]) -> Runner:
-    return Runner(**{k: v for k, v in row._mapping.items() if k != "config_secret"})
+    return entity(Runner, row)  # not config_secret: read with its own function
 
 
 async def create_runner(
@@ -36,7 +37,6 @@ async def create_runner(
     state_type: str,
     state_configuration: dict[str, Any],
 ) -> Runner:
-    now = datetime.now(UTC)
     values = {
         "org_id": org_id,
         "id": runner_id,
@@ -46,16 +46,11 @@ async def create_runner(
         "config_secret": config_secret,
         "state_type": state_type,
         "state_configuration": state_configuration,
-        "created_at": now,
-        "updated_at": now,
+        **created_now(),
     }
-    with conflict_on_integrity(f"runner with id '{runner_id}' already exists"):
-        await conn.execute(runners.insert().values(values))
-    return _runner_from(values)
-
-
-def _runner_from(values: dict[str, Any]) -> Runner:
-    return Runner(**{k: v for k, v in values.items() if k != "config_secret"})
+    return await insert_row(
+        conn, runners, values, Runner, conflict=f"runner with id '{runner_id}' already exists"
+    )
 
 
 async def get_runner(conn: AsyncConnection, org_id: str, runner_id: str) -> Runner | None:
@@ -181,32 +176,14 @@ async def create_rule(
     conn: AsyncConnection, *, org_id: str, runner_id: str, project_id: str | None, env_type_id: str | None
 ) -> RunnerRule:
     """Insert a rule; 409 when its runner, project or env type is missing or the match is taken."""
-    if (
-        await conn.execute(
-            sa.select(runners.c.id).where(runners.c.org_id == org_id, runners.c.id == runner_id)
-        )
-    ).first() is None:
-        raise ConflictError(f"runner '{runner_id}' not found")
-    if (
-        project_id is not None
-        and (
-            await conn.execute(
-                sa.select(projects.c.id).where(projects.c.org_id == org_id, projects.c.id == project_id)
-            )
-        ).first()
-        is None
-    ):
-        raise ConflictError(f"project '{project_id}' not found")
-    if (
-        env_type_id is not None
-        and (
-            await conn.execute(
-                sa.select(env_types.c.id).where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
-            )
-        ).first()
-        is None
-    ):
-        raise ConflictError(f"environment type '{env_type_id}' not found")
+    named = (
+        ("runner", runners, runner_id),
+        ("project", projects, project_id),
+        ("environment type", env_types, env_type_id),
+    )
+    for what, table, object_id in named:
+        if object_id is not None and await org_row(conn, table, org_id, object_id) is None:
+            raise ConflictError(f"{what} '{object_id}' not found")
     existing = (
         await conn.execute(
             runner_rules.select().where(
@@ -226,9 +203,9 @@ async def create_rule(
         "env_type_id": env_type_id,
         "created_at": datetime.now(UTC),
     }
-    with conflict_on_integrity("runner rule conflicts with an existing rule"):
-        await conn.execute(runner_rules.insert().values(values))
-    return RunnerRule(**values)  # type: ignore[arg-type]
+    return await insert_row(
+        conn, runner_rules, values, RunnerRule, conflict="runner rule conflicts with an existing rule"
+    )
 
 
 def _duplicate(rule: RunnerRule) -> ConflictError:
@@ -238,11 +215,7 @@ def _duplicate(rule: RunnerRule) -> ConflictError:
 
 
 async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> RunnerRule | None:
-    row = (
-        await conn.execute(
-            runner_rules.select().where(runner_rules.c.org_id == org_id, runner_rules.c.id == rule_id)
-        )
-    ).first()
+    row = await org_row(conn, runner_rules, org_id, rule_id)
     return _rule(row) if row else None
 
 

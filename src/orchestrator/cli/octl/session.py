@@ -238,27 +238,35 @@ org_option = click.option(
 
 
 def input_options(func: F) -> F:
-    """``--set``, ``--set-json``, ``--set-yaml`` (see ``octl create --help``)."""
-    func = click.option(
+    """``--set``, ``--set-json``, ``--set-yaml`` (see ``octl create --help``); the command gets the body they
+    give as ``body`` (read before the command runs; bad input exits 2 with the reason)."""
+
+    def command(
+        *args: Any, sets: tuple[str, ...], set_json: str | None, set_yaml: str | None, **kwargs: Any
+    ) -> Any:
+        return func(*args, body=read_body(sets, set_json, set_yaml), **kwargs)
+
+    wrapped: Any = update_wrapper(command, func)
+    wrapped = click.option(
         "--set-yaml",
         "set_yaml",
         metavar="YAML|@FILE|-",
         help="The body as YAML: a document, @file, or - for stdin.",
-    )(func)
-    func = click.option(
+    )(wrapped)
+    wrapped = click.option(
         "--set-json",
         "set_json",
         metavar="JSON|@FILE|-",
         help="The body as JSON: a document, @file, or - for stdin.",
-    )(func)
-    return click.option(
+    )(wrapped)
+    return click.option(  # type: ignore[no-any-return]
         "--set",
         "sets",
         multiple=True,
         metavar="KEY=VALUE",
         help="Set a top-level key (repeatable; applied last, wins). Values starting with [ or {, "
         "true/false/null or all digits are JSON.",
-    )(func)
+    )(wrapped)
 
 
 def read_body(sets: tuple[str, ...], set_json: str | None, set_yaml: str | None) -> dict[str, Any]:

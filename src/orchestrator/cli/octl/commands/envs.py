@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -16,7 +17,6 @@ from orchestrator.cli.octl.session import (
     input_options,
     org_option,
     pass_session,
-    read_body,
 )
 from orchestrator.client.api import ApiError
 
@@ -33,12 +33,15 @@ ENV = (
 )
 
 
-def _refuse_other_project(body: dict[str, object], project_id: str) -> None:
+def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
+    """The body without ``project_id`` (the argument names the project), refused when it names another."""
     if "project_id" in body and body["project_id"] != project_id:
         given = body["project_id"]
         raise inputs.InputError(
             f"the input sets project_id '{given}', but the argument is '{project_id}'; they must agree"
         )
+    body.pop("project_id", None)
+    return body
 
 
 @verbs.create.command("env")
@@ -52,15 +55,11 @@ def create_env(
     session: Session,
     project_id: str,
     env_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create environment ENV in PROJECT (keys: env_type_id (required), display_name)."""
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", env_id)
-    _refuse_other_project(body, project_id)
-    body.pop("project_id", None)
+    body = _in_project(inputs.with_id(body, "id", env_id), project_id)
     org = session.org()
     output.emit(session.client().create_env(org, project_id, body), out, ENV)
     output.success(f"Environment {project_id}/{env_id} created in organization {org}.")
@@ -102,15 +101,11 @@ def update_env(
     session: Session,
     project_id: str,
     env_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update environment ENV of PROJECT (key: display_name)."""
-    body = inputs.without_id(read_body(sets, set_json, set_yaml), "id", env_id)
-    _refuse_other_project(body, project_id)
-    body.pop("project_id", None)
+    body = _in_project(inputs.without_id(body, "id", env_id), project_id)
     org = session.org()
     output.emit(session.client().update_env(org, project_id, env_id, require_changes(body)), out, ENV)
     output.success(f"Environment {project_id}/{env_id} updated in organization {org}.")

@@ -7,6 +7,7 @@ an environment type or one environment. Rules are immutable: there is no update.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import click
 
@@ -20,7 +21,6 @@ from orchestrator.cli.octl.session import (
     input_options,
     org_option,
     pass_session,
-    read_body,
 )
 
 MODULE_RULE = (
@@ -41,16 +41,13 @@ MODULE_RULE = (
 @output.out_option("yaml")
 @org_option
 @pass_session
-def create_module_rule(
-    session: Session, sets: tuple[str, ...], set_json: str | None, set_yaml: str | None, out: str
-) -> None:
+def create_module_rule(session: Session, body: dict[str, Any], out: str) -> None:
     """Create a module rule (aliases: rule, rl).
 
     Keys: module_id (required), resource_class (default "default"), resource_id, project_id, and at most
     one of env_type_id and env_id (env_id needs project_id), e.g.
     `octl create module-rule --set module_id=pg --set env_type_id=development`.
     """
-    body = read_body(sets, set_json, set_yaml)
     org = session.org()
     rule = session.client().create_module_rule(org, body)
     output.emit(rule, out, MODULE_RULE)

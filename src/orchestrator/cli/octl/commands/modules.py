@@ -7,6 +7,7 @@ Every create or update of a module makes a new version; deployments pin the vers
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import click
 
@@ -14,7 +15,7 @@ from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, require_changes
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
 
 MODULE = (
     field("Id", "id"),
@@ -42,9 +43,7 @@ MODULE_VERSION = (
 def create_module(
     session: Session,
     module_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create module ID (alias: mod).
@@ -53,7 +52,7 @@ def create_module(
     code in module_source_code), module_params, module_inputs, provider_mapping, dependencies,
     coprovisioned, description, e.g. `octl create module pg --set-yaml=@pg-module.yaml`.
     """
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", module_id)
+    body = inputs.with_id(body, "id", module_id)
     org = session.org()
     output.emit(session.client().create_module(org, body), out, MODULE)
     output.success(f"Module {module_id} created in organization {org}.")
@@ -90,16 +89,14 @@ def get_modules(session: Session, resource_type: str | None, out: str) -> None:
 def update_module(
     session: Session,
     module_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update module ID (alias: mod): the given keys replace the stored ones in a new version.
 
     The resource type cannot change; a new module_source replaces module_source_code too.
     """
-    body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", module_id))
+    body = require_changes(inputs.without_id(body, "id", module_id))
     org = session.org()
     module = session.client().update_module(org, module_id, body)
     output.emit(module, out, MODULE)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, require_changes
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
 
 PROJECT = (
     field("Id", "id"),
@@ -28,13 +30,11 @@ ENV_TYPE = (field("Id", "id"), field("DisplayName", "display_name"), field("Crea
 def create_project(
     session: Session,
     project_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create project ID (optional key: display_name)."""
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", project_id)
+    body = inputs.with_id(body, "id", project_id)
     org = session.org()
     output.emit(session.client().create_project(org, body), out, PROJECT)
     output.success(f"Project {project_id} created in organization {org}.")
@@ -69,13 +69,11 @@ def get_projects(session: Session, out: str) -> None:
 def update_project(
     session: Session,
     project_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update project ID (key: display_name)."""
-    body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", project_id))
+    body = require_changes(inputs.without_id(body, "id", project_id))
     org = session.org()
     output.emit(session.client().update_project(org, project_id, body), out, PROJECT)
     output.success(f"Project {project_id} updated in organization {org}.")
@@ -102,13 +100,11 @@ def delete_project(session: Session, project_id: str, delete_rules: bool) -> Non
 def create_env_type(
     session: Session,
     env_type_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create environment type ID (optional key: display_name)."""
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", env_type_id)
+    body = inputs.with_id(body, "id", env_type_id)
     org = session.org()
     output.emit(session.client().create_env_type(org, body), out, ENV_TYPE)
     output.success(f"Environment type {env_type_id} created in organization {org}.")
@@ -148,13 +144,11 @@ def get_env_types(session: Session, out: str) -> None:
 def update_env_type(
     session: Session,
     env_type_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update environment type ID (key: display_name)."""
-    body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", env_type_id))
+    body = require_changes(inputs.without_id(body, "id", env_type_id))
     org = session.org()
     output.emit(session.client().update_env_type(org, env_type_id, body), out, ENV_TYPE)
     output.success(f"Environment type {env_type_id} updated in organization {org}.")

@@ -6,13 +6,15 @@ Module providers: a Terraform provider configuration that modules map their prov
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, require_changes
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
 
 PROVIDER_SUMMARY = (
     field("ProviderType", "provider_type"),
@@ -46,9 +48,7 @@ def create_provider(
     session: Session,
     provider_type: str,
     provider_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create module provider TYPE ID (alias: mp).
@@ -56,7 +56,7 @@ def create_provider(
     Keys: source (required, e.g. hashicorp/aws), version_constraint (required, e.g. "~> 5.0"),
     configuration (the provider block's arguments), description.
     """
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", provider_id)
+    body = inputs.with_id(body, "id", provider_id)
     body = inputs.with_id(body, "provider_type", provider_type)
     org = session.org()
     output.emit(session.client().create_module_provider(org, body), out, PROVIDER)
@@ -98,13 +98,11 @@ def update_provider(
     session: Session,
     provider_type: str,
     provider_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update module provider TYPE ID (alias: mp; keys: version_constraint, configuration, description)."""
-    body = inputs.without_id(read_body(sets, set_json, set_yaml), "id", provider_id)
+    body = inputs.without_id(body, "id", provider_id)
     body = require_changes(inputs.without_id(body, "provider_type", provider_type))
     org = session.org()
     output.emit(session.client().update_module_provider(org, provider_type, provider_id, body), out, PROVIDER)

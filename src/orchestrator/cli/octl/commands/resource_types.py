@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, require_changes
 from orchestrator.cli.octl.output import Column, field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
 
 RESOURCE_TYPE = (
     field("Id", "id"),
@@ -43,9 +45,7 @@ AVAILABLE_RESOURCE_TYPE = (
 def create_resource_type(
     session: Session,
     type_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create resource type ID (alias: rt).
@@ -54,7 +54,7 @@ def create_resource_type(
     is_developer_accessible (default true), e.g.
     `octl create resource-type postgres --set-json '{"output_schema": {"type": "object"}}'`.
     """
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", type_id)
+    body = inputs.with_id(body, "id", type_id)
     org = session.org()
     output.emit(session.client().create_resource_type(org, body), out, RESOURCE_TYPE)
     output.success(f"Resource type {type_id} created in organization {org}.")
@@ -94,13 +94,11 @@ def get_resource_types(session: Session, out: str) -> None:
 def update_resource_type(
     session: Session,
     type_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update resource type ID (alias: rt; keys: description, output_schema, is_developer_accessible)."""
-    body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", type_id))
+    body = require_changes(inputs.without_id(body, "id", type_id))
     org = session.org()
     output.emit(session.client().update_resource_type(org, type_id, body), out, RESOURCE_TYPE)
     output.success(f"Resource type {type_id} updated in organization {org}.")

@@ -6,6 +6,7 @@ Rules are immutable: there is no update.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import click
 
@@ -13,7 +14,7 @@ from orchestrator.cli.octl import output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
 
 RUNNER_RULE = (
     field("Id", "id"),
@@ -29,15 +30,12 @@ RUNNER_RULE = (
 @output.out_option("yaml")
 @org_option
 @pass_session
-def create_runner_rule(
-    session: Session, sets: tuple[str, ...], set_json: str | None, set_yaml: str | None, out: str
-) -> None:
+def create_runner_rule(session: Session, body: dict[str, Any], out: str) -> None:
     """Create a runner rule (alias: rrl).
 
     Keys: runner_id (required), project_id, env_type_id; a rule without project_id and env_type_id
     matches every environment, e.g. `octl create runner-rule --set=runner_id=my-gke-runner`.
     """
-    body = read_body(sets, set_json, set_yaml)
     org = session.org()
     rule = session.client().create_runner_rule(org, body)
     output.emit(rule, out, RUNNER_RULE)

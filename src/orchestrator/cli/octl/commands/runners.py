@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, require_changes
 from orchestrator.cli.octl.output import Column, field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session, read_body
+from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
 
 #: Upstream ``RunnerSummary`` columns (the list answers only the two ``type`` fields of the configurations).
 RUNNER_SUMMARY = (
@@ -36,9 +38,7 @@ RUNNER = (
 def create_runner(
     session: Session,
     runner_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Create runner ID.
@@ -46,7 +46,7 @@ def create_runner(
     The input holds description, runner_configuration (with its type) and state_storage_configuration,
     e.g. `octl create runner my-gke-runner --set-yaml=@gke-runner-config.yaml`.
     """
-    body = inputs.with_id(read_body(sets, set_json, set_yaml), "id", runner_id)
+    body = inputs.with_id(body, "id", runner_id)
     org = session.org()
     runner = session.client().create_runner(org, body)
     output.emit(runner, out, RUNNER)
@@ -85,9 +85,7 @@ def get_runners(session: Session, out: str) -> None:
 def update_runner(
     session: Session,
     runner_id: str,
-    sets: tuple[str, ...],
-    set_json: str | None,
-    set_yaml: str | None,
+    body: dict[str, Any],
     out: str,
 ) -> None:
     """Update runner ID.
@@ -96,7 +94,7 @@ def update_runner(
     changes, type may be left out, null removes a key, a list replaces the stored list; left-out
     credentials are kept. description and state_storage_configuration replace the stored ones.
     """
-    body = require_changes(inputs.without_id(read_body(sets, set_json, set_yaml), "id", runner_id))
+    body = require_changes(inputs.without_id(body, "id", runner_id))
     org = session.org()
     runner = session.client().update_runner(org, runner_id, body)
     output.emit(runner, out, RUNNER)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import click
 
@@ -16,7 +17,6 @@ from orchestrator.cli.octl.session import (
     input_options,
     org_option,
     pass_session,
-    read_body,
 )
 
 TOKEN = (
@@ -34,14 +34,11 @@ TOKEN = (
 @output.out_option("yaml")
 @org_option
 @pass_session
-def create_token(
-    session: Session, sets: tuple[str, ...], set_json: str | None, set_yaml: str | None, out: str
-) -> None:
+def create_token(session: Session, body: dict[str, Any], out: str) -> None:
     """Create an API token (keys: role (admin, deployer or viewer), description, expires_at).
 
     The answer holds the secret `token`: it is shown this once and cannot be read again.
     """
-    body = read_body(sets, set_json, set_yaml)
     org = session.org()
     token = session.client().create_token(org, body)
     output.emit(token, out, ())
