@@ -32,8 +32,8 @@ from orchestrator.secretbox import load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db
 from orchestrator.store import deployments as deployment_store
-from tests.acceptance.conftest import Stack, build_stack, running_server
 from tests.support.outages import wait_for
+from tests.support.stack import Stack, build_stack, running_server
 
 pytestmark = pytest.mark.slow
 

@@ -43,8 +43,8 @@ from orchestrator import deployment_tokens
 from orchestrator.protocol import age, agent_auth
 from orchestrator.protocol.results import DEPLOYMENT_TOKEN_HEADER
 from orchestrator.settings import ServerSettings
-from tests.acceptance.conftest import build_stack, demo_manifest, running_server
-from tests.conftest import BOOTSTRAP_TOKEN
+from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.stack import build_stack, demo_manifest, running_server
 
 #: Examples per operation and generation mode (positive, negative).
 MAX_EXAMPLES = 25

@@ -40,9 +40,10 @@ from schemathesis.specs.openapi.checks import (
 
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN, tools_required
 from tests.support.deployments import insert_deployment
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.tools import tools_required
 
 UPSTREAM = Path(
     os.environ.get("PO_TEST_UPSTREAM_OPENAPI_DIR")

@@ -32,8 +32,8 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
-from tests.conftest import Org
 from tests.support.agent_gateway import AgentHarness, gateway_settings
+from tests.support.orgs import Org
 from tests.support.run_user import nobody
 
 GATEWAY = "http://po.test"

@@ -21,9 +21,10 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
 from orchestrator.store.schema import runners
-from tests.conftest import BOOTSTRAP_TOKEN, Org, make_org, tools_required
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, make_org
 from tests.support.postgres import PostgresError, PostgresServer
 from tests.support.readonly import read_only
+from tests.support.tools import tools_required
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "demo"
 SECRET_VALUE = "s3cr3t-value-do-not-show"
