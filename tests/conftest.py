@@ -73,7 +73,7 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
     return ServerSettings(
         data_dir=tmp_path / "data",
         database_url=database_url,
-        bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
+        bootstrap_token=BOOTSTRAP_TOKEN,
         allow_local_runners=True,
         # Local runs as the test's own user: tests/acceptance/test_local_isolation.py runs them as an
         # unprivileged user (the default), whose reach tmp_path (0700) is not in.

@@ -40,7 +40,7 @@ class Scenario:
         self.runs = tmp_path / "runs"
         tf_config = tmp_path / "terraformrc"
         tf_config.touch()
-        runner = runner_body(tf_config, **job_environment)
+        runner = runner_body(tf_config, None, **job_environment)
         runner["runner_configuration"]["job"]["work_dir"] = str(self.runs)
         self.stack: Stack = build_stack(server.url, tmp_path, runner=runner)
         self.env_uuid = str(

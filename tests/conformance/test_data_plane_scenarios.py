@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).parent.parent / "data"
 #: What upstream's scenarios deploy, most of them.
-SAMPLE = {"workloads": {"sample": {}}}
+SAMPLE: dict[str, Any] = {"workloads": {"sample": {}}}
 NO_RESOURCES = {
     key: 0
     for key in ("num_resources", "num_resources_added", "num_resources_changed", "num_resources_removed")
@@ -113,7 +113,7 @@ def _stored_outputs(settings: ServerSettings, org_id: str, deployment_id: str) -
     """The deployment row's encrypted outputs, read from the server's database."""
 
     async def read() -> str | None:
-        engine = db.create_engine(settings.database_url)
+        engine = db.create_engine(settings.resolved_database_url)
         try:
             async with engine.connect() as conn:
                 found = await deployment_store.get(conn, org_id, uuid.UUID(deployment_id))

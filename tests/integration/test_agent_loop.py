@@ -9,7 +9,7 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -273,7 +273,7 @@ async def test_agent__transient_launch_error_is_retried_then_terminal_at_the_las
     assert 2 == events
 
 
-async def _run_for(agent: Agent, seconds: float) -> list[dict[str, Any]]:
+async def _run_for(agent: Agent, seconds: float) -> list[MutableMapping[str, Any]]:
     stop = asyncio.Event()
     with structlog.testing.capture_logs() as logs:
         task = asyncio.create_task(agent.run(stop))

@@ -184,7 +184,7 @@ async def test_database__stopped_postgresql_answers_503_and_recovers(
     settings = ServerSettings(
         data_dir=tmp_path / "data",
         database_url=own_postgres.url("po"),
-        bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
+        bootstrap_token=BOOTSTRAP_TOKEN,
         listen="127.0.0.1:0",
     )
     app = create_app(settings, run_dispatcher=False)

@@ -76,7 +76,7 @@ class Stack:
             del payload["manifest"]
         created = self.client.post(f"/orgs/{self.org}/deployments", json=payload)
         assert created.status_code in (200, 201), created.text
-        deployment = created.json()
+        deployment: dict[str, Any] = created.json()
         if "id" in deployment:
             deployment = self.wait(deployment["id"])
         deployment["_identity"] = identity
