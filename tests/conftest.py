@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -16,16 +15,13 @@ from fastapi import FastAPI
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client, make_org
 from tests.support.postgres import PostgresError, PostgresServer
+from tests.support.tools import tools_required
 
-BOOTSTRAP_TOKEN = "test-bootstrap-token-0123456789"
 DATABASES = [d.strip() for d in os.environ.get("PO_TEST_DATABASES", "sqlite").split(",") if d.strip()]
 _TEMPLATE_DB = "po_template"
 _counter = itertools.count()
-
-
-def tools_required() -> bool:
-    return bool(os.environ.get("CI") or os.environ.get("PO_TEST_REQUIRE_TOOLS"))
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +73,7 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
     return ServerSettings(
         data_dir=tmp_path / "data",
         database_url=database_url,
-        bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
+        bootstrap_token=BOOTSTRAP_TOKEN,
         allow_local_runners=True,
         # Local runs as the test's own user: tests/acceptance/test_local_isolation.py runs them as an
         # unprivileged user (the default), whose reach tmp_path (0700) is not in.
@@ -94,42 +90,11 @@ async def app(settings: ServerSettings) -> AsyncIterator[FastAPI]:
         yield application
 
 
-def _client(app: FastAPI, token: str | None) -> httpx.AsyncClient:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://po.test", headers=headers
-    )
-
-
 @pytest.fixture
 async def admin(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client with the platform-admin bootstrap token."""
-    async with _client(app, BOOTSTRAP_TOKEN) as client:
+    async with api_client(app, BOOTSTRAP_TOKEN) as client:
         yield client
-
-
-@dataclass
-class Org:
-    id: str
-    #: Clients of this organization by role: admin, deployer, viewer.
-    clients: dict[str, httpx.AsyncClient]
-    #: The platform admin (bootstrap token): the only one who may create local runners.
-    platform: httpx.AsyncClient
-
-    @property
-    def admin(self) -> httpx.AsyncClient:
-        return self.clients["admin"]
-
-
-async def make_org(app: FastAPI, platform: httpx.AsyncClient, org_id: str) -> Org:
-    response = await platform.post("/orgs", json={"id": org_id})
-    assert response.status_code == 201, response.text
-    clients: dict[str, httpx.AsyncClient] = {}
-    for role in ("admin", "deployer", "viewer"):
-        created = await platform.post(f"/orgs/{org_id}/tokens", json={"role": role, "description": role})
-        assert created.status_code == 201, created.text
-        clients[role] = _client(app, created.json()["token"])
-    return Org(id=org_id, clients=clients, platform=platform)
 
 
 @pytest.fixture

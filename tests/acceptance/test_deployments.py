@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.protocol import age
-from tests.acceptance.conftest import Stack, demo_manifest
+from tests.support.stack import Stack, demo_manifest
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ import yaml
 from orchestrator.cli.octl.commands.agent_keys import runner_configuration
 from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.protocol import agent_auth
-from tests.acceptance.conftest import Stack, build_stack
-from tests.acceptance.test_agent_runner import AgentProcess
+from tests.support.agent_process import AgentProcess
 from tests.support.kube_api import CertificateAuthority, KubeApiServer, runner_image
+from tests.support.stack import Stack, build_stack
 
 pytestmark = pytest.mark.slow
 

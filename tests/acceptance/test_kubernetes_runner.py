@@ -14,8 +14,8 @@ import pytest
 
 from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.settings import ServerSettings
-from tests.acceptance.conftest import build_stack
 from tests.support.kube_api import KubeApiServer, runner_image
+from tests.support.stack import build_stack
 
 pytestmark = pytest.mark.slow
 

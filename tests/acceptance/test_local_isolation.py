@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.acceptance.conftest import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
 from tests.support.outages import ServerProcess
 from tests.support.run_user import nobody
+from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
 
 pytestmark = pytest.mark.slow
 

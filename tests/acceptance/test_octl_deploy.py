@@ -26,8 +26,8 @@ import yaml
 from orchestrator.client.api import ApiClient
 from orchestrator.protocol import age
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN
 from tests.support.octl import ORG, OctlProcess, Ran, org_admin_token, serve
+from tests.support.orgs import BOOTSTRAP_TOKEN
 
 pytestmark = pytest.mark.slow
 

@@ -10,18 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
-from tests.acceptance.conftest import EXAMPLES, Stack, build_stack, demo_manifest
+from tests.support.demo_modules import make_slow
 from tests.support.outages import ServerProcess
+from tests.support.stack import Stack, build_stack, demo_manifest
 
 pytestmark = pytest.mark.slow
-
-SLOW_MODULE = yaml.safe_load((EXAMPLES / "module.yaml").read_text())
-SLOW_MODULE["module_source_code"] = SLOW_MODULE["module_source_code"].replace(
-    'input = "bucket-${var.name}"',
-    'input = "bucket-${var.name}"\n  provisioner "local-exec" {\n    command = "sleep 4"\n  }',
-)
 
 
 @pytest.fixture
@@ -30,13 +24,6 @@ def server(database_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
     made.start()
     yield made
     made.stop()
-
-
-def make_slow(stack: Stack, seconds: int = 4) -> None:
-    """The demo module with a provisioner that sleeps: the deployment stays executing for a while."""
-    code = SLOW_MODULE["module_source_code"].replace("sleep 4", f"sleep {seconds}")
-    patched = stack.client.patch(f"/orgs/{stack.org}/modules/demo-app", json={"module_source_code": code})
-    assert 200 == patched.status_code, patched.text
 
 
 def _start_slow_deploy(stack: Stack) -> str:

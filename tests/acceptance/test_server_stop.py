@@ -15,8 +15,8 @@ import pytest
 
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
-from tests.acceptance.conftest import build_stack, demo_manifest, runner_body
 from tests.support.outages import ServerProcess
+from tests.support.stack import build_stack, demo_manifest, runner_body
 
 pytestmark = pytest.mark.slow
 

@@ -20,45 +20,14 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Stack, build_stack, demo_manifest, runner_body
+from tests.support.demo_modules import marker_module
 from tests.support.outages import ServerProcess, StoredState, resource_ids, run_processes, wait_for
+from tests.support.stack import Stack, build_stack, demo_manifest, runner_body
 
 pytestmark = pytest.mark.slow
 
 #: Longer than Terraform's own default retries of the http backend (2 retries, 1 s and 2 s apart).
 LONG_OUTAGE_SECONDS = 35.0
-
-
-def marker_module(markers: Path, *, count: int, sleep_seconds: float) -> str:
-    """Resources whose creation leaves a marker (``created-<id>``) once their provisioner finished."""
-    create = (
-        f"touch {markers}/started-${{self.id}}; sleep {sleep_seconds}; touch {markers}/created-${{self.id}}"
-    )
-    return f"""
-variable "name" {{
-  type = string
-}}
-
-resource "terraform_data" "item" {{
-  count = {count}
-  input = "${{var.name}}-${{count.index}}"
-  provisioner "local-exec" {{
-    command = "{create}"
-  }}
-  provisioner "local-exec" {{
-    when    = destroy
-    command = "rm -f {markers}/created-${{self.id}}"
-  }}
-}}
-
-output "url" {{
-  value = "https://${{var.name}}.example.test/${{length(terraform_data.item)}}"
-}}
-
-output "bucket" {{
-  value = terraform_data.item[0].output
-}}
-"""
 
 
 class Scenario:
@@ -71,7 +40,7 @@ class Scenario:
         self.runs = tmp_path / "runs"
         tf_config = tmp_path / "terraformrc"
         tf_config.touch()
-        runner = runner_body(tf_config, **job_environment)
+        runner = runner_body(tf_config, None, **job_environment)
         runner["runner_configuration"]["job"]["work_dir"] = str(self.runs)
         self.stack: Stack = build_stack(server.url, tmp_path, runner=runner)
         self.env_uuid = str(

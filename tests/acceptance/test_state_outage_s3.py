@@ -17,10 +17,10 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.acceptance.conftest import Stack, build_stack, demo_manifest, runner_body
-from tests.acceptance.test_state_outage import marker_module
+from tests.support.demo_modules import marker_module
 from tests.support.emulators import MOTO_CREDENTIALS, Emulator, emulator_or_skip, start_moto
 from tests.support.outages import Proxy, resource_ids, wait_for
+from tests.support.stack import Stack, build_stack, demo_manifest, runner_body
 
 pytestmark = pytest.mark.slow
 

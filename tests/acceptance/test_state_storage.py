@@ -42,8 +42,8 @@ from orchestrator.secretbox import SecretBox, load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db
 from orchestrator.store import states as state_store
-from tests.acceptance.conftest import Stack, build_stack, demo_manifest, runner_body, running_server
 from tests.support.emulators import MOTO_CREDENTIALS, Emulator, emulator_or_skip, start_fake_gcs, start_moto
+from tests.support.stack import Stack, build_stack, demo_manifest, runner_body, running_server
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.domain.deployments import TIMEOUT_MESSAGE
 from orchestrator.settings import ServerSettings
-from tests.acceptance.conftest import build_stack, demo_manifest, running_server
-from tests.acceptance.test_restart import make_slow
+from tests.support.demo_modules import make_slow
+from tests.support.stack import build_stack, demo_manifest, running_server
 
 pytestmark = pytest.mark.slow
 

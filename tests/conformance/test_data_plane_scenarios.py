@@ -32,14 +32,14 @@ from orchestrator.secretbox import load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db
 from orchestrator.store import deployments as deployment_store
-from tests.acceptance.conftest import Stack, build_stack, running_server
 from tests.support.outages import wait_for
+from tests.support.stack import Stack, build_stack, running_server
 
 pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).parent.parent / "data"
 #: What upstream's scenarios deploy, most of them.
-SAMPLE = {"workloads": {"sample": {}}}
+SAMPLE: dict[str, Any] = {"workloads": {"sample": {}}}
 NO_RESOURCES = {
     key: 0
     for key in ("num_resources", "num_resources_added", "num_resources_changed", "num_resources_removed")
@@ -113,7 +113,7 @@ def _stored_outputs(settings: ServerSettings, org_id: str, deployment_id: str) -
     """The deployment row's encrypted outputs, read from the server's database."""
 
     async def read() -> str | None:
-        engine = db.create_engine(settings.database_url)
+        engine = db.create_engine(settings.resolved_database_url)
         try:
             async with engine.connect() as conn:
                 found = await deployment_store.get(conn, org_id, uuid.UUID(deployment_id))

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import HypothesisException
 from pydantic import SecretStr
-from schemathesis import APIOperation, Case, GenerationMode
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import (
@@ -43,8 +43,11 @@ from orchestrator import deployment_tokens
 from orchestrator.protocol import age, agent_auth
 from orchestrator.protocol.results import DEPLOYMENT_TOKEN_HEADER
 from orchestrator.settings import ServerSettings
-from tests.acceptance.conftest import build_stack, demo_manifest, running_server
-from tests.conftest import BOOTSTRAP_TOKEN
+from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.stack import build_stack, demo_manifest, running_server
+
+if TYPE_CHECKING:
+    from schemathesis.specs.openapi.schemas import OpenApiCase, OpenApiOperation
 
 #: Examples per operation and generation mode (positive, negative).
 MAX_EXAMPLES = 25
@@ -204,7 +207,7 @@ def _agent_deployment(client: httpx.Client, org: str, agent: dict[str, Any]) -> 
     return {"id": created.json()["id"], "env_uuid": env["uuid"]}
 
 
-def _credentials(operation: APIOperation, seeds: Seeds) -> dict[str, str]:
+def _credentials(operation: OpenApiOperation, seeds: Seeds) -> dict[str, str]:
     schemes = {name for requirement in operation.definition.raw.get("security", []) for name in requirement}
     if "AgentJWT" in schemes and seeds.agent_key is not None:
         token = agent_auth.sign(seeds.agent_key, seeds.path_parameters["org_id"], AGENT_RUNNER)
@@ -222,7 +225,7 @@ def _credentials(operation: APIOperation, seeds: Seeds) -> dict[str, str]:
 ENDING = ("/results", "/events", "/reject")
 
 
-def _ordered(schema: Any) -> list[APIOperation]:
+def _ordered(schema: Any) -> list[OpenApiOperation]:
     """The document's order, except: what can end the executing deployment, then deletions, last."""
     operations = [result.ok() for result in schema.get_all_operations()]
     return sorted(
@@ -232,7 +235,7 @@ def _ordered(schema: Any) -> list[APIOperation]:
 
 
 def _probe(
-    operation: APIOperation, mode: GenerationMode, seeds: Seeds, found: list[str], statuses: list[int]
+    operation: OpenApiOperation, mode: GenerationMode, seeds: Seeds, found: list[str], statuses: list[int]
 ) -> None:
     known = seeds.parameters_for(operation.path)
 
@@ -245,7 +248,7 @@ def _probe(
         suppress_health_check=list(HealthCheck),
     )
     @given(case=operation.as_strategy(generation_mode=mode))
-    def probe(case: Case) -> None:
+    def probe(case: OpenApiCase) -> None:
         if mode is GenerationMode.POSITIVE and case.path_parameters:
             case.path_parameters = {
                 name: known.get(name, value) for name, value in case.path_parameters.items()
@@ -263,7 +266,7 @@ def _probe(
         del exc
 
 
-def _known_requests(operations: list[APIOperation], seeds: Seeds, found: list[str]) -> list[int]:
+def _known_requests(operations: list[OpenApiOperation], seeds: Seeds, found: list[str]) -> list[int]:
     by_label = {operation.label: operation for operation in operations}
     statuses = []
     for label, headers, body in KNOWN_REQUESTS:
@@ -281,7 +284,7 @@ def _known_requests(operations: list[APIOperation], seeds: Seeds, found: list[st
 
 
 def _check(
-    operation: APIOperation, mode: GenerationMode, case: Case, response: Any, found: list[str]
+    operation: OpenApiOperation, mode: GenerationMode, case: OpenApiCase, response: Any, found: list[str]
 ) -> None:
     """Validate the answer; each failed check is noted in ``found`` (not raised: the run goes on)."""
     try:
@@ -292,11 +295,11 @@ def _check(
         found.append(_describe(operation, mode, response.status_code, failure))
 
 
-def _names(operation: APIOperation) -> list[str]:
+def _names(operation: OpenApiOperation) -> list[str]:
     return re.findall(r"{(\w+)}", operation.path)
 
 
-def _describe(operation: APIOperation, mode: GenerationMode, status: int, failure: BaseException) -> str:
+def _describe(operation: OpenApiOperation, mode: GenerationMode, status: int, failure: BaseException) -> str:
     title = getattr(failure, "title", type(failure).__name__)
     detail = " ".join(str(getattr(failure, "message", failure)).split())[:240]
     return f"{operation.label} [{mode.value}] {status}: {title}: {detail}"

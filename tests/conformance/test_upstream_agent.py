@@ -44,9 +44,9 @@ from kubernetes_validate.utils import latest_version
 from orchestrator.protocol import age
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.acceptance.conftest import Stack, build_stack, demo_manifest
 from tests.support.live_server import serve_in_thread
 from tests.support.outages import ServerProcess
+from tests.support.stack import Stack, build_stack, demo_manifest
 
 ORG = "acme"
 #: ``build_stack`` names the organization's runner ``local``, whatever its type.

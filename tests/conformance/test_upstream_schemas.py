@@ -20,17 +20,18 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import schemathesis
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
-from schemathesis import APIOperation, Case, Response
+from schemathesis import Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.core import NotSet
 from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.result import Err
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -40,9 +41,13 @@ from schemathesis.specs.openapi.checks import (
 
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN, tools_required
 from tests.support.deployments import insert_deployment
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.tools import tools_required
+
+if TYPE_CHECKING:
+    from schemathesis.specs.openapi.schemas import OpenApiCase, OpenApiOperation
 
 UPSTREAM = Path(
     os.environ.get("PO_TEST_UPSTREAM_OPENAPI_DIR")
@@ -435,7 +440,7 @@ class Findings:
     violations: dict[str, str] = field(default_factory=dict)
     statuses: dict[str, list[int]] = field(default_factory=dict)
 
-    def record(self, name: str, failure: Failure, case: Case, response: Response) -> None:
+    def record(self, name: str, failure: Failure, case: OpenApiCase, response: Response) -> None:
         where = [
             ("*" if isinstance(part, int) else str(part)) for part in getattr(failure, "instance_path", [])
         ]
@@ -447,7 +452,7 @@ class Findings:
         )
 
 
-def _exercise(operation: APIOperation, base_url: str, token: str, seed: Seed, findings: Findings) -> None:
+def _exercise(operation: OpenApiOperation, base_url: str, token: str, seed: Seed, findings: Findings) -> None:
     """The explicit requests of ``operation`` and MAX_EXAMPLES generated ones, path parameters pointed at
     the seeded objects; every answer checked."""
     name = f"{operation.method.upper()} {operation.path}"
@@ -455,7 +460,7 @@ def _exercise(operation: APIOperation, base_url: str, token: str, seed: Seed, fi
     declared = {parameter.name for parameter in operation.path_parameters}
     fixed = {key: value for key, value in seed.path_parameters(name).items() if key in declared}
 
-    def check(case: Case) -> None:
+    def check(case: OpenApiCase) -> None:
         response = case.call(base_url=base_url, headers=headers)
         findings.statuses.setdefault(name, []).append(response.status_code)
         try:
@@ -478,7 +483,7 @@ def _exercise(operation: APIOperation, base_url: str, token: str, seed: Seed, fi
         suppress_health_check=list(HealthCheck),
     )
     @given(case=operation.as_strategy(path_parameters=fixed))
-    def generated(case: Case) -> None:
+    def generated(case: OpenApiCase) -> None:
         check(case)
 
     generated()
@@ -495,6 +500,8 @@ def test_upstream_documents__our_answers_conform(settings: ServerSettings) -> No
     with serve_in_thread(create_app(settings)) as base_url:
         for document in documents:
             for result in schemathesis.openapi.from_dict(document).get_all_operations():
+                if isinstance(result, Err):
+                    raise result.err()
                 _exercise(result.ok(), base_url, token, seed, findings)
 
     violations = [f"{key}\n    {example}" for key, example in sorted(findings.violations.items())]

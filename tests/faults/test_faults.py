@@ -1,6 +1,6 @@
 """Fault injection: deployments in several environments at once while the orchestrator server is killed
 (``kill -9``) or stopped (SIGTERM) for 1-60 s, runners are killed, or the agent is killed and its command
-leases run out; after each round every check of ``tests.faults.workload`` must hold.
+leases run out; after each round every check of ``tests.support.fault_workload`` must hold.
 
 Randomized: the seed is printed (``PO_FAULT_SEED=...``) and replays the fault schedule (which fault,
 when, how long; the interleaving with the deployments depends on timing). ``PO_FAULT_DEPLOYMENTS`` sets
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.protocol import agent_auth
-from tests.acceptance.test_agent_runner import AgentProcess
-from tests.faults.workload import BEFORE_APPLY, PHASES, History, Workload, local_runner, outage_seconds
+from tests.support.agent_process import AgentProcess
+from tests.support.fault_workload import BEFORE_APPLY, PHASES, History, Workload, local_runner, outage_seconds
 from tests.support.outages import ServerProcess, run_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(1800)]

@@ -27,9 +27,9 @@ from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import agent_tokens as token_store
 from orchestrator.store.schema import agent_commands, agent_token_uses, deployments
-from tests.conftest import Org
 from tests.support.agent_gateway import AgentHarness, gateway_settings
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
 
 
 @pytest.fixture

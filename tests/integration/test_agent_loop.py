@@ -9,7 +9,7 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,8 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
-from tests.conftest import Org
 from tests.support.agent_gateway import AgentHarness, gateway_settings
+from tests.support.orgs import Org
 from tests.support.run_user import nobody
 
 GATEWAY = "http://po.test"
@@ -282,7 +282,7 @@ async def test_agent__transient_launch_error_is_retried_then_terminal_at_the_las
     assert 2 == events
 
 
-async def _run_for(agent: Agent, seconds: float) -> list[dict[str, Any]]:
+async def _run_for(agent: Agent, seconds: float) -> list[MutableMapping[str, Any]]:
     stop = asyncio.Event()
     with structlog.testing.capture_logs() as logs:
         task = asyncio.create_task(agent.run(stop))

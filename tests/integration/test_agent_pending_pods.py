@@ -34,9 +34,9 @@ from orchestrator.launchers.kubernetes_job import (
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import Org
 from tests.support.agent_gateway import AgentHarness, gateway_settings
 from tests.support.kube_api import CertificateAuthority, KubeApiServer, LocalImage
+from tests.support.orgs import Org
 
 GATEWAY = "http://po.test"
 NAMESPACE = "runners"

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from orchestrator.api.context import hash_token
 from orchestrator.store import orgs as org_store
 from orchestrator.store.schema import api_tokens
-from tests.conftest import BOOTSTRAP_TOKEN, Org
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org
 
 
 async def test_healthz__answers_without_auth(admin: httpx.AsyncClient) -> None:

@@ -22,7 +22,7 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import module_providers as provider_store
 from orchestrator.store.schema import module_providers
-from tests.conftest import Org
+from tests.support.orgs import Org
 
 GIT_SOURCE = "git::https://github.com/acme/modules.git//postgres?ref=v1"
 

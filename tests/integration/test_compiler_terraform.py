@@ -37,7 +37,7 @@ from orchestrator.domain.catalogue import (
 )
 from orchestrator.domain.module_rules import EnvCatalogue, Placement
 from orchestrator.runner.bundle import extract_bundle
-from tests.conftest import tools_required
+from tests.support.tools import tools_required
 
 PO_TERRAFORM = Path(sys.executable).parent / "po-terraform"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from orchestrator.protocol import age
-from tests.conftest import Org
+from tests.support.orgs import Org
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "demo"
 

@@ -16,8 +16,8 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import deployments as store
 from orchestrator.store.schema import deployments
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
 
 
 @pytest.fixture

@@ -30,9 +30,10 @@ from orchestrator.secretbox import SecretBox
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store.schema import deployments, runners
-from tests.conftest import Org, tools_required
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
 from tests.support.readonly import read_only
+from tests.support.tools import tools_required
 
 DEMO_RUNNER = yaml.safe_load(
     (Path(__file__).parent.parent.parent / "examples" / "demo" / "runner.yaml").read_text()

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from orchestrator import deployment_tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store.schema import tf_state_locks, tf_states
-from tests.conftest import Org
-from tests.integration.test_gateway import RUNNER
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
+from tests.support.runners import RUNNER
 
 HTTP_BACKEND = 'terraform {\n  backend "http" {\n    address = "http://po.test/state"\n  }\n}\n'
 S3_BACKEND = 'terraform {\n  backend "s3" {\n    bucket = "b"\n  }\n}\n'

@@ -7,22 +7,19 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
-import yaml
 from fastapi import FastAPI
 
 from orchestrator import deployment_tokens
 from orchestrator.protocol import results as protocol
 from orchestrator.store.schema import deployments, tf_states
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
-
-RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
+from tests.support.orgs import Org
+from tests.support.runners import RUNNER
 
 
 class Gateway:

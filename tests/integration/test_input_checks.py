@@ -19,9 +19,9 @@ from orchestrator import deployment_tokens
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.web.input_checks import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE
-from tests.conftest import BOOTSTRAP_TOKEN, Org
 from tests.support.deployments import insert_deployment
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org
 
 GW = "/runner-gateway/v1/orgs/acme"
 DEPLOYMENT = "6f1c9c52-3a8e-4b0e-9d1e-2f9f0c7f5a11"

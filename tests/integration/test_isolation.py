@@ -10,8 +10,8 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
 
 # Not a local runner: those are the platform admin's alone (tests/integration/test_runners_api.py).
 RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-agent.yaml").read_text())

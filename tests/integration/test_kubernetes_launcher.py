@@ -15,7 +15,6 @@ import contextlib
 import os
 import socket
 import ssl
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,45 +22,15 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
-from orchestrator.protocol.launch import RunSpec
-from orchestrator.protocol.results import RunnerMode
-from tests.support.kube_api import CertificateAuthority, KubeApiServer, LocalImage
+from tests.support.kube_api import CertificateAuthority, KubeApiServer
+from tests.support.kube_launcher import IMAGE, NAMESPACE, TOKEN, kube_api, make_spec, release
 
-IMAGE = "registry.example.com/runner-stand-in:1.0"
 #: The stand-in API server is on 127.0.0.1: these tests allow loopback and plain http on purpose.
 STAND_IN_EGRESS = EgressPolicy(allow_plain_http=True, denied_networks=())
-NAMESPACE = "runners"
-TOKEN = "deployment-token-0123456789"
-#: The "image": records its TOKEN, then waits for a file ``go`` holding the exit code (written by ``release``
-#: atomically, so the script never reads a file that exists but is still empty).
-SCRIPT = """
-import os, pathlib, sys, time
-out = pathlib.Path(os.environ["OUT_DIR"])
-(out / "token").write_text(os.environ.get("TOKEN", "<unset>"))
-(out / "started").touch()
-while not (out / "go").exists():
-    time.sleep(0.02)
-print("runner: planning", flush=True)
-code = int((out / "go").read_text())
-print("runner: last words before exit", code, file=sys.stderr, flush=True)
-sys.exit(code)
-"""
-
-
-def local_image() -> LocalImage:
-    return LocalImage(argv=[sys.executable, "-c", SCRIPT], env={"PATH": os.environ.get("PATH", "")})
-
-
-def release(out_dir: Path, exit_code: int) -> None:
-    """Let the stand-in runner exit with ``exit_code``: write then rename, so ``go`` appears complete."""
-    staging = out_dir / "go.tmp"
-    staging.write_text(str(exit_code))
-    staging.replace(out_dir / "go")
 
 
 @pytest.fixture
@@ -69,14 +38,6 @@ def out_dir(tmp_path: Path) -> Path:
     path = tmp_path / "out"
     path.mkdir()
     return path
-
-
-@contextlib.contextmanager
-def kube_api(tmp_path: Path, **options: Any) -> Iterator[KubeApiServer]:
-    options.setdefault("namespaces", ("default", NAMESPACE))
-    options.setdefault("images", {IMAGE: local_image()})
-    with KubeApiServer(tmp_path / "kube", **options) as api:
-        yield api
 
 
 @pytest.fixture
@@ -102,32 +63,6 @@ def launcher(api: KubeApiServer, **options: Any) -> KubernetesLauncher:
     options.setdefault("image", IMAGE)
     options.setdefault("egress", STAND_IN_EGRESS)
     return KubernetesLauncher(access(api, **access_changes), **options)
-
-
-def make_spec(
-    out_dir: Path, *, namespace: str = NAMESPACE, deployment: str = "5f0c8d3e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
-) -> RunSpec:
-    return RunSpec(
-        org_id="acme",
-        runner_id="k8s",
-        deployment_id=deployment,
-        env_uuid="0b6c1a2e-3d4f-4a5b-8c6d-7e8f9a0b1c2d",
-        mode=RunnerMode.DEPLOY,
-        token=SecretStr(TOKEN),
-        gateway_url="http://127.0.0.1:9",
-        runner_configuration={
-            "type": "kubernetes",
-            "job": {
-                "namespace": namespace,
-                "service_account": "runner",
-                "pod_template": {
-                    "spec": {
-                        "containers": [{"name": "main", "env": [{"name": "OUT_DIR", "value": str(out_dir)}]}]
-                    }
-                },
-            },
-        },
-    )
 
 
 async def eventually(

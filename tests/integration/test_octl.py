@@ -18,9 +18,9 @@ import yaml
 from orchestrator.client.api import ApiClient, ApiError
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN
 from tests.support.live_server import serve_in_thread
 from tests.support.octl import ORG, Octl
+from tests.support.orgs import BOOTSTRAP_TOKEN
 
 RUNNER_DATA = Path(__file__).parents[1] / "data" / "runners"
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from orchestrator.api import docs
-from tests.conftest import Org
+from tests.support.orgs import Org
 
 SCHEMES = {
     "ApiToken": {"type": "http", "scheme": "bearer"},

@@ -21,9 +21,10 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
 from orchestrator.store.schema import runners
-from tests.conftest import BOOTSTRAP_TOKEN, Org, make_org, tools_required
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, make_org
 from tests.support.postgres import PostgresError, PostgresServer
 from tests.support.readonly import read_only
+from tests.support.tools import tools_required
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "demo"
 SECRET_VALUE = "s3cr3t-value-do-not-show"
@@ -183,7 +184,7 @@ async def test_database__stopped_postgresql_answers_503_and_recovers(
     settings = ServerSettings(
         data_dir=tmp_path / "data",
         database_url=own_postgres.url("po"),
-        bootstrap_token=BOOTSTRAP_TOKEN,  # type: ignore[arg-type]
+        bootstrap_token=BOOTSTRAP_TOKEN,
         listen="127.0.0.1:0",
     )
     app = create_app(settings, run_dispatcher=False)

@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information
 import pytest
 
 from tests.support.postgres import PostgresServer, find_pg_bin

@@ -22,9 +22,9 @@ from orchestrator.dispatch.retention import RetentionWorker
 from orchestrator.domain.deployments import Status
 from orchestrator.settings import ServerSettings
 from orchestrator.store import deployments as deployment_store
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
 from tests.support.emulators import MOTO_CREDENTIALS, Emulator, emulator_or_skip, start_moto
+from tests.support.orgs import Org
 
 DAY = timedelta(days=1)
 

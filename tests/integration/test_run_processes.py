@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,10 @@ def test_iac_cli__what_the_engine_left_running_is_killed_when_it_exits(tmp_path:
     wait_for(lambda: _gone(left), 10, "the background sleep to be gone")
 
 
+def _reaped(run_dir: Path) -> bool:
+    return not run_processes(run_dir)
+
+
 def test_local_launcher__resumed_runs_are_reaped_when_their_runner_dies(tmp_path: Path) -> None:
     """Runs an earlier launcher process started (the agent restarted since): once their runner dies,
     what it left is stopped, and their code removed, except state Terraform could not save."""
@@ -152,7 +157,7 @@ def test_local_launcher__resumed_runs_are_reaped_when_their_runner_dies(tmp_path
         leader.send_signal(signal.SIGKILL)
         leader.wait()
     for _, run_dir in watched.values():
-        wait_for(lambda run_dir=run_dir: not run_processes(run_dir), 30, f"{run_dir.name} to be reaped")
+        wait_for(partial(_reaped, run_dir), 30, f"{run_dir.name} to be reaped")
 
     assert set(watched) == set(resumed)
     wait_for(lambda: not (runs / "plain" / "work").exists(), 10, "the plain run's code to be removed")

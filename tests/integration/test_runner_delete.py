@@ -12,8 +12,8 @@ from fastapi import FastAPI
 
 from orchestrator.domain.deployments import Status
 from orchestrator.store import deployments as deployment_store
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
 
 RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
 

@@ -29,10 +29,10 @@ from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN, Org, make_org
-from tests.integration.test_kubernetes_launcher import IMAGE, NAMESPACE, kube_api, make_spec
 from tests.support.kube_api import CertificateAuthority, KubeApiServer
+from tests.support.kube_launcher import IMAGE, NAMESPACE, kube_api, make_spec
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, make_org
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "demo"
 CANARY = "canary-7f3a9c-internal-secret"

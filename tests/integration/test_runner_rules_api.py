@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import Org, make_org
-from tests.unit.test_rule_selection import reference
+from tests.support.orgs import Org, make_org
+from tests.support.rule_reference import reference
 
 RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from orchestrator.domain.runner_types import compatibility_matrix
 from orchestrator.store.schema import runners
-from tests.conftest import Org
+from tests.support.orgs import Org
 
 DATA = Path(__file__).parent.parent / "data" / "runners"
 EXAMPLES = sorted(p.name for p in DATA.glob("*.yaml"))

@@ -25,8 +25,9 @@ import yaml
 from orchestrator.client.api import ApiClient
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN, tools_required
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.tools import tools_required
 
 SEEDS = Path(__file__).parents[1] / "data" / "seeds"
 RUNNERS = Path(__file__).parents[1] / "data" / "runners"

@@ -19,8 +19,8 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store.schema import deployments
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org
 
 LOCAL_RUNNER = yaml.safe_load(
     (Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text()

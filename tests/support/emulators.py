@@ -38,8 +38,8 @@ from typing import NoReturn
 import httpx
 import pytest
 
-from tests.conftest import tools_required
 from tests.support.postgres import free_port
+from tests.support.tools import tools_required
 
 __all__ = [
     "MOTO_CREDENTIALS",

@@ -20,8 +20,8 @@ from orchestrator.cli.octl import main
 from orchestrator.client.api import ApiClient
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.conftest import BOOTSTRAP_TOKEN
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import BOOTSTRAP_TOKEN
 
 ORG = "acme"
 #: The installed console script, next to the interpreter running the tests.

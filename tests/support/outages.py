@@ -30,7 +30,7 @@ from orchestrator.launchers import processes
 from orchestrator.secretbox import SecretBox, decode_key, load_or_create_key
 from orchestrator.store import db
 from orchestrator.store import states as state_store
-from tests.conftest import BOOTSTRAP_TOKEN
+from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.postgres import free_port
 
 

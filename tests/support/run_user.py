@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.launchers import run_user
 from orchestrator.launchers.run_user import RunUser
-from tests.conftest import tools_required
+from tests.support.tools import tools_required
 
 
 def nobody() -> RunUser:

@@ -176,9 +176,9 @@ def test_settings__scheduling_delay_from_the_upstream_variable(monkeypatch: pyte
         "RUNNER_GATEWAY_URL": "https://po.test",
     }.items():
         monkeypatch.setenv(name, value)
-    assert AgentSettings().k8s_runner_pod_scheduling_delay == 300  # type: ignore[call-arg]
+    assert AgentSettings().k8s_runner_pod_scheduling_delay == 300
     monkeypatch.setenv("K8S_RUNNER_POD_SCHEDULING_DELAY", "2m")
-    assert AgentSettings().k8s_runner_pod_scheduling_delay == 120  # type: ignore[call-arg]
+    assert AgentSettings().k8s_runner_pod_scheduling_delay == 120
 
 
 # --- the stuck-pod check and the watch -----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -260,7 +261,7 @@ def test_receipts__other_key_tampering_other_command_refused() -> None:
     sealed = receipts.seal(KEY, RECEIPT)
     tampered = sealed[:-2] + ("A" if sealed[-2] != "A" else "B") + sealed[-1]
 
-    for attempt in (
+    attempts: list[Callable[[], object]] = [
         lambda: _open(sealed, receipts.receipt_key(b"t" * 32)),
         lambda: _open(tampered),
         lambda: _open(sealed, command="create-job:d:2"),
@@ -268,6 +269,7 @@ def test_receipts__other_key_tampering_other_command_refused() -> None:
         lambda: _open(sealed, org="globex"),
         lambda: _open("garbage"),
         lambda: _open(""),
-    ):
+    ]
+    for attempt in attempts:
         with pytest.raises(receipts.InvalidReceiptError):
             attempt()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube.resources.batch_v1 import Job
@@ -253,23 +253,27 @@ def job(*, org: str = "acme", runner: str = "r", status: dict[str, Any] | None =
     template: dict[str, Any] = {"spec": {"containers": [{"name": "main", "image": "i"}]}}
     if extra.get("command_id"):
         template["metadata"] = {"annotations": {COMMAND_ANNOTATION: extra["command_id"]}}
-    return Job.from_dict(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": "d1",
-                "namespace": "ns",
-                "creationTimestamp": created.isoformat(),
-                "labels": {"platform-orchestrator.io/deployment-id": "d1"},
-                "annotations": {
-                    "platform-orchestrator.io/org-id": org,
-                    "platform-orchestrator.io/runner-id": runner,
+    # lightkube types from_dict as returning DictMixin, not the class it is called on.
+    return cast(
+        Job,
+        Job.from_dict(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": "d1",
+                    "namespace": "ns",
+                    "creationTimestamp": created.isoformat(),
+                    "labels": {"platform-orchestrator.io/deployment-id": "d1"},
+                    "annotations": {
+                        "platform-orchestrator.io/org-id": org,
+                        "platform-orchestrator.io/runner-id": runner,
+                    },
                 },
-            },
-            "spec": {"template": template},
-            "status": status or {"active": 1},
-        }
+                "spec": {"template": template},
+                "status": status or {"active": 1},
+            }
+        ),
     )
 
 

@@ -983,6 +983,8 @@ def test_compile__providers_are_aliased_configurations_mapped_into_modules() -> 
 def test_compile__provider_credentials_go_to_a_variables_file_not_main_tf() -> None:
     """Literal credentials of a provider become sensitive variables: main.tf (which viewers read) names
     them, the bundle's variables file holds the values; references and other values stay in main.tf."""
+    # A block's key is not an identifier: passed as a mapping (Any values, as ``**config`` takes).
+    nested: dict[str, Any] = {"assume_role[0]": {"role_arn": "arn:aws:iam::1:role/x", "external_id": "ext"}}
     aws = provider(
         "aws",
         "main",
@@ -991,7 +993,7 @@ def test_compile__provider_credentials_go_to_a_variables_file_not_main_tf() -> N
         access_key="AKIA-CANARY",
         secret_key="s3cr3t-canary",
         token="${var.session_token}",
-        **{"assume_role[0]": {"role_arn": "arn:aws:iam::1:role/x", "external_id": "ext"}},
+        **nested,
     )
     pg = module("pg", "postgres", provider_mapping={"aws": "aws.main"})
 

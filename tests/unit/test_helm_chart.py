@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from tests.conftest import tools_required
+from tests.support.tools import tools_required
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "platform-orchestrator-agent"
 KUBERNETES_VERSIONS = (latest_version(), "1.30.0")

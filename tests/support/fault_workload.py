@@ -1,4 +1,4 @@
-"""The fault-injection suite's workload and its checks.
+"""The workload of the fault-injection suite (tests/faults) and its checks.
 
 Several environments of one organization deploy one after another, in parallel with each other, a module
 whose resources leave a trace on disk: each creation appends ``started <label> <id>`` and ``created
@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 
 from orchestrator.protocol import age
-from tests.acceptance.conftest import Stack, build_stack, demo_manifest, runner_body
 from tests.support.outages import ServerProcess, StoredState, resource_ids
+from tests.support.stack import Stack, build_stack, demo_manifest, runner_body
 
 #: Resources per deployment.
 COUNT = 2
