@@ -38,10 +38,10 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import deployments as deployment_store
 from orchestrator.store.schema import deployments
-from tests.conftest import Org
 from tests.support.deployments import insert_deployment
 from tests.support.fault_injection import Exchange, FaultInjector
 from tests.support.live_server import serve_in_thread
+from tests.support.orgs import Org
 
 RUNNER = "vm1"
 #: A token the runners started without their configuration are given (they must never print it).
