@@ -49,7 +49,7 @@ from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.agent_gateway import AgentGateway
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.launchers import run_user
-from orchestrator.launchers.base import Launcher, LaunchError
+from orchestrator.launchers.base import Launcher, LaunchError, LaunchTarget
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.notify import Notifier
@@ -79,10 +79,9 @@ API_DESCRIPTION = (
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
 
 
-def launcher_for(
-    settings: ServerSettings, local: LocalLauncher, runner_type: str, config: dict[str, object]
-) -> Launcher | None:
+def launcher_for(settings: ServerSettings, local: LocalLauncher, target: LaunchTarget) -> Launcher | None:
     """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported."""
+    runner_type, config = target.runner_type, target.configuration
     connection = config.get("connection")
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
         return local if settings.allow_local_runners else None

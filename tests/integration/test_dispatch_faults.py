@@ -84,7 +84,7 @@ def dispatcher(app: FastAPI, launcher: Launcher) -> Dispatcher:
         blobs=services.blobs,
         token_key=services.token_key,
         gateway_url="http://po.test",
-        launcher_for=lambda _type, _config: launcher,
+        launcher_for=lambda _target: launcher,
         on_final=lambda _id: None,
         settings=DispatchSettings(check_interval_seconds=5.0),
     )

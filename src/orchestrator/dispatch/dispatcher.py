@@ -49,6 +49,7 @@ from orchestrator.launchers.base import (
     KeepsUnsavedState,
     Launcher,
     LaunchError,
+    LaunchTarget,
     RunState,
     RunStatus,
     UnsavedState,
@@ -63,8 +64,9 @@ from orchestrator.store import runners as runner_store
 
 log = structlog.get_logger(__name__)
 
-#: Picks the launcher for a runner (type, full configuration); None when this server cannot launch it.
-LauncherFor = Callable[[str, dict[str, object]], Launcher | None]
+#: Picks the launcher for a runner (its org, id, type and full configuration); None when this server
+#: cannot launch it.
+LauncherFor = Callable[[LaunchTarget], Launcher | None]
 #: Told (org, runner) after a command for an agent runner was committed: wakes the agent's long poll.
 CommandCommitted = Callable[[str, str], None]
 
@@ -233,7 +235,18 @@ class Dispatcher:
             )
         configuration = restore_secrets(runner.configuration, secrets)
         agent = launched_by(runner.type, configuration) == "agent"
-        launcher = None if agent else self.launcher_for(runner.type, configuration)
+        launcher = (
+            None
+            if agent
+            else self.launcher_for(
+                LaunchTarget(
+                    org_id=deployment.org_id,
+                    runner_id=runner.id,
+                    runner_type=runner.type,
+                    configuration=configuration,
+                )
+            )
+        )
         if launcher is None and not agent:
             return f"runner '{runner.id}' of type '{runner.type}' cannot be launched by this orchestrator"
         spec = RunSpec(

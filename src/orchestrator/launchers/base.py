@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.protocol.launch import RunSpec
@@ -35,6 +35,33 @@ class RunStatus:
     detail: str | None = None
     #: State the ended run left behind unsaved (launchers that can see the run's files only).
     unsaved_state: UnsavedState | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchTarget:
+    """The runner a launch, a status check or a cancel is for, as the server's launcher factory gets it."""
+
+    org_id: str
+    runner_id: str
+    runner_type: str
+    #: The runner's full configuration, secrets included: only the launcher sees it.
+    configuration: dict[str, Any]
+
+    @property
+    def subject(self) -> str:
+        """The subject of the runner's workload identity tokens (upstream's ``{org_id}+{runner_id}``)."""
+        return f"{self.org_id}+{self.runner_id}"
+
+
+class WorkloadIdentity(Protocol):
+    """The short-lived OIDC tokens the orchestrator, as an OIDC issuer, mints for one runner: what the
+    cloud runner types (GKE, EKS, AKS, ECS) exchange for cloud credentials. No long-lived cloud
+    credential is stored for them."""
+
+    async def token(self, audience: str) -> str:
+        """A signed JWT (``iss`` the orchestrator's public URL, ``sub`` ``{org_id}+{runner_id}``, ``aud``
+        the given audience), valid for a few minutes."""
+        ...
 
 
 class LaunchError(OrchestratorError):
