@@ -11,11 +11,13 @@ It implements, with the API's real semantics, only what our launcher (and a kube
   from the query or the DeleteOptions body, Jobs defaulting to ``Orphan`` as batch/v1 does; garbage
   collection through ``ownerReferences``; graceful deletion of running pods). Errors are ``metav1.Status``
   bodies. Every write bumps one global ``resourceVersion``. No watches, no protobuf.
-- Authentication: a bearer token from ``tokens``, or a TLS client certificate signed by the cluster CA
-  (``auth="client-cert"``: the TLS layer requires it, so a wrong certificate fails the handshake; unlike Go's
-  server, Python's closes the connection without sending the TLS alert, so the client sees an EOF rather
-  than "unknown ca"). The real API server accepts either on one port; this one does one per instance.
-  ``forbidden`` denies (verb, resource) pairs with the real 403 message, to play a missing RBAC rule.
+- Authentication: a bearer token from ``tokens`` or accepted by ``token_review`` (webhook token
+  authentication, as clusters of the clouds check their tokens), or a TLS client certificate signed by the
+  cluster CA (``auth="client-cert"``: the TLS layer requires it, so a wrong certificate fails the handshake;
+  unlike Go's server, Python's closes the connection without sending the TLS alert, so the client sees an
+  EOF rather than "unknown ca"). The real API server accepts either on one port; this one does one per
+  instance. ``forbidden`` denies (verb, resource) pairs with the real 403 message, to play a missing RBAC
+  rule.
 - A Job controller (one pod per attempt, ``backoffLimit``, ``Complete``/``Failed`` conditions with
   ``SuccessCriteriaMet``/``FailureTarget`` first, events, ``ttlSecondsAfterFinished``), a scheduler
   (``schedulable=False`` keeps pods Pending with a ``FailedScheduling`` Warning event) and a kubelet
@@ -1167,6 +1169,7 @@ class KubeApiServer:
         tls: bool = True,
         auth: Literal["client-cert", "token"] = "client-cert",
         tokens: Iterable[str] = (),
+        token_review: Callable[[str], bool] | None = None,
         namespaces: Iterable[str] = ("default",),
         images: Mapping[str, LocalImage] | None = None,
         schedulable: bool = True,
@@ -1183,6 +1186,10 @@ class KubeApiServer:
         self.work_dir = work_dir
         self.tls, self.auth = tls, auth
         self.tokens = set(tokens)
+        #: Webhook token authentication, as a cluster configured for a cloud's tokens does it (GKE's Google
+        #: access tokens, EKS's ``k8s-aws-v1.`` tokens, AKS's Azure AD tokens): called with each bearer token
+        #: not in ``tokens``; True authenticates it. It may block (it runs in a worker thread).
+        self.token_review = token_review
         self.forbidden = set(forbidden)
         self.calls: list[Call] = []
         self._cluster_args: dict[str, Any] = {
@@ -1333,18 +1340,23 @@ class KubeApiServer:
         self.calls.append(Call(request.method, request.url.path, request.url.query, response.status_code))
         return response
 
-    def _authenticate(self, request: Request) -> None:
+    async def _authenticate(self, request: Request) -> None:
         if self.auth == "client-cert":
             return  # the TLS layer required a certificate signed by the cluster CA
         header = request.headers.get("authorization", "")
-        if not header.startswith("Bearer ") or header.removeprefix("Bearer ") not in self.tokens:
-            raise ApiError(401, "Unauthorized", "Unauthorized")
+        token = header.removeprefix("Bearer ") if header.startswith("Bearer ") else None
+        if token is not None and token in self.tokens:
+            return
+        if token is not None and self.token_review is not None:
+            if await asyncio.to_thread(self.token_review, token):
+                return
+        raise ApiError(401, "Unauthorized", "Unauthorized")
 
     async def _dispatch(self, request: Request) -> Response:
         path = request.url.path
         if path in ("/healthz", "/readyz", "/livez"):
             return PlainTextResponse("ok")
-        self._authenticate(request)
+        await self._authenticate(request)
         if path == "/version":
             return JSONResponse({"major": "1", "minor": "33", "gitVersion": "v1.33.0-stand-in"})
         match = _PATH.match(path)
