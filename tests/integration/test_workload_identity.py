@@ -357,11 +357,16 @@ async def test_issuer__a_cached_current_key_signs_without_reading_the_database(
     def count(_conn: Connection, _cursor: Any, statement: str, *_args: Any) -> None:
         statements.append(statement)
 
-    async with replica(issuer_settings) as issuer:
+    engine = db.create_engine(issuer_settings.resolved_database_url)
+    try:
+        await migrate.upgrade(engine)
+        issuer = WorkloadIssuer(engine, SecretBox(KEY), issuer_settings)
         await issuer.identity("acme+gke-1").token(AUDIENCE)
-        for engine in {issuer._engine, db.readonly(issuer._engine)}:
-            sa.event.listen(engine.sync_engine, "before_cursor_execute", count)
+        for watched in {engine, db.readonly(engine)}:
+            sa.event.listen(watched.sync_engine, "before_cursor_execute", count)
         tokens = [await issuer.identity("acme+gke-1").token(AUDIENCE) for _ in range(20)]
+    finally:
+        await db.dispose(engine)
 
     assert [] == statements
     assert 20 == len({jwt.decode(t, options={"verify_signature": False})["jti"] for t in tokens})
