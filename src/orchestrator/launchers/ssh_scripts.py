@@ -11,15 +11,16 @@ executed with the values on its command line, nothing is written to a file). Val
 A run of runtime ``process`` lives in ``<base>/<deployment id>/`` (``base``: ``job.work_dir``, or
 ``~/.po-runs`` of the login), like a local run:
 
-- ``runner.pid``: ``PID START``, the run's session leader (``run.sh`` below) and its start time in clock
-  ticks since boot (field 22 of ``/proc/PID/stat``): a recycled pid is never taken for the run;
+- ``run.sh``: the run's session leader (``RUN_SCRIPT``); ``runner.pid``: ``PID START``, its pid and its
+  start time in clock ticks since boot (field 22 of ``/proc/PID/stat``): a recycled pid is never taken
+  for the run;
 - ``stderr.log``: the runner's stderr (the last line is the deployment's message when the run dies
   without reporting); ``exit_code``: the runner's exit code, written once the whole run has ended;
 - ``work/``: the run's ``HOME`` (``work/home``), ``TMPDIR`` (``work/tmp``) and code (``work/code``,
   ``IAC_CODE_DIR``). Removed when the run ends, unless it holds state Terraform could not save
   (``errored.tfstate``, or a local backend's ``terraform.tfstate``).
 
-The session leader is ``sh -c RUN_SCRIPT``, started with ``setsid`` and in the background, so it outlives
+The session leader is ``sh run.sh``, started with ``setsid`` and in the background, so it outlives
 the SSH connection and an orchestrator restart. It starts ``po-runner standard``, passes a SIGTERM on to
 it once, and when the runner has exited stops what is left of its session (SIGTERM, then SIGKILL after
 the reap grace), removes ``work/`` (unless it holds unsaved state), and only then writes ``exit_code``.
@@ -104,8 +105,9 @@ po_ssh_members() {
 }
 """
 
-#: ``sh -c RUN_SCRIPT po-ssh RUN_DIR REAP_GRACE_SECONDS``: the run's session leader (see the module
-#: docstring). Its environment is the run's; its own variables are ``po_ssh_*`` (``check_names``).
+#: ``sh RUN_DIR/run.sh RUN_DIR REAP_GRACE_SECONDS``: the run's session leader (see the module docstring),
+#: written to the run directory by the launch script (it holds no secret). Its environment is the run's;
+#: its own variables are ``po_ssh_*`` (``check_names``).
 RUN_SCRIPT: Final = (
     r"""
 unset IFS
@@ -187,7 +189,8 @@ for po_ssh_state_file in errored.tfstate terraform.tfstate; do
     [ -e "$po_ssh_run/work/code/$po_ssh_state_file" ] \
         && answer unsaved-state "$po_ssh_run/work/code/$po_ssh_state_file"
 done
-rm -rf "$po_ssh_run/work" "$po_ssh_run/exit_code" "$po_ssh_run/runner.pid" "$po_ssh_run/stderr.log"
+rm -rf "$po_ssh_run/work" "$po_ssh_run/exit_code" "$po_ssh_run/runner.pid" "$po_ssh_run/stderr.log" \
+    "$po_ssh_run/run.sh"
 mkdir "$po_ssh_run/work" "$po_ssh_run/work/home" "$po_ssh_run/work/tmp" "$po_ssh_run/work/code" 2>/dev/null \
     || answer cannot-create "$po_ssh_run/work"
 cd "$po_ssh_run/work" || answer cannot-create "$po_ssh_run/work"
@@ -199,7 +202,8 @@ unset po_ssh_env
 export IAC_CODE_DIR="$po_ssh_run/work/code"
 command -v po-runner >/dev/null 2>&1 || answer no-runner
 command -v setsid >/dev/null 2>&1 || answer no-setsid
-setsid sh -c "$po_ssh_script" po-run "$po_ssh_run" "$po_ssh_grace" \
+printf '%s' "$po_ssh_script" > "$po_ssh_run/run.sh" || answer cannot-create "$po_ssh_run/run.sh"
+setsid sh "$po_ssh_run/run.sh" "$po_ssh_run" "$po_ssh_grace" \
     < /dev/null > /dev/null 2> "$po_ssh_run/stderr.log" &
 po_ssh_tries=0
 while [ ! -s "$po_ssh_run/runner.pid" ]; do
