@@ -218,11 +218,12 @@ class SshLauncher:
                     retryable=False,
                     cause=exc,
                 )
-            except (OSError, TimeoutError) as exc:
+            except (ConnectionRefusedError, TimeoutError) as exc:
                 last = exc
                 continue
-            except asyncssh.Error as exc:
-                # A key exchange the pinned key's algorithm is not part of ends like this too.
+            except (OSError, asyncssh.Error) as exc:
+                # A host whose key is not of the pinned key's algorithm ends the key exchange (a reset
+                # connection, or one lost): what it presents tells a mismatch from a broken connection.
                 offered = await self._offered_key(address)
                 if offered is not None and offered != pinned:
                     await self._host_key_mismatch(address, pinned, exc, offered=offered)
