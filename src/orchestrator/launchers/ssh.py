@@ -197,6 +197,7 @@ class SshLauncher:
                     self.connection.port,
                     username=self.connection.username,
                     known_hosts=([pinned], [], []),
+                    x509_trusted_certs=None,
                     client_keys=[key],
                     client_host_keys=None,
                     agent_path=None,
@@ -287,8 +288,6 @@ class SshLauncher:
                 check=False,
                 timeout=timeout_seconds or self.command_timeout_seconds,
             )
-        except asyncssh.ProcessError as exc:  # pragma: no cover (check=False)
-            _fail(f"a command on {self.connection.where} failed: {exc.exit_status}", retryable=True)
         except (TimeoutError, asyncssh.TimeoutError) as exc:
             _fail(f"a command on {self.connection.where} did not finish in time", retryable=True, cause=exc)
         except (OSError, asyncssh.Error) as exc:
