@@ -7,6 +7,7 @@ environment gives). Runs talk to a gateway that refuses connections (127.0.0.1:9
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -26,6 +27,7 @@ from orchestrator.launchers.ssh import SshConnection, SshLauncher
 from orchestrator.launchers.ssh_scripts import Handle
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
+from tests.support.container_engine import install_engine
 from tests.support.postgres import free_port
 from tests.support.sshd import SshServer, new_key_pair, running_sshd
 
@@ -264,6 +266,88 @@ async def test_unsaved_state__kept_reported_and_removed_once_recovered(
     assert not relaunch.value.retryable
     assert "holds state Terraform could not save" in relaunch.value.message
     assert not code.parent.exists()
+
+
+# --- containers (a stand-in engine CLI: tests/support/container_engine.py) ------------------------------
+
+
+def container_job(tmp_path: Path, *, quick: bool = False) -> dict[str, Any]:
+    install_engine(tmp_path / "engine")
+    env = {"PATH": f"{tmp_path / 'engine'}:/usr/bin:/bin"}
+    if quick:
+        env["RUNNER_HTTP_ATTEMPTS"] = "1"
+    return {
+        "work_dir": str(tmp_path / "runs"),
+        "runtime": "docker",
+        "image": "registry.example.com/runner:test",
+        "environment": env,
+        "secrets": {"MY_SECRET": SECRET},
+    }
+
+
+def engine_runs(tmp_path: Path) -> list[list[str]]:
+    """The argv of each ``docker run`` the machine saw."""
+    lines = (tmp_path / "engine" / "runs.log").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def container_runner(tmp_path: Path, name: str) -> int | None:
+    try:
+        return int((tmp_path / "engine" / "containers" / name / "pid").read_text().split()[0])
+    except (OSError, ValueError):
+        return None
+
+
+async def test_container__run_to_its_exit_code_then_removed(sshd: SshServer, tmp_path: Path) -> None:
+    """``docker run -d`` with ``-e NAME`` only (the values in the client's environment); the status check
+    that sees the container ended records its exit code and stderr, and removes the container."""
+    config = container_job(tmp_path, quick=True)
+    run = spec(config)
+    ssh = launcher(sshd, config)
+
+    handle = await ssh.launch(run)
+    ended = await wait_for(lambda: ssh.status(handle), lambda s: s.state is RunState.EXITED)
+    again = await ssh.status(handle)
+
+    (argv,) = engine_runs(tmp_path)
+    assert (
+        handle == f"ssh:{sshd.username}@127.0.0.1:{sshd.port}:docker:{tmp_path / 'runs' / run.deployment_id}"
+    )
+    assert argv[:6] == ["run", "-d", "--name", run.deployment_id, "--network", "host"]
+    assert argv[-2:] == ["registry.example.com/runner:test", "standard"]
+    assert ["-e", "MY_SECRET"] == argv[argv.index("MY_SECRET") - 1 : argv.index("MY_SECRET") + 1]
+    assert [] == [arg for arg in argv if SECRET in arg or TOKEN in arg]
+    assert (RunState.EXITED, 1) == (ended.state, ended.exit_code)
+    assert ended.detail is not None and ended.detail.startswith("po-runner: ")
+    assert (again.state, again.exit_code, again.detail) == (ended.state, ended.exit_code, ended.detail)
+    assert not (tmp_path / "engine" / "containers" / run.deployment_id).exists()
+
+
+async def test_container__adopted_while_it_runs_and_stopped(sshd: SshServer, tmp_path: Path) -> None:
+    config = container_job(tmp_path)
+    run = spec(config)
+    ssh = launcher(sshd, config)
+    handle = await ssh.launch(run)
+    for _ in range(100):
+        if container_runner(tmp_path, run.deployment_id) is not None:
+            break
+        await asyncio.sleep(0.1)
+    runner = container_runner(tmp_path, run.deployment_id)
+    assert runner is not None
+    environ = environment_of(runner)
+
+    again = await launcher(sshd, config).launch(run)
+    running = await ssh.status(handle)
+    await ssh.cancel(handle, grace_seconds=2)
+    stopped = await ssh.status(handle)
+
+    assert handle == again
+    assert 1 == len(engine_runs(tmp_path))
+    assert f"MY_SECRET={SECRET}".encode() in environ
+    assert f"TOKEN={TOKEN}".encode() in environ
+    assert RunState.RUNNING is running.state
+    assert RunState.EXITED is stopped.state
+    assert stopped.exit_code in (1, 137, 143)
 
 
 # --- what stops a launch ----------------------------------------------------------------------------------
