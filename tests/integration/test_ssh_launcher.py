@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -162,6 +164,27 @@ async def test_launch__a_detached_run_followed_to_its_exit_code(sshd: SshServer,
     assert ended.detail is not None and ended.detail.startswith("po-runner: ")
     assert "1\n" == (run_dir / "exit_code").read_text()
     assert not (run_dir / "work").exists()
+
+
+async def test_launch__removes_runs_that_ended_a_week_ago(sshd: SshServer, tmp_path: Path) -> None:
+    """Run directories of runs that ended over seven days ago go at the next launch; one holding unsaved
+    state stays, and so do recent ones."""
+    runs = tmp_path / "runs"
+    week_ago = time.time() - 8 * 86400
+    for name, state in (("old", False), ("old-with-state", True), ("recent", False)):
+        (runs / name / "work" / "code").mkdir(parents=True)
+        (runs / name / "exit_code").write_text("0\n")
+        if state:
+            (runs / name / "work" / "code" / "errored.tfstate").write_text("{}")
+        if name.startswith("old"):
+            os.utime(runs / name / "exit_code", (week_ago, week_ago))
+    config = job(tmp_path, quick=True)
+
+    handle = await launcher(sshd, config).launch(spec(config))
+
+    assert {"old-with-state", "recent", Path(Handle.parse(handle).run_dir).name} == {
+        path.name for path in runs.iterdir()
+    }
 
 
 async def test_launch__again_adopts_the_run_also_after_a_restart(sshd: SshServer, tmp_path: Path) -> None:

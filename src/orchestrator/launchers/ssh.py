@@ -338,6 +338,11 @@ class SshLauncher:
             run_dir=answer.text,
         )
         if answer.word in ("started", "adopted"):
+            if not answer.text.startswith("/") or not answer.text.endswith(f"/{spec.deployment_id}"):
+                _fail(
+                    f"the launch on {self.connection.where} answered an unusable run directory",
+                    retryable=False,
+                )
             log.info("ssh run " + answer.word, deployment_id=spec.deployment_id, host=self.connection.host)
             return str(handle)
         self._refused(answer, job, secrets)
