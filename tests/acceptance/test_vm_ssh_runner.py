@@ -17,9 +17,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.settings import ServerSettings
+from tests.support.demo_modules import make_slow
 from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.outages import ServerProcess
 from tests.support.sshd import SshServer, new_key_pair, running_sshd
-from tests.support.stack import build_stack
+from tests.support.stack import build_stack, demo_manifest
 
 VENV_BIN = str(Path(sys.executable).parent)
 SECRET = "vm-ssh-job-secret-2718281828"
@@ -78,6 +80,40 @@ def test_deploy__through_a_vm_runner_over_ssh(server_url: str, sshd: SshServer, 
     assert outputs["shop"]["bucket"] == "bucket-shop"
     assert "0\n" == exit_code.read_text()
     assert not (exit_code.parent / "work").exists()
+
+
+@pytest.mark.slow
+def test_restart__the_orchestrator_adopts_the_run_again(
+    database_url: str, sshd: SshServer, tmp_path: Path
+) -> None:
+    """The orchestrator is killed while the run goes on on the machine; once started again it checks the
+    same run (not a second one) and the deployment succeeds."""
+    server = ServerProcess(database_url, tmp_path / "data", PO_RUNNER_DENIED_NETWORKS="")
+    server.start()
+    try:
+        stack = build_stack(server.url, tmp_path, runner=vm_ssh_runner(sshd, tmp_path))
+        make_slow(stack, seconds=6)
+        created = stack.client.post(
+            f"/orgs/{stack.org}/deployments",
+            json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},
+        )
+        assert 201 == created.status_code, created.text
+        deployment_id = created.json()["id"]
+        pid_file = tmp_path / "vm-runs" / deployment_id / "runner.pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        launched = pid_file.read_text()
+
+        server.kill()
+        server.start()
+        finished = stack.wait(deployment_id)
+        stack.client.close()
+    finally:
+        server.stop()
+
+    assert "succeeded" == finished["status"], finished["status_message"]
+    assert launched == pid_file.read_text()
 
 
 def test_host_key_mismatch__fails_the_deployment_saying_why_without_secrets(
