@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -43,6 +44,15 @@ TOKEN = "deployment-token-0815-abcdef"
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left(tmp_path: Path) -> Iterator[None]:
+    """Whatever a test leaves running of its runs is killed (by pid, found through /proc) after it."""
+    yield
+    for pid_file in tmp_path.glob("runs/*/runner.pid"):
+        leader, started = (int(part) for part in pid_file.read_text().split())
+        processes.send(processes.members(leader, started), signal.SIGKILL)
 
 
 def job(tmp_path: Path, *, quick: bool = False, **environment: str) -> dict[str, Any]:

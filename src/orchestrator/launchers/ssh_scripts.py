@@ -76,14 +76,15 @@ PRUNE_DAYS: Final = 7
 
 #: Shell functions over /proc: ``po_ssh_stat PID`` reads the fields a run's membership needs,
 #: ``po_ssh_members LEADER START [EXCEPT]`` sets ``po_ssh_members`` to the run's live pids (no zombies).
-#: Builtins only (``read``, globbing): no process is started, so none joins the session it looks at.
+#: Builtins only (``read``, globbing): no process is started, so none joins the session it looks at. The
+#: functions' own variables are ``po_ssh_f_*``: a caller's variables (its ``po_ssh_pid``) stay as they are.
 PROC_FUNCTIONS: Final = r"""
 po_ssh_stat() {
-    po_ssh_line=
-    { read -r po_ssh_line < "/proc/$1/stat"; } 2>/dev/null || return 1
-    [ -n "$po_ssh_line" ] || return 1
-    po_ssh_rest=${po_ssh_line##*) }
-    set -- $po_ssh_rest
+    po_ssh_f_line=
+    { read -r po_ssh_f_line < "/proc/$1/stat"; } 2>/dev/null || return 1
+    [ -n "$po_ssh_f_line" ] || return 1
+    po_ssh_f_rest=${po_ssh_f_line##*) }
+    set -- $po_ssh_f_rest
     po_ssh_state=$1 po_ssh_pgid=$3 po_ssh_sid=$4 po_ssh_start=${20:-}
 }
 po_ssh_alive() {
@@ -91,15 +92,15 @@ po_ssh_alive() {
 }
 po_ssh_members() {
     po_ssh_members=
-    for po_ssh_dir in /proc/[0-9]*; do
-        po_ssh_pid=${po_ssh_dir#/proc/}
-        [ "$po_ssh_pid" = "${3:-}" ] && continue
-        po_ssh_stat "$po_ssh_pid" || continue
+    for po_ssh_f_dir in /proc/[0-9]*; do
+        po_ssh_f_pid=${po_ssh_f_dir#/proc/}
+        [ "$po_ssh_f_pid" = "${3:-}" ] && continue
+        po_ssh_stat "$po_ssh_f_pid" || continue
         [ "$po_ssh_state" = Z ] && continue
-        if [ "$po_ssh_pid" = "$1" ]; then
-            [ "$po_ssh_start" = "$2" ] && po_ssh_members="$po_ssh_members $po_ssh_pid"
+        if [ "$po_ssh_f_pid" = "$1" ]; then
+            [ "$po_ssh_start" = "$2" ] && po_ssh_members="$po_ssh_members $po_ssh_f_pid"
         elif [ "$po_ssh_sid" = "$1" ] || [ "$po_ssh_pgid" = "$1" ]; then
-            [ "$po_ssh_start" -ge "$2" ] 2>/dev/null && po_ssh_members="$po_ssh_members $po_ssh_pid"
+            [ "$po_ssh_start" -ge "$2" ] 2>/dev/null && po_ssh_members="$po_ssh_members $po_ssh_f_pid"
         fi
     done
 }
