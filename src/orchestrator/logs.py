@@ -11,6 +11,9 @@ import structlog
 def configure(level: str = "info", *, json: bool = False) -> None:
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(message)s")
+    # asyncssh (the vm runner over SSH) logs every connection and command at INFO: its warnings only,
+    # unless debugging.
+    logging.getLogger("asyncssh").setLevel(numeric if numeric <= logging.DEBUG else logging.WARNING)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )

@@ -41,7 +41,7 @@ from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import catalogue, creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
-from orchestrator.domain.runner_types import K8sRunnerConfiguration
+from orchestrator.domain.runner_types import K8sRunnerConfiguration, VmRunnerConfiguration
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
@@ -94,6 +94,8 @@ def launcher_for(
     connection = config.get("connection")
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
         return local if settings.allow_local_runners else None
+    if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "ssh":
+        return _ssh_launcher(settings, config)
     if runner_type == "kubernetes":
         return _kubernetes_launcher(settings, config)
     return None
@@ -133,6 +135,19 @@ def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) ->
     return kubernetes.KubernetesLauncher(
         kubernetes.ClusterAccess.from_cluster(parsed.cluster), egress=settings.runner_egress
     )
+
+
+def _ssh_launcher(settings: ServerSettings, config: dict[str, object]) -> Launcher | None:
+    """The machine's launcher; None without asyncssh (the ``server`` extra) installed."""
+    try:
+        from orchestrator.launchers import ssh  # asyncssh: imported only when used
+    except ImportError:
+        return None
+    try:
+        parsed = VmRunnerConfiguration.model_validate(config)
+    except pydantic.ValidationError:
+        return None
+    return ssh.SshLauncher.from_configuration(parsed, egress=settings.runner_egress)
 
 
 def _server_key(settings: ServerSettings) -> bytes:

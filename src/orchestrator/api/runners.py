@@ -21,13 +21,14 @@ from orchestrator.domain.runner_types import (
     RunnerConfiguration,
     RunnerType,
     VmRunnerConfiguration,
+    VmSshConnection,
     check_compatibility,
     compatibility_matrix,
     launched_by,
     runner_configuration_to_dict,
 )
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError, SealedValueError
-from orchestrator.launchers.egress import EgressDeniedError
+from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy, is_ip_address
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
@@ -188,8 +189,10 @@ def _check_platform_admin(caller: Principal) -> None:
 
 
 def _check_egress(settings: ServerSettings, config: RunnerConfiguration) -> None:
-    """A cluster URL this server will not connect to (plain http, a denied IP address) is refused now;
-    host names are checked again at every connection (``launchers.egress``)."""
+    """A cluster URL or SSH host this server will not connect to (plain http, a denied IP address) is
+    refused now; host names are checked again at every connection (``launchers.egress``)."""
+    if isinstance(config, VmRunnerConfiguration) and isinstance(config.connection, VmSshConnection):
+        _check_ssh_egress(settings.runner_egress, config.connection)
     if not isinstance(config, K8sRunnerConfiguration):
         return
     policy, data = settings.runner_egress, config.cluster.cluster_data
@@ -203,6 +206,19 @@ def _check_egress(settings: ServerSettings, config: RunnerConfiguration) -> None
             raise InvalidInputError(
                 f"{field}: {exc.message}", details={"errors": [{"field": field, "message": exc.message}]}
             ) from exc
+
+
+def _check_ssh_egress(policy: EgressPolicy, connection: VmSshConnection) -> None:
+    host = connection.host.removeprefix("[").removesuffix("]")
+    if not is_ip_address(host):
+        return
+    try:
+        policy.check_address(host, host)
+    except EgressDeniedError as exc:
+        field = "runner_configuration.connection.host"
+        raise InvalidInputError(
+            f"{field}: {exc.message}", details={"errors": [{"field": field, "message": exc.message}]}
+        ) from exc
 
 
 def _storage_dict(storage: BaseModel) -> dict[str, Any]:
