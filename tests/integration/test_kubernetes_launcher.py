@@ -26,6 +26,7 @@ import pytest
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
+from tests.support import kube_protobuf
 from tests.support.kube_api import CertificateAuthority, KubeApiServer, denied_except
 from tests.support.kube_launcher import IMAGE, NAMESPACE, TOKEN, kube_api, make_spec, release
 
@@ -577,3 +578,41 @@ async def test_kube_api__lists_with_selectors(api: KubeApiServer) -> None:
         assert await names(fieldSelector="metadata.name=c") == ["c"]
         refused = await client.get(base, params={"fieldSelector": "data.TOKEN=x"})
     assert (refused.status_code, refused.json()["reason"]) == (400, "BadRequest")
+
+
+async def test_kube_api__protobuf_lease_create_twice_conflicts(api: KubeApiServer) -> None:
+    """A Lease sent as client-go sends it (protobuf) is stored as its JSON form; a second create of it
+    is 409 AlreadyExists (two Terraforms racing for the lock: the second is refused), and a protobuf
+    replace with a stale resourceVersion is 409 Conflict."""
+    lease = {"metadata": {"name": "lock", "labels": {"tfstate": "true"}}, "spec": {"holderIdentity": "a"}}
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+    async with _raw_client(api) as client:
+        created = await client.post(base, content=kube_protobuf.encode_lease(lease), headers=headers)
+        again = await client.post(base, content=kube_protobuf.encode_lease(lease), headers=headers)
+        stored = created.json()
+        stale = {**lease, "metadata": {**lease["metadata"], "resourceVersion": "1"}, "spec": {}}
+        replaced = await client.put(
+            f"{base}/lock", content=kube_protobuf.encode_lease(stale), headers=headers
+        )
+
+    assert created.status_code == 201, created.text
+    assert stored["spec"] == {"holderIdentity": "a"}
+    assert stored["metadata"]["labels"] == {"tfstate": "true"}
+    assert (again.status_code, again.json()["reason"]) == (409, "AlreadyExists")
+    assert (replaced.status_code, replaced.json()["reason"]) == (409, "Conflict")
+    assert api.objects("leases", NAMESPACE)[0]["spec"] == {"holderIdentity": "a"}
+
+
+async def test_kube_api__service_accounts_only_on_the_in_cluster_endpoint(api: KubeApiServer) -> None:
+    """The in-cluster endpoint takes no client certificate's word: without a projected token it is 401;
+    the main endpoint does not take service account tokens."""
+    context = ssl.create_default_context(cadata=api.ca.pem.decode())
+    async with httpx.AsyncClient(base_url=api.in_cluster_url, verify=context) as client:
+        anonymous = await client.get(f"/api/v1/namespaces/{NAMESPACE}/secrets")
+        forged = await client.get(
+            f"/api/v1/namespaces/{NAMESPACE}/secrets", headers={"Authorization": "Bearer made-up"}
+        )
+
+    assert anonymous.status_code == 401
+    assert forged.status_code == 401

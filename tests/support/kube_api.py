@@ -1284,6 +1284,9 @@ class Call:
     path: str
     query: str
     status: int
+    #: The user the request was authenticated as (before authorization), "" when it was not.
+    user: str = ""
+    content_type: str = ""
 
 
 class KubeApiServer:
@@ -1482,11 +1485,21 @@ class KubeApiServer:
     # --- requests ------------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
+        user: list[str] = []
         try:
-            response = await self._dispatch(request)
+            response = await self._dispatch(request, user)
         except ApiError as exc:
             response = exc.response()
-        self.calls.append(Call(request.method, request.url.path, request.url.query, response.status_code))
+        content_type = request.headers.get("content-type", "").split(";")[0].strip()
+        call = Call(
+            request.method,
+            request.url.path,
+            request.url.query,
+            response.status_code,
+            "".join(user),
+            content_type,
+        )
+        self.calls.append(call)
         return response
 
     def _on_in_cluster_endpoint(self, request: Request) -> bool:
@@ -1514,11 +1527,12 @@ class KubeApiServer:
                 return CLIENT_USER
         raise ApiError(401, "Unauthorized", "Unauthorized")
 
-    async def _dispatch(self, request: Request) -> Response:
+    async def _dispatch(self, request: Request, authenticated: list[str]) -> Response:
         path = request.url.path
         if path in ("/healthz", "/readyz", "/livez"):
             return PlainTextResponse("ok")
         user = await self._authenticate(request)
+        authenticated.append(user)
         if path == "/version":
             return JSONResponse({"major": "1", "minor": "33", "gitVersion": "v1.33.0-stand-in"})
         match = _PATH.match(path)
@@ -1696,8 +1710,11 @@ def _dry_run(request: Request) -> bool:
     return True
 
 
-def runner_image(env: Mapping[str, str] | None = None) -> LocalImage:
-    """The runner image as a local process: ``python -m orchestrator.cli.runner``, its code dir mounted."""
+def runner_image(
+    env: Mapping[str, str] | None = None, *, in_cluster_kubeconfig_env: str | None = None
+) -> LocalImage:
+    """The runner image as a local process: ``python -m orchestrator.cli.runner``, its code dir mounted;
+    ``in_cluster_kubeconfig_env``: see ``LocalImage``."""
     base = {
         k: os.environ[k] for k in ("PATH", "HOME", "LANG", "SSL_CERT_FILE", "SSL_CERT_DIR") if k in os.environ
     }
@@ -1705,4 +1722,5 @@ def runner_image(env: Mapping[str, str] | None = None) -> LocalImage:
         argv=list(RUNNER_IMAGE_ARGV),
         env={**base, **(env or {})},
         mount_env={"/opt/runner/tofu": "IAC_CODE_DIR"},
+        in_cluster_kubeconfig_env=in_cluster_kubeconfig_env,
     )

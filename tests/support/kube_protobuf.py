@@ -194,6 +194,7 @@ def _key(number: int, wire: int) -> bytes:
 
 
 def _encode_varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # negative numbers as Go writes them: sign-extended to 64 bits
     out = bytearray()
     while True:
         byte = value & 0x7F
