@@ -584,14 +584,17 @@ async def test_kube_api__protobuf_lease_create_twice_conflicts(api: KubeApiServe
     """A Lease sent as client-go sends it (protobuf) is stored as its JSON form; a second create of it
     is 409 AlreadyExists (two Terraforms racing for the lock: the second is refused), and a protobuf
     replace with a stale resourceVersion is 409 Conflict."""
-    lease = {"metadata": {"name": "lock", "labels": {"tfstate": "true"}}, "spec": {"holderIdentity": "a"}}
+    lease: dict[str, Any] = {
+        "metadata": {"name": "lock", "labels": {"tfstate": "true"}},
+        "spec": {"holderIdentity": "a"},
+    }
     base = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
     headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
     async with _raw_client(api) as client:
         created = await client.post(base, content=kube_protobuf.encode_lease(lease), headers=headers)
         again = await client.post(base, content=kube_protobuf.encode_lease(lease), headers=headers)
         stored = created.json()
-        stale = {**lease, "metadata": {**lease["metadata"], "resourceVersion": "1"}, "spec": {}}
+        stale = {"metadata": {"name": "lock", "resourceVersion": "1"}, "spec": {}}
         replaced = await client.put(
             f"{base}/lock", content=kube_protobuf.encode_lease(stale), headers=headers
         )

@@ -25,6 +25,7 @@ Usage::
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import datetime as dt
@@ -40,7 +41,6 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,13 +197,6 @@ class _StubHandler(http.server.BaseHTTPRequestHandler):
                     (upstream if sock is client else client).sendall(data)
 
 
-class _PlainStub(http.server.ThreadingHTTPServer):
-    """The proxy side (plain HTTP, as HTTPS_PROXY=http://...): CONNECT only."""
-
-    daemon_threads = True
-    storage_suffix = ""
-
-
 def _serve(server: http.server.HTTPServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
@@ -213,7 +206,7 @@ def _serve(server: http.server.HTTPServer) -> threading.Thread:
 # --- Azurite --------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class AzureStorage:
     """A running Azurite blob service with its TLS CA, metadata host and name-resolving proxy."""
 
@@ -252,9 +245,12 @@ class AzureStorage:
         }
 
     def stop(self) -> None:
+        """Stop the stub's servers and Azurite (by its PID). Idempotent."""
+        _live.discard(self)
         for server in self._servers:
             server.shutdown()
             server.server_close()
+        self._servers = []
         self.emulator.stop()
 
     def __enter__(self) -> AzureStorage:
@@ -262,6 +258,16 @@ class AzureStorage:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+_live: set[AzureStorage] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for storage in list(_live):
+        with contextlib.suppress(Exception):
+            storage.stop()
 
 
 def start_azurite(work_dir: Path) -> AzureStorage:
@@ -305,7 +311,7 @@ def start_azurite(work_dir: Path) -> AzureStorage:
         metadata = _Stub(("127.0.0.1", 0), _StubHandler)
         metadata.storage_suffix = f"localhost:{port}"
         metadata.socket = context.wrap_socket(metadata.socket, server_side=True)
-        proxy = _PlainStub(("127.0.0.1", 0), _StubHandler)
+        proxy = _Stub(("127.0.0.1", 0), _StubHandler)
     except BaseException:
         emulator.stop()
         raise
@@ -321,6 +327,7 @@ def start_azurite(work_dir: Path) -> AzureStorage:
     )
     _serve(metadata)
     _serve(proxy)
+    _live.add(storage)
     return storage
 
 
@@ -339,12 +346,3 @@ def _wait_ready(emulator: Emulator, ca: Path) -> None:
         time.sleep(0.1)
     emulator.stop()
     raise EmulatorError(f"azurite did not answer within {READY_TIMEOUT_SECONDS} s\n{emulator.log_tail()}")
-
-
-@contextlib.contextmanager
-def running_azurite(work_dir: Path) -> Iterator[AzureStorage]:
-    storage = start_azurite(work_dir)
-    try:
-        yield storage
-    finally:
-        storage.stop()

@@ -10,14 +10,26 @@ It implements, with the API's real semantics, only what our launcher (and a kube
   (``application/merge-patch+json`` only: other patch types answer 415), delete (``propagationPolicy``
   from the query or the DeleteOptions body, Jobs defaulting to ``Orphan`` as batch/v1 does; garbage
   collection through ``ownerReferences``; graceful deletion of running pods). Errors are ``metav1.Status``
-  bodies. Every write bumps one global ``resourceVersion``. No watches, no protobuf.
+  bodies. Every write bumps one global ``resourceVersion``. ``?dryRun=All`` creates check everything
+  (authorization included) and store nothing. Leases may come as protobuf
+  (``application/vnd.kubernetes.protobuf``, as client-go's typed clients send them: tests/support/
+  kube_protobuf.py); everything is answered in JSON. No watches.
 - Authentication: a bearer token from ``tokens`` or accepted by ``token_review`` (webhook token
   authentication, as clusters of the clouds check their tokens), or a TLS client certificate signed by the
   cluster CA (``auth="client-cert"``: the TLS layer requires it, so a wrong certificate fails the handshake;
   unlike Go's server, Python's closes the connection without sending the TLS alert, so the client sees an
   EOF rather than "unknown ca"). The real API server accepts either on one port; this one does one per
-  instance. ``forbidden`` denies (verb, resource) pairs with the real 403 message, to play a missing RBAC
-  rule.
+  instance. That client is the user ``platform-orchestrator``; ``forbidden`` denies it (verb, resource)
+  pairs with the real 403 message, to play a missing RBAC rule (``denied_except``: a Role's allow-list).
+- In-cluster access (``in_cluster``, the default with TLS): a second TLS listener, ``in_cluster_url``,
+  standing in for the ``kubernetes.default`` Service, takes only the service account tokens the kubelet
+  projects into pods (bound: valid while the pod exists) and authorizes each service account by
+  ``service_accounts`` (``namespace/name`` -> allowed (verb, resource) pairs; nothing else, as in a real
+  cluster). The kubelet gives each pod ``KUBERNETES_SERVICE_HOST``/``PORT`` and writes the token, the CA
+  and the namespace to the pod's directory: it cannot mount them at
+  ``/var/run/secrets/kubernetes.io/serviceaccount``, where client-go's InClusterConfig reads them, so it
+  writes a kubeconfig equal to what InClusterConfig builds beside them, whose path an image can ask for
+  (``LocalImage.in_cluster_kubeconfig_env``).
 - A Job controller (one pod per attempt, ``backoffLimit``, ``Complete``/``Failed`` conditions with
   ``SuccessCriteriaMet``/``FailureTarget`` first, events, ``ttlSecondsAfterFinished``), a scheduler
   (``schedulable=False`` keeps pods Pending with a ``FailedScheduling`` Warning event) and a kubelet
