@@ -1,6 +1,7 @@
 """State storage end to end: the same deploy keeping its Terraform state in the orchestrator (Terraform's
-http backend on the runner gateway), in S3 (moto_server) and in GCS (fake-gcs-server), through real runner
-processes and the embedded Terraform engine; then the state lock of each, held while others try.
+http backend on the runner gateway), in S3 (moto_server), in GCS (fake-gcs-server) and in Azure Blob
+Storage (Azurite), through real runner processes and the embedded Terraform engine; then the state lock
+of each, held while others try. (``kubernetes`` state: tests/acceptance/test_kubernetes_runner.py.)
 
 The compiled backend block names only the bucket and key/prefix (``compiler.backend.render_backend``):
 everything else a backend needs comes from the runner's job environment, as it would in production:
@@ -10,17 +11,21 @@ everything else a backend needs comes from the runner's job environment, as it w
        -backend-config=use_lockfile=true"`` (an S3 lock object, taken with ``If-None-Match: *``).
 - gcs: ``GOOGLE_BACKEND_STORAGE_CUSTOM_ENDPOINT=<emulator>/storage/v1/`` and ``GOOGLE_OAUTH_ACCESS_TOKEN``
        (any token; fake-gcs-server checks none, but does enforce ``ifGenerationMatch``, the gcs lock).
+- azurerm: ``ARM_ACCESS_KEY`` (the account key, a job secret), ``ARM_METADATA_HOSTNAME`` (a stub of Azure's
+       metadata service), ``SSL_CERT_FILE`` (Azurite's test CA) and ``HTTPS_PROXY`` (the stub resolving
+       ``<account>.blob.localhost``); see tests/support/azurite.py. The lock is a lease on the state blob.
 
-Stand-ins, said plainly: moto and fake-gcs-server emulate the cloud APIs; the lock semantics Terraform
-relies on (conditional writes) are real in both. For the orchestrator's own backend the test needs an
-executing deployment's credentials while that deployment's Terraform has not started yet; the runner's
-engine is then a small ``terraform`` wrapper script that waits at ``plan`` while a hold file exists and
-then execs the real embedded engine (``po-terraform``) unchanged.
+Stand-ins, said plainly: moto, fake-gcs-server and Azurite emulate the cloud APIs; the lock semantics
+Terraform relies on (conditional writes, blob leases) are real in all three. For the orchestrator's own
+backend the test needs an executing deployment's credentials while that deployment's Terraform has not
+started yet; the runner's engine is then a small ``terraform`` wrapper script that waits at ``plan`` while
+a hold file exists and then execs the real embedded engine (``po-terraform``) unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import stat
@@ -35,6 +40,7 @@ from urllib.parse import quote
 import boto3
 import httpx
 import pytest
+from azure.core.exceptions import ResourceExistsError
 
 from orchestrator import deployment_tokens
 from orchestrator.protocol import age
@@ -42,7 +48,16 @@ from orchestrator.secretbox import SecretBox, load_or_create_key
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db
 from orchestrator.store import states as state_store
-from tests.support.emulators import MOTO_CREDENTIALS, Emulator, emulator_or_skip, start_fake_gcs, start_moto
+from tests.support.azurite import AzureStorage, start_azurite
+from tests.support.emulators import (
+    MOTO_CREDENTIALS,
+    Emulator,
+    EmulatorMissingError,
+    emulator_or_skip,
+    missing,
+    start_fake_gcs,
+    start_moto,
+)
 from tests.support.stack import Stack, build_stack, demo_manifest, runner_body, running_server
 
 pytestmark = pytest.mark.slow
@@ -65,6 +80,16 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     server = emulator_or_skip(start_fake_gcs, tmp_path_factory.mktemp("fake-gcs"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureStorage]:
+    try:
+        storage = start_azurite(tmp_path_factory.mktemp("azurite"))
+    except EmulatorMissingError as exc:
+        missing(str(exc))
+    yield storage
+    storage.stop()
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +205,28 @@ def gcs_runner(tf_config: Path, fake_gcs: Emulator, bucket: str, prefix: str | N
     )
     body["runner_configuration"]["job"]["secrets"] = {"GOOGLE_OAUTH_ACCESS_TOKEN": "fake-gcs-accepts-any"}
     return body
+
+
+def azurerm_runner(
+    tf_config: Path, azurite: AzureStorage, container: str, prefix: str | None = None
+) -> dict[str, Any]:
+    """A local runner (``vm``: the compatibility matrix allows azurerm for it) keeping state in Azurite."""
+    state: dict[str, Any] = {
+        "type": "azurerm",
+        "storage_account_name": azurite.account,
+        "container_name": container,
+    }
+    if prefix:
+        state["path_prefix"] = prefix
+    body = runner_body(tf_config, state=state, **azurite.backend_environment())
+    body["runner_configuration"]["job"]["secrets"] = {"ARM_ACCESS_KEY": azurite.key}
+    return body
+
+
+def azure_container(azurite: AzureStorage) -> str:
+    name = new_bucket_name("tfstate")
+    azurite.service_client().create_container(name)
+    return name
 
 
 def held_terraform(directory: Path, hold_file: Path) -> dict[str, str]:
@@ -368,6 +415,30 @@ def test_gcs__state_object_is_env_uuid_default_tfstate_under_the_prefix(
     assert_demo_state(state.json())
 
 
+@pytest.mark.parametrize("prefix", [None, "states/shop"], ids=["no-prefix", "prefix"])
+def test_azurerm__state_blob_is_env_uuid_terraform_tfstate_in_the_container(
+    server_url: str,
+    tmp_path: Path,
+    make_stack: Callable[..., Stack],
+    azurite: AzureStorage,
+    prefix: str | None,
+) -> None:
+    container = azure_container(azurite)
+    stack = make_stack(server_url, azurerm_runner(tmp_path / "terraformrc", azurite, container, prefix))
+    env = env_uuid(stack)
+
+    deployment = stack.deploy()
+
+    assert_succeeded(deployment)
+    assert "https://shop.example.test/bucket-shop" == stack.outputs(deployment)["shop"]["url"]
+    name = f"{prefix}/{env}/terraform.tfstate" if prefix else f"{env}/terraform.tfstate"
+    blobs = list(azurite.container_client(container).list_blobs())
+    assert [name] == [blob.name for blob in blobs]
+    assert "available" == blobs[0].lease.state  # the lock (a lease on the blob) was released
+    assert_demo_state(json.loads(azurite.container_client(container).download_blob(name).readall()))
+    assert azurite.key not in deployment["status_message"]
+
+
 def test_orchestrator__state_versions_in_the_database_readable_only_while_executing(
     stack: Stack, orchestrator_state: OrchestratorState
 ) -> None:
@@ -451,6 +522,38 @@ def test_gcs__lock_object_refuses_a_second_client_and_a_deployment_until_deleted
     assert deleted.status_code in (200, 204), deleted.text
     assert_succeeded(after)
     assert [f"{env}/default.tfstate"] == gcs_names(fake_gcs, bucket)
+
+
+def test_azurerm__blob_lease_refuses_a_second_client_and_a_deployment_until_released(
+    server_url: str, tmp_path: Path, make_stack: Callable[..., Stack], azurite: AzureStorage
+) -> None:
+    container = azure_container(azurite)
+    stack = make_stack(server_url, azurerm_runner(tmp_path / "terraformrc", azurite, container))
+    env = env_uuid(stack)
+    assert_succeeded(stack.deploy())
+    blob = azurite.container_client(container).get_blob_client(f"{env}/terraform.tfstate")
+    lock_id = str(uuid.uuid4())
+    before = blob.get_blob_properties()
+
+    # Take the lock as Terraform's azurerm backend does: an infinite lease on the state blob, the lock
+    # info in its metadata.
+    lease = blob.acquire_lease(lease_duration=-1)
+    info = json.dumps(lock_info(lock_id, f"{container}/{env}/terraform.tfstate")).encode()
+    blob.set_blob_metadata({"terraformlockid": base64.b64encode(info).decode()}, lease=lease)
+    with pytest.raises(ResourceExistsError):
+        blob.acquire_lease(lease_duration=-1)
+    locked = blob.get_blob_properties()
+    refused = stack.deploy()
+    after = blob.get_blob_properties()
+    blob.set_blob_metadata({}, lease=lease)
+    lease.release()
+    again = stack.deploy()
+
+    assert_failed_on_lock(refused, lock_id)
+    assert (after.etag, after.size) == (locked.etag, locked.size)  # the state untouched
+    assert before.size == after.size
+    assert_succeeded(again)
+    assert [f"{env}/terraform.tfstate"] == [b.name for b in azurite.container_client(container).list_blobs()]
 
 
 def test_orchestrator__lock_refuses_a_second_lock_and_a_deployment_until_unlocked(

@@ -28,6 +28,7 @@ from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent, Outcome
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.client.gateway import RunnerGateway
+from orchestrator.launchers.base import launched
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import commands as protocol
 from orchestrator.server import create_app
@@ -184,7 +185,7 @@ async def test_agent__redelivered_command_adopts_the_run_already_launched(
         delivered.command, org_id="acme", runner_id="agent1", now=datetime.now(UTC)
     )
     spec = payload.spec.to_run_spec("acme", "agent1", gateway_url=GATEWAY)
-    first_handle = await first_agent.launchers.for_command(payload).launch(spec)
+    first_handle = launched(await first_agent.launchers.for_command(payload).launch(spec)).handle
     # ... and "dies": no event, no ack. A second agent process (new launchers, same runs dir) takes over:
     # nothing for it while the lease runs, the command once it ran out (simulated clock).
     second_agent = make_agent(harness, tmp_path)

@@ -26,9 +26,12 @@ import pytest
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
-from tests.support.kube_api import CertificateAuthority, KubeApiServer
+from tests.support import kube_protobuf
+from tests.support.kube_api import CertificateAuthority, KubeApiServer, denied_except
 from tests.support.kube_launcher import IMAGE, NAMESPACE, TOKEN, kube_api, make_spec, release
 
+#: Seed 001's Role: ``batch/jobs`` create and get, nothing else.
+SEED_001_ROLE = denied_except(("create", "jobs"), ("get", "jobs"))
 #: The stand-in API server is on 127.0.0.1: these tests allow loopback and plain http on purpose.
 STAND_IN_EGRESS = EgressPolicy(allow_plain_http=True, denied_networks=())
 
@@ -107,8 +110,8 @@ async def test_launch__creates_the_job_once(api: KubeApiServer, out_dir: Path) -
     spec = make_spec(out_dir)
     k8s = launcher(api)
 
-    first = await k8s.launch(spec)
-    second = await k8s.launch(spec)
+    first = (await k8s.launch(spec)).handle
+    second = (await k8s.launch(spec)).handle
 
     assert first == second == f"k8s:{NAMESPACE}:{spec.deployment_id}"
     assert [j["metadata"]["name"] for j in api.objects("jobs", NAMESPACE)] == [spec.deployment_id]
@@ -173,7 +176,7 @@ async def test_launch__token_as_a_value_without_secrets(api: KubeApiServer, out_
 async def test_status__running_then_exited_with_the_exit_code(api: KubeApiServer, out_dir: Path) -> None:
     """RUNNING while the container runs; EXITED with its exit code and last log line once it ends."""
     k8s = launcher(api)
-    handle = await k8s.launch(make_spec(out_dir))
+    handle = (await k8s.launch(make_spec(out_dir))).handle
     await wait_until(lambda: (out_dir / "started").exists())
 
     running = await eventually(lambda: k8s.status(handle), lambda s: s.detail is None)
@@ -186,7 +189,7 @@ async def test_status__running_then_exited_with_the_exit_code(api: KubeApiServer
 
 async def test_status__succeeded(api: KubeApiServer, out_dir: Path) -> None:
     k8s = launcher(api)
-    handle = await k8s.launch(make_spec(out_dir))
+    handle = (await k8s.launch(make_spec(out_dir))).handle
     release(out_dir, 0)
 
     exited = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
@@ -200,7 +203,7 @@ async def test_status__stuck_pending_reports_the_warnings(tmp_path: Path, out_di
     with kube_api(tmp_path, schedulable=False) as api:
         # Two seconds: creationTimestamp has whole seconds, as in Kubernetes.
         k8s = launcher(api, scheduling_delay_seconds=2.0)
-        handle = await k8s.launch(make_spec(out_dir))
+        handle = (await k8s.launch(make_spec(out_dir))).handle
 
         early = await k8s.status(handle)
         stuck = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
@@ -215,7 +218,7 @@ async def test_status__stuck_pending_reports_the_warnings(tmp_path: Path, out_di
 
 async def test_status__unknown_image_is_stuck_with_the_pull_errors(api: KubeApiServer, out_dir: Path) -> None:
     k8s = launcher(api, image="registry.example.com/nowhere:1", scheduling_delay_seconds=0.5)
-    handle = await k8s.launch(make_spec(out_dir))
+    handle = (await k8s.launch(make_spec(out_dir))).handle
 
     stuck = await eventually(lambda: k8s.status(handle), lambda s: s.state is RunState.EXITED)
 
@@ -228,7 +231,7 @@ async def test_status__pending_without_warnings_keeps_running(tmp_path: Path, ou
     """Past the delay but nothing wrong reported (no kubelet picks it up): still RUNNING, with a detail."""
     with kube_api(tmp_path, kubelet=False) as api:
         k8s = launcher(api, scheduling_delay_seconds=0.2)
-        handle = await k8s.launch(make_spec(out_dir))
+        handle = (await k8s.launch(make_spec(out_dir))).handle
         await asyncio.sleep(0.4)
 
         status = await k8s.status(handle)
@@ -239,7 +242,7 @@ async def test_status__pending_without_warnings_keeps_running(tmp_path: Path, ou
 
 async def test_status__api_unreachable_is_unknown(api: KubeApiServer, out_dir: Path) -> None:
     k8s = launcher(api)
-    handle = await k8s.launch(make_spec(out_dir))
+    handle = (await k8s.launch(make_spec(out_dir))).handle
     api.stop()
 
     status = await k8s.status(handle)
@@ -255,7 +258,7 @@ async def test_cancel__deletes_the_job_in_the_background(api: KubeApiServer, out
     """Cancel deletes the Job (propagationPolicy Background): its pod is stopped and removed, its Secret
     garbage-collected, and the run reads as EXITED."""
     k8s = launcher(api)
-    handle = await k8s.launch(make_spec(out_dir))
+    handle = (await k8s.launch(make_spec(out_dir))).handle
     await wait_until(lambda: (out_dir / "started").exists())
     await wait_until(lambda: bool(api.running_pids()))
     (pid,) = api.running_pids()
@@ -296,7 +299,7 @@ async def test_launch__service_account_token(tmp_path: Path, out_dir: Path) -> N
             api, access={"client_certificate_data": None, "client_key_data": None, "token": "the-right-token"}
         )
 
-        handle = await k8s.launch(make_spec(out_dir))
+        handle = (await k8s.launch(make_spec(out_dir))).handle
 
         assert handle.startswith("k8s:")
         assert len(api.objects("jobs", NAMESPACE)) == 1
@@ -347,17 +350,110 @@ async def test_launch__unknown_namespace_is_not_retryable(api: KubeApiServer, ou
     assert 'namespaces "missing" not found' in caught.value.message
 
 
-async def test_launch__secrets_forbidden_removes_the_job(tmp_path: Path, out_dir: Path) -> None:
-    """Without RBAC for Secrets the pod could never start: the Job is deleted and the error says why."""
-    with kube_api(tmp_path, forbidden={("create", "secrets")}) as api:
+async def test_launch__seed_001_role_puts_the_token_in_the_job_with_a_note(
+    tmp_path: Path, out_dir: Path
+) -> None:
+    """Seed 001's Role (``batch/jobs`` create, get; nothing else): the dry-run create of the Secret is
+    refused, so ``TOKEN`` goes into the Job's spec as a plain value (upstream's way), the run gets it,
+    and the launch's note names the cause and what to allow; it never holds the token."""
+    with kube_api(tmp_path, forbidden=SEED_001_ROLE) as api:
+        started = await launcher(api).launch(make_spec(out_dir))
+        await wait_until(lambda: (out_dir / "token").exists())
+        (job,) = api.objects("jobs", NAMESPACE)
+        secrets = api.objects("secrets", NAMESPACE)
+        probes = [c for c in api.calls if c.method == "POST" and c.path.endswith("/secrets")]
+
+    assert started.handle == f"k8s:{NAMESPACE}:{job['metadata']['name']}"
+    assert job_env(job)["TOKEN"] == {"name": "TOKEN", "value": TOKEN}
+    assert secrets == []
+    assert [("dryRun=All" in c.query, c.status) for c in probes] == [(True, 403)]
+    assert (out_dir / "token").read_text() == TOKEN
+    assert started.note is not None
+    assert "TOKEN is a plain value in the Job's spec" in started.note
+    assert f"may not create Secrets in namespace {NAMESPACE} (403 Forbidden:" in started.note
+    assert (
+        f"allow the orchestrator create, get and update on secrets in namespace {NAMESPACE}" in started.note
+    )
+    assert TOKEN not in started.note
+
+
+async def test_launch__relaunch_adopts_the_plain_token_job_and_keeps_the_note(
+    tmp_path: Path, out_dir: Path
+) -> None:
+    """A second launch (the orchestrator restarted) adopts the Job the first made, whatever the Role
+    allows by then: no Secret for a Job that does not read one, and the note still says so."""
+    spec = make_spec(out_dir)
+    with kube_api(tmp_path, forbidden=SEED_001_ROLE, kubelet=False) as api:
+        first = await launcher(api).launch(spec)
+        api.forbidden.clear()  # secrets allowed now
+        second = await launcher(api).launch(spec)
+        secrets = api.objects("secrets", NAMESPACE)
+        (job,) = api.objects("jobs", NAMESPACE)
+
+    assert first.handle == second.handle
+    assert secrets == []
+    assert job_env(job)["TOKEN"] == {"name": "TOKEN", "value": TOKEN}
+    assert second.note is not None and "the Job was created so by an earlier launch" in second.note
+
+
+async def test_launch__secret_that_cannot_be_replaced_removes_the_job(tmp_path: Path, out_dir: Path) -> None:
+    """Secrets may be created but a stale one may not be updated: the pod would wait for its token
+    forever, so the Job is deleted and the error says what the orchestrator needs."""
+    spec = make_spec(out_dir)
+    stale = {"metadata": {"name": f"{spec.deployment_id}-token"}, "stringData": {"TOKEN": "stale"}}
+    with kube_api(tmp_path, forbidden={("update", "secrets")}, kubelet=False) as api:
+        async with _raw_client(api) as client:
+            created = await client.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=stale)
+            assert created.status_code == 201, created.text
         with pytest.raises(LaunchError) as caught:
-            await launcher(api).launch(make_spec(out_dir))
+            await launcher(api).launch(spec)
         jobs = api.objects("jobs", NAMESPACE)
 
     assert caught.value.retryable is False
     assert "403 Forbidden" in caught.value.message
-    assert "secrets" in caught.value.message
+    assert "needs create, get and update on secrets" in caught.value.message
     assert jobs == []
+
+
+async def test_status__without_pods_and_events_list_still_ends_the_run(tmp_path: Path, out_dir: Path) -> None:
+    """Seed 001's Role lists no pods or events: the status comes from the Job alone, so a failed run
+    is EXITED without its exit code, saying what the orchestrator cannot see; a good one exits 0."""
+    with kube_api(tmp_path, forbidden=SEED_001_ROLE) as api:
+        k8s = launcher(api)
+        failing = (await k8s.launch(make_spec(out_dir))).handle
+        release(out_dir, 3)
+        failed = await eventually(lambda: k8s.status(failing), lambda s: s.state is RunState.EXITED)
+        other = out_dir / "other"
+        other.mkdir()
+        good = (await k8s.launch(make_spec(other, deployment="6a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"))).handle
+        release(other, 0)
+        succeeded = await eventually(lambda: k8s.status(good), lambda s: s.state is RunState.EXITED)
+
+    assert failed.exit_code is None
+    assert failed.detail == (
+        "BackoffLimitExceeded: Job has reached the specified backoff limit (the orchestrator may not list "
+        f"pods in namespace {NAMESPACE} (allow pods list in its Role): the exit code and the runner's last "
+        "words are unknown)"
+    )
+    assert succeeded == RunStatus(state=RunState.EXITED, exit_code=0)
+
+
+async def test_status__stuck_without_pods_and_events_list_keeps_running(
+    tmp_path: Path, out_dir: Path
+) -> None:
+    """A pod that cannot be scheduled, seen without pods and events: RUNNING past the delay (only the
+    deployment timeout ends it), and the detail says why the reason is not known."""
+    with kube_api(tmp_path, forbidden=SEED_001_ROLE, schedulable=False) as api:
+        k8s = launcher(api, scheduling_delay_seconds=0.2)
+        handle = (await k8s.launch(make_spec(out_dir))).handle
+        await asyncio.sleep(0.4)
+
+        status = await k8s.status(handle)
+
+    assert status.state is RunState.RUNNING
+    assert status.detail is not None
+    assert status.detail.startswith("the runner pod has not started after")
+    assert f"may not list pods and events in namespace {NAMESPACE}" in status.detail
 
 
 async def test_launch__unreachable_api_is_retryable(api: KubeApiServer, out_dir: Path) -> None:
@@ -375,7 +471,7 @@ async def test_launch__unreachable_api_is_retryable(api: KubeApiServer, out_dir:
 async def test_launch__through_the_proxy_url(api: KubeApiServer, out_dir: Path) -> None:
     """``cluster_data.proxy_url``: requests go through an HTTP CONNECT proxy."""
     async with _connect_proxy() as (proxy_url, targets):
-        handle = await launcher(api, access={"proxy_url": proxy_url}).launch(make_spec(out_dir))
+        handle = (await launcher(api, access={"proxy_url": proxy_url}).launch(make_spec(out_dir))).handle
 
     assert handle.startswith("k8s:")
     assert targets and set(targets) == {api.url.removeprefix("https://")}
@@ -482,3 +578,44 @@ async def test_kube_api__lists_with_selectors(api: KubeApiServer) -> None:
         assert await names(fieldSelector="metadata.name=c") == ["c"]
         refused = await client.get(base, params={"fieldSelector": "data.TOKEN=x"})
     assert (refused.status_code, refused.json()["reason"]) == (400, "BadRequest")
+
+
+async def test_kube_api__protobuf_lease_create_twice_conflicts(api: KubeApiServer) -> None:
+    """A Lease sent as client-go sends it (protobuf) is stored as its JSON form; a second create of it
+    is 409 AlreadyExists (two Terraforms racing for the lock: the second is refused), and a protobuf
+    replace with a stale resourceVersion is 409 Conflict."""
+    lease: dict[str, Any] = {
+        "metadata": {"name": "lock", "labels": {"tfstate": "true"}},
+        "spec": {"holderIdentity": "a"},
+    }
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+    async with _raw_client(api) as client:
+        created = await client.post(base, content=kube_protobuf.encode_lease(lease), headers=headers)
+        again = await client.post(base, content=kube_protobuf.encode_lease(lease), headers=headers)
+        stored = created.json()
+        stale = {"metadata": {"name": "lock", "resourceVersion": "1"}, "spec": {}}
+        replaced = await client.put(
+            f"{base}/lock", content=kube_protobuf.encode_lease(stale), headers=headers
+        )
+
+    assert created.status_code == 201, created.text
+    assert stored["spec"] == {"holderIdentity": "a"}
+    assert stored["metadata"]["labels"] == {"tfstate": "true"}
+    assert (again.status_code, again.json()["reason"]) == (409, "AlreadyExists")
+    assert (replaced.status_code, replaced.json()["reason"]) == (409, "Conflict")
+    assert api.objects("leases", NAMESPACE)[0]["spec"] == {"holderIdentity": "a"}
+
+
+async def test_kube_api__service_accounts_only_on_the_in_cluster_endpoint(api: KubeApiServer) -> None:
+    """The in-cluster endpoint takes no client certificate's word: without a projected token it is 401;
+    the main endpoint does not take service account tokens."""
+    context = ssl.create_default_context(cadata=api.ca.pem.decode())
+    async with httpx.AsyncClient(base_url=api.in_cluster_url, verify=context) as client:
+        anonymous = await client.get(f"/api/v1/namespaces/{NAMESPACE}/secrets")
+        forged = await client.get(
+            f"/api/v1/namespaces/{NAMESPACE}/secrets", headers={"Authorization": "Bearer made-up"}
+        )
+
+    assert anonymous.status_code == 401
+    assert forged.status_code == 401

@@ -142,7 +142,7 @@ async def test_egress__a_host_allowed_once_its_network_is_not_denied(tmp_path: P
         port = api.url.rsplit(":", 1)[1]
         k8s = default_launcher(f"https://localhost:{port}", api, runner_denied_networks="10.0.0.0/8")
 
-        handle = await k8s.launch(make_spec(out_dir))
+        handle = (await k8s.launch(make_spec(out_dir))).handle
 
     assert handle.startswith("k8s:")
 
@@ -180,7 +180,7 @@ async def test_egress__plain_http_refused_unless_allowed(tmp_path: Path, out_dir
         with pytest.raises(LaunchError) as caught:
             await https_only.launch(make_spec(out_dir))
         calls_refused = list(api.calls)
-        handle = await allowed.launch(make_spec(out_dir))
+        handle = (await allowed.launch(make_spec(out_dir))).handle
 
     assert [] == calls_refused
     assert caught.value.retryable is False

@@ -1,4 +1,5 @@
-"""Throwaway object-storage emulators for tests: moto (S3) and fake-gcs-server (GCS).
+"""Throwaway object-storage emulators for tests: moto (S3) and fake-gcs-server (GCS); Azurite (Azure
+Blob) with what Terraform's azurerm backend needs around it is tests/support/azurite.py.
 
 Usage::
 

@@ -10,14 +10,26 @@ It implements, with the API's real semantics, only what our launcher (and a kube
   (``application/merge-patch+json`` only: other patch types answer 415), delete (``propagationPolicy``
   from the query or the DeleteOptions body, Jobs defaulting to ``Orphan`` as batch/v1 does; garbage
   collection through ``ownerReferences``; graceful deletion of running pods). Errors are ``metav1.Status``
-  bodies. Every write bumps one global ``resourceVersion``. No watches, no protobuf.
+  bodies. Every write bumps one global ``resourceVersion``. ``?dryRun=All`` creates check everything
+  (authorization included) and store nothing. Leases may come as protobuf
+  (``application/vnd.kubernetes.protobuf``, as client-go's typed clients send them: tests/support/
+  kube_protobuf.py); everything is answered in JSON. No watches.
 - Authentication: a bearer token from ``tokens`` or accepted by ``token_review`` (webhook token
   authentication, as clusters of the clouds check their tokens), or a TLS client certificate signed by the
   cluster CA (``auth="client-cert"``: the TLS layer requires it, so a wrong certificate fails the handshake;
   unlike Go's server, Python's closes the connection without sending the TLS alert, so the client sees an
   EOF rather than "unknown ca"). The real API server accepts either on one port; this one does one per
-  instance. ``forbidden`` denies (verb, resource) pairs with the real 403 message, to play a missing RBAC
-  rule.
+  instance. That client is the user ``platform-orchestrator``; ``forbidden`` denies it (verb, resource)
+  pairs with the real 403 message, to play a missing RBAC rule (``denied_except``: a Role's allow-list).
+- In-cluster access (``in_cluster``, the default with TLS): a second TLS listener, ``in_cluster_url``,
+  standing in for the ``kubernetes.default`` Service, takes only the service account tokens the kubelet
+  projects into pods (bound: valid while the pod exists) and authorizes each service account by
+  ``service_accounts`` (``namespace/name`` -> allowed (verb, resource) pairs; nothing else, as in a real
+  cluster). The kubelet gives each pod ``KUBERNETES_SERVICE_HOST``/``PORT`` and writes the token, the CA
+  and the namespace to the pod's directory: it cannot mount them at
+  ``/var/run/secrets/kubernetes.io/serviceaccount``, where client-go's InClusterConfig reads them, so it
+  writes a kubeconfig equal to what InClusterConfig builds beside them, whose path an image can ask for
+  (``LocalImage.in_cluster_kubeconfig_env``).
 - A Job controller (one pod per attempt, ``backoffLimit``, ``Complete``/``Failed`` conditions with
   ``SuccessCriteriaMet``/``FailureTarget`` first, events, ``ttlSecondsAfterFinished``), a scheduler
   (``schedulable=False`` keeps pods Pending with a ``FailedScheduling`` Warning event) and a kubelet
@@ -70,6 +82,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from tests.support import kube_protobuf
+
 T = TypeVar("T")
 NODE_NAME = "stand-in-node"
 TERMINATION_LOG_LINES = 80
@@ -77,6 +91,7 @@ TERMINATION_LOG_BYTES = 2048
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 RUNNER_IMAGE_ARGV = [sys.executable, "-m", "orchestrator.cli.runner"]
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,23 @@ class LocalImage:
     env: dict[str, str] = field(default_factory=dict)
     #: mountPath -> variable set to the local directory standing in for that mount.
     mount_env: dict[str, str] = field(default_factory=dict)
+    #: The variable set to the path of a kubeconfig holding the pod's in-cluster configuration (see
+    #: ``InCluster``): what client-go's InClusterConfig would read, which cannot be at its fixed path here.
+    in_cluster_kubeconfig_env: str | None = None
+
+
+@dataclass(frozen=True)
+class InCluster:
+    """The in-cluster API endpoint (the ``kubernetes.default`` Service's address in a real cluster): a
+    second TLS listener of the stand-in taking service account tokens only, and the CA pods trust."""
+
+    host: str
+    port: int
+    ca_pem: bytes
+
+
+#: Where the ServiceAccount admission plugin mounts the pod's token, the cluster CA and its namespace.
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 class ApiError(Exception):
@@ -391,8 +423,13 @@ class Cluster:
         kubelet: bool,
         unschedulable_message: str,
         tick_seconds: float,
+        in_cluster: InCluster | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.in_cluster = in_cluster
+        #: Service account tokens the kubelet projected: token -> (namespace, service account, pod uid).
+        #: A token is valid while its pod exists (a bound token, as the TokenRequest API issues them).
+        self.tokens: dict[str, tuple[str, str, str]] = {}
         self.namespaces = set(namespaces)
         self.images = dict(images)
         self.schedulable = schedulable
@@ -425,7 +462,10 @@ class Cluster:
             if p == plural and (namespace is None or ns == namespace)
         ]
 
-    def create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create(
+        self, plural: str, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Store a new object; ``dry_run`` (``?dryRun=All``): every check, nothing stored or changed."""
         kind = KINDS[plural]
         if (
             body.get("apiVersion", kind.api_version) != kind.api_version
@@ -469,6 +509,10 @@ class Cluster:
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             metadata.pop(key, None)
         obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+        if dry_run:
+            if plural == "secrets":
+                self._default_secrets(obj)
+            return obj
         getattr(self, f"_default_{plural}", lambda o: None)(obj)
         self.objects[(plural, namespace, name)] = obj
         self._bump(obj)
@@ -693,6 +737,59 @@ class Cluster:
             },
         )
 
+    def service_account(self, token: str) -> tuple[str, str] | None:
+        """(namespace, name) of the service account a projected token belongs to, while its pod exists."""
+        bound = self.tokens.get(token)
+        if bound is None:
+            return None
+        namespace, name, pod_uid = bound
+        alive = any(
+            obj["metadata"]["uid"] == pod_uid for obj in self.items("pods", namespace) if obj.get("spec")
+        )
+        return (namespace, name) if alive else None
+
+    def _project_service_account(self, pod: Mapping[str, Any], pod_dir: Path) -> tuple[Path, dict[str, str]]:
+        """The kubelet's service account volume and Service variables for a pod: a bound token for its
+        service account, the cluster CA and its namespace in a directory (standing in for the mount at
+        ``SERVICE_ACCOUNT_MOUNT``), a kubeconfig equal to what client-go's InClusterConfig builds from
+        them, and ``KUBERNETES_SERVICE_HOST``/``PORT`` (the in-cluster endpoint)."""
+        assert self.in_cluster is not None
+        namespace = pod["metadata"]["namespace"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        directory = pod_dir / "serviceaccount"
+        directory.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        self.tokens[token] = (namespace, account, pod["metadata"]["uid"])
+        files = {"token": token, "ca.crt": self.in_cluster.ca_pem.decode(), "namespace": namespace}
+        for name, text in files.items():
+            (directory / name).write_text(text)
+        server = f"https://{self.in_cluster.host}:{self.in_cluster.port}"
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "in-cluster",
+                    "cluster": {"server": server, "certificate-authority": str(directory / "ca.crt")},
+                }
+            ],
+            "users": [{"name": account, "user": {"tokenFile": str(directory / "token")}}],
+            "contexts": [
+                {
+                    "name": "in-cluster",
+                    "context": {"cluster": "in-cluster", "user": account, "namespace": namespace},
+                }
+            ],
+            "current-context": "in-cluster",
+        }
+        (directory / "kubeconfig").write_text(json.dumps(kubeconfig, indent=2))
+        service = {
+            "KUBERNETES_SERVICE_HOST": self.in_cluster.host,
+            "KUBERNETES_SERVICE_PORT": str(self.in_cluster.port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(self.in_cluster.port),
+        }
+        return directory, service
+
     # --- controllers --------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -895,7 +992,15 @@ class Cluster:
                 local = pod_dir / "volumes" / mount["name"]
                 local.mkdir(parents=True, exist_ok=True)
                 env[variable] = str(local)
-        container_env = self._container_env(pod, spec)
+        service: dict[str, str] = {}
+        if self.in_cluster is not None and pod["spec"].get("automountServiceAccountToken") is not False:
+            directory, service = self._project_service_account(pod, pod_dir)
+            if image is not None and SERVICE_ACCOUNT_MOUNT in image.mount_env:
+                env[image.mount_env[SERVICE_ACCOUNT_MOUNT]] = str(directory)
+            if image is not None and image.in_cluster_kubeconfig_env:
+                env[image.in_cluster_kubeconfig_env] = str(directory / "kubeconfig")
+        # The Service variables come first: the container's own may refer to them, $(VAR), and win.
+        container_env = {**service, **self._container_env(pod, spec, service)}
         env.update(container_env)
         command = [
             _expand(part, container_env) for part in spec.get("command") or (image.argv if image else [])
@@ -903,9 +1008,11 @@ class Cluster:
         args = [_expand(part, container_env) for part in spec.get("args") or []]
         return [*command, *args], env
 
-    def _container_env(self, pod: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, str]:
+    def _container_env(
+        self, pod: Mapping[str, Any], spec: Mapping[str, Any], service: Mapping[str, str]
+    ) -> dict[str, str]:
         namespace = pod["metadata"]["namespace"]
-        env: dict[str, str] = {}
+        env: dict[str, str] = dict(service)
         for source in spec.get("envFrom") or []:
             ref = source.get("secretRef")
             if ref is None:
@@ -1149,6 +1256,38 @@ _PATH = re.compile(
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
+def denied_except(*allowed: tuple[str, str]) -> set[tuple[str, str]]:
+    """``forbidden`` for a Role that allows only the given (verb, resource) pairs, such as seed 001's
+    ``denied_except(("create", "jobs"), ("get", "jobs"))``."""
+    verbs = ("get", "list", "create", "update", "patch", "delete", "deletecollection")
+    return {(verb, plural) for verb in verbs for plural in KINDS} - set(allowed)
+
+
+#: The user of the orchestrator's credentials (the client certificate's CN, or an accepted token).
+CLIENT_USER = "platform-orchestrator"
+
+
+def _listening_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def _config(app: Starlette, *, lifespan: Literal["on", "off"], **tls: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        lifespan=lifespan,
+        log_level="critical",
+        access_log=False,
+        http="h11",
+        ws="none",
+        loop="asyncio",
+        timeout_graceful_shutdown=5,
+        **tls,
+    )
+
+
 @dataclass(frozen=True)
 class Call:
     """One request the server answered: for asserting on what a client did."""
@@ -1157,6 +1296,9 @@ class Call:
     path: str
     query: str
     status: int
+    #: The user the request was authenticated as (before authorization), "" when it was not.
+    user: str = ""
+    content_type: str = ""
 
 
 class KubeApiServer:
@@ -1179,6 +1321,8 @@ class KubeApiServer:
             "1 No preemption victims found for incoming pod."
         ),
         forbidden: Iterable[tuple[str, str]] = (),
+        service_accounts: Mapping[str, Iterable[tuple[str, str]]] | None = None,
+        in_cluster: bool = True,
         tick_seconds: float = 0.05,
     ) -> None:
         if auth == "client-cert" and not tls:
@@ -1191,6 +1335,13 @@ class KubeApiServer:
         #: not in ``tokens``; True authenticates it. It may block (it runs in a worker thread).
         self.token_review = token_review
         self.forbidden = set(forbidden)
+        #: RBAC of service accounts (``namespace/name`` -> the (verb, resource) pairs its Roles allow):
+        #: as in a real cluster, a service account may do nothing it is not granted.
+        self.service_accounts = {key: set(grants) for key, grants in (service_accounts or {}).items()}
+        #: Serve the in-cluster endpoint (``in_cluster_url``) and project service account tokens into pods.
+        self.in_cluster = in_cluster and tls
+        self.in_cluster_url = ""
+        self._in_cluster_server: uvicorn.Server | None = None
         self.calls: list[Call] = []
         self._cluster_args: dict[str, Any] = {
             "namespaces": namespaces,
@@ -1233,9 +1384,7 @@ class KubeApiServer:
 
     def start(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock = _listening_socket()
         port = sock.getsockname()[1]
         tls_args: dict[str, Any] = {}
         if self.tls:
@@ -1246,34 +1395,41 @@ class KubeApiServer:
             (pki / "apiserver.crt").write_bytes(serving.cert_pem)
             (pki / "apiserver.key").write_bytes(serving.key_pem)
             tls_args = {"ssl_certfile": str(pki / "apiserver.crt"), "ssl_keyfile": str(pki / "apiserver.key")}
-            if self.auth == "client-cert":
-                tls_args |= {"ssl_ca_certs": str(pki / "ca.crt"), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        in_cluster_sock = _listening_socket() if self.in_cluster else None
+        if in_cluster_sock is not None:
+            in_cluster_port = in_cluster_sock.getsockname()[1]
+            self._cluster_args["in_cluster"] = InCluster("127.0.0.1", in_cluster_port, self.ca.pem)
+            self.in_cluster_url = f"https://127.0.0.1:{in_cluster_port}"
         app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=list(_VERBS))],
             lifespan=self._lifespan,
         )
-        config = uvicorn.Config(
-            app,
-            lifespan="on",
-            log_level="critical",
-            access_log=False,
-            http="h11",
-            ws="none",
-            loop="asyncio",
-            timeout_graceful_shutdown=5,
-            **tls_args,
-        )
-        self._server = uvicorn.Server(config)
+        client_certs: dict[str, Any] = {}
+        if self.auth == "client-cert":
+            client_certs = {
+                "ssl_ca_certs": str(self.work_dir / "pki" / "ca.crt"),
+                "ssl_cert_reqs": ssl.CERT_REQUIRED,
+            }
+        self._server = uvicorn.Server(_config(app, lifespan="on", **tls_args, **client_certs))
+        if in_cluster_sock is not None:
+            # The in-cluster endpoint: the same API, the same serving certificate, service account
+            # tokens only (no client certificates), started on the same loop by the lifespan.
+            self._in_cluster_server = uvicorn.Server(_config(app, lifespan="off", **tls_args))
+            self._in_cluster_socket = in_cluster_sock
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
         self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
-        while not self._server.started:
+        while not self._server.started or (
+            self._in_cluster_server is not None and not self._in_cluster_server.started
+        ):
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the stand-in Kubernetes API server did not start")
             time.sleep(0.02)
 
     def stop(self) -> None:
+        if self._in_cluster_server is not None:
+            self._in_cluster_server.should_exit = True
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(30)
@@ -1283,9 +1439,17 @@ class KubeApiServer:
         self._loop = asyncio.get_running_loop()
         self._cluster = Cluster(self.work_dir, **self._cluster_args)
         controllers = asyncio.get_running_loop().create_task(self._cluster.run())
+        in_cluster = None
+        if self._in_cluster_server is not None:
+            serve = self._in_cluster_server.serve(sockets=[self._in_cluster_socket])
+            in_cluster = asyncio.get_running_loop().create_task(serve)
         try:
             yield
         finally:
+            if in_cluster is not None and self._in_cluster_server is not None:
+                self._in_cluster_server.should_exit = True
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(in_cluster, 10)
             controllers.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await controllers
@@ -1333,30 +1497,54 @@ class KubeApiServer:
     # --- requests ------------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
+        user: list[str] = []
         try:
-            response = await self._dispatch(request)
+            response = await self._dispatch(request, user)
         except ApiError as exc:
             response = exc.response()
-        self.calls.append(Call(request.method, request.url.path, request.url.query, response.status_code))
+        content_type = request.headers.get("content-type", "").split(";")[0].strip()
+        call = Call(
+            request.method,
+            request.url.path,
+            request.url.query,
+            response.status_code,
+            "".join(user),
+            content_type,
+        )
+        self.calls.append(call)
         return response
 
-    async def _authenticate(self, request: Request) -> None:
-        if self.auth == "client-cert":
-            return  # the TLS layer required a certificate signed by the cluster CA
+    def _on_in_cluster_endpoint(self, request: Request) -> bool:
+        server = request.scope.get("server")
+        return (
+            bool(self.in_cluster_url) and server is not None and self.in_cluster_url.endswith(f":{server[1]}")
+        )
+
+    async def _authenticate(self, request: Request) -> str:
+        """The user a request is from: a service account on the in-cluster endpoint, else the client."""
         header = request.headers.get("authorization", "")
         token = header.removeprefix("Bearer ") if header.startswith("Bearer ") else None
+        if self._on_in_cluster_endpoint(request):
+            cluster = self._cluster
+            account = cluster.service_account(token) if cluster is not None and token else None
+            if account is None:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            return f"system:serviceaccount:{account[0]}:{account[1]}"
+        if self.auth == "client-cert":
+            return CLIENT_USER  # the TLS layer required a certificate signed by the cluster CA
         if token is not None and token in self.tokens:
-            return
+            return CLIENT_USER
         if token is not None and self.token_review is not None:
             if await asyncio.to_thread(self.token_review, token):
-                return
+                return CLIENT_USER
         raise ApiError(401, "Unauthorized", "Unauthorized")
 
-    async def _dispatch(self, request: Request) -> Response:
+    async def _dispatch(self, request: Request, authenticated: list[str]) -> Response:
         path = request.url.path
         if path in ("/healthz", "/readyz", "/livez"):
             return PlainTextResponse("ok")
-        await self._authenticate(request)
+        user = await self._authenticate(request)
+        authenticated.append(user)
         if path == "/version":
             return JSONResponse({"major": "1", "minor": "33", "gitVersion": "v1.33.0-stand-in"})
         match = _PATH.match(path)
@@ -1371,7 +1559,7 @@ class KubeApiServer:
         verb = _VERBS[request.method]
         if name is None and verb in ("get", "delete"):
             verb = "list" if verb == "get" else "deletecollection"
-        self._authorize(verb, kind, namespace, name)
+        self._authorize(user, verb, kind, namespace, name)
         cluster = self._cluster
         assert cluster is not None
         if verb == "list":
@@ -1381,22 +1569,30 @@ class KubeApiServer:
         if namespace is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "create" and name is None:
-            return JSONResponse(cluster.create(kind.plural, namespace, await _json(request)), status_code=201)
+            dry_run = _dry_run(request)
+            created = cluster.create(kind.plural, namespace, await _body(request, kind), dry_run=dry_run)
+            return JSONResponse(created, status_code=201)
         if name is None:
             raise ApiError(
                 405, "MethodNotAllowed", f"the server does not allow this method on {kind.qualified}"
             )
         return await self._object(request, cluster, kind, namespace, name, match["sub"])
 
-    def _authorize(self, verb: str, kind: Kind, namespace: str | None, name: str | None) -> None:
-        """RBAC stand-in: the (verb, resource) pairs in ``forbidden`` are denied, in the real words."""
-        if (verb, kind.plural) not in self.forbidden:
+    def _authorize(self, user: str, verb: str, kind: Kind, namespace: str | None, name: str | None) -> None:
+        """RBAC stand-in, answering as the real one: the client may do all but the (verb, resource) pairs
+        in ``forbidden``; a service account only what ``service_accounts`` grants it."""
+        if user == CLIENT_USER:
+            allowed = (verb, kind.plural) not in self.forbidden
+        else:
+            account = user.removeprefix("system:serviceaccount:").replace(":", "/", 1)
+            allowed = (verb, kind.plural) in self.service_accounts.get(account, set())
+        if allowed:
             return
         scope = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
         raise ApiError(
             403,
             "Forbidden",
-            f'{kind.qualified} is forbidden: User "platform-orchestrator" cannot {verb} resource '
+            f'{kind.qualified} is forbidden: User "{user}" cannot {verb} resource '
             f'"{kind.plural}" in API group "{kind.group}"{scope}',
             {"name": name or "", "group": kind.group, "kind": kind.plural},
         )
@@ -1416,7 +1612,7 @@ class KubeApiServer:
         if method == "GET":
             return JSONResponse(cluster.find(kind.plural, namespace, name))
         if method == "PUT":
-            body = await _json(request)
+            body = await _body(request, kind)
             return JSONResponse(cluster.replace(kind.plural, namespace, name, body, subresource=sub))
         if method == "PATCH":
             content_type = request.headers.get("content-type", "").split(";")[0].strip()
@@ -1498,8 +1694,39 @@ async def _json(request: Request) -> dict[str, Any]:
     return body
 
 
-def runner_image(env: Mapping[str, str] | None = None) -> LocalImage:
-    """The runner image as a local process: ``python -m orchestrator.cli.runner``, its code dir mounted."""
+async def _body(request: Request, kind: Kind) -> dict[str, Any]:
+    """The object a create or replace sends: JSON, or for Leases the protobuf client-go sends."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type != PROTOBUF:
+        return await _json(request)
+    if kind.plural != "leases":
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - this stand-in decodes {PROTOBUF} for "
+            "leases only",
+        )
+    try:
+        return kube_protobuf.decode(await request.body())
+    except ValueError as exc:
+        raise ApiError(400, "BadRequest", f"the body of the request could not be decoded: {exc}") from exc
+
+
+def _dry_run(request: Request) -> bool:
+    """``?dryRun=All``: the request is checked in full and nothing is stored."""
+    values = request.query_params.getlist("dryRun")
+    if not values:
+        return False
+    if values != ["All"]:
+        raise ApiError(400, "BadRequest", f'Invalid dry run value: "{values}": valid values are "All"')
+    return True
+
+
+def runner_image(
+    env: Mapping[str, str] | None = None, *, in_cluster_kubeconfig_env: str | None = None
+) -> LocalImage:
+    """The runner image as a local process: ``python -m orchestrator.cli.runner``, its code dir mounted;
+    ``in_cluster_kubeconfig_env``: see ``LocalImage``."""
     base = {
         k: os.environ[k] for k in ("PATH", "HOME", "LANG", "SSL_CERT_FILE", "SSL_CERT_DIR") if k in os.environ
     }
@@ -1507,4 +1734,5 @@ def runner_image(env: Mapping[str, str] | None = None) -> LocalImage:
         argv=list(RUNNER_IMAGE_ARGV),
         env={**base, **(env or {})},
         mount_env={"/opt/runner/tofu": "IAC_CODE_DIR"},
+        in_cluster_kubeconfig_env=in_cluster_kubeconfig_env,
     )

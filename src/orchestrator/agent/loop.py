@@ -43,7 +43,7 @@ from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.client.errors import AuthError, ClientError
 from orchestrator.client.http import Backoff
-from orchestrator.launchers.base import Launcher, LaunchError, RunState
+from orchestrator.launchers.base import Launcher, LaunchError, RunState, launched
 from orchestrator.protocol import commands as protocol
 from orchestrator.protocol.launch import RunSpec
 
@@ -202,13 +202,14 @@ class Agent:
             return await self._answer("reject", envelope, delivered, reason=f"{exc.code}: {exc.reason}")
         try:
             launcher = self.launchers.for_command(payload)
-            handle = await launcher.launch(self._run_spec(envelope, payload))
+            started = launched(await launcher.launch(self._run_spec(envelope, payload)))
+            handle = started.handle
         except LaunchError as exc:
             return await self._launch_failed(delivered, payload, exc.message, retryable=exc.retryable)
         except Exception as exc:  # an unexpected failure of the launcher: worth another delivery
             log.exception("launch failed unexpectedly", **context)
             return await self._launch_failed(delivered, payload, f"unexpected error: {exc}", retryable=True)
-        log.info("job launched", job_id=payload.job_id, handle=handle, **context)
+        log.info("job launched", job_id=payload.job_id, handle=handle, note=started.note, **context)
         created = protocol.EventEnvelope(
             protocol_version=protocol.PROTOCOL_VERSION,
             event_id=protocol.event_id(envelope.command_id, protocol.EventType.JOB_CREATED),

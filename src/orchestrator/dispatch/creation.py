@@ -117,6 +117,7 @@ def _fresh(ctx: Context, now: datetime) -> dict[str, Any]:
         "dispatch_lease_until": None,
         "dispatch_attempts": 0,
         "handle": None,
+        "launch_note": None,
         "launched_at": None,
         "next_check_at": None,
         "exited_at": None,

@@ -41,7 +41,14 @@ from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import agent_commands as agent_policy
 from orchestrator.dispatch import errored_states
 from orchestrator.dispatch import results as results_policy
-from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, DispatchState, runner_mode
+from orchestrator.domain.deployments import (
+    EXECUTING_MESSAGE,
+    TIMEOUT_MESSAGE,
+    Deployment,
+    DispatchState,
+    runner_mode,
+    with_launch_note,
+)
 from orchestrator.domain.runner_secrets import restore_secrets
 from orchestrator.domain.runner_types import launched_by
 from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
@@ -53,6 +60,7 @@ from orchestrator.launchers.base import (
     RunState,
     RunStatus,
     UnsavedState,
+    launched,
 )
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
@@ -314,7 +322,7 @@ class Dispatcher:
             if found.launcher is None:
                 await self._enqueue(deployment, found)
                 return
-            handle = await found.launcher.launch(found.spec)
+            started = launched(await found.launcher.launch(found.spec))
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
                 await self._fail(
@@ -342,15 +350,19 @@ class Dispatcher:
             )
             return
         now = datetime.now(UTC)
+        # The launcher's note is told while the deployment executes, and kept for its final message.
+        note = started.note[:1000] if started.note else None
+        noted = {"launch_note": note, "status_message": with_launch_note(EXECUTING_MESSAGE, note)}
         await self._release(
             deployment,
             dispatch_state=DispatchState.LAUNCHED,
-            handle=handle,
+            handle=started.handle,
             launched_at=now,
             dispatch_attempts=attempts,
             next_check_at=now + timedelta(seconds=self.settings.check_interval_seconds),
+            **(noted if note else {}),
         )
-        log.info("runner launched", deployment_id=str(deployment.id), handle=handle)
+        log.info("runner launched", deployment_id=str(deployment.id), handle=started.handle, note=note)
 
     async def _retry_later(self, deployment: Deployment, attempts: int) -> None:
         """Hold the deployment back from claims for a backoff (never past its timeout), then launch again."""

@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.dispatch import environments
-from orchestrator.domain.deployments import Deployment, Mode, Status
+from orchestrator.domain.deployments import Deployment, Mode, Status, with_launch_note
 from orchestrator.errors import ConflictError, NotFoundError
 from orchestrator.protocol.results import DeploymentResults, ResultStatus
 from orchestrator.store import deployments as store
@@ -94,7 +94,9 @@ async def apply_results(
         conn,
         deployment.id,
         status=Status.SUCCEEDED if succeeded else Status.FAILED,
-        message="deployment succeeded" if succeeded else failure_message(results),
+        message=with_launch_note(
+            "deployment succeeded" if succeeded else failure_message(results), deployment.launch_note
+        ),
         now=now,
         outputs=results.outputs,
         metrics=metrics,
@@ -114,7 +116,7 @@ async def fail(
         conn,
         deployment.id,
         status=Status.FAILED,
-        message=message,
+        message=with_launch_note(message, deployment.launch_note),
         now=now,
         error={"error": code, "message": message},
     )

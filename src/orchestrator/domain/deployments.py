@@ -44,6 +44,18 @@ EXECUTING_MESSAGE = "Deploying..."
 TIMEOUT_MESSAGE = "deployment timeout - runner did not complete within expected time"
 
 
+#: The length of the status message column.
+MAX_STATUS_MESSAGE = 4000
+
+
+def with_launch_note(message: str, note: str | None) -> str:
+    """The status message with the launcher's note after it (shortened to fit the column)."""
+    if not note:
+        return message
+    text = f"{message} (note: {note})"
+    return text if len(text) <= MAX_STATUS_MESSAGE else text[: MAX_STATUS_MESSAGE - 1] + "…"
+
+
 def is_final(status: str) -> bool:
     return status != Status.EXECUTING
 
@@ -93,6 +105,9 @@ class Deployment:
     dispatch_lease_until: datetime | None
     dispatch_attempts: int
     handle: str | None
+    #: What the launcher said about how it launched the run (``launchers.base.Launched.note``), told in
+    #: the status message while the deployment executes and after it ended.
+    launch_note: str | None
     launched_at: datetime | None
     next_check_at: datetime | None
     exited_at: datetime | None

@@ -64,6 +64,22 @@ class WorkloadIdentity(Protocol):
         ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class Launched:
+    """What ``launch`` may answer instead of a bare handle: the handle, with a note for the deployment's
+    status message when the run was launched in a way its user should know about (and can change), such
+    as the Kubernetes launcher's fallback to upstream's plain ``TOKEN`` when its Role allows no Secrets."""
+
+    handle: str
+    #: Said in the deployment's status message, while it executes and after it ended; never a secret.
+    note: str | None = None
+
+
+def launched(result: str | Launched) -> Launched:
+    """``launch``'s answer, a bare handle or :class:`Launched`, as :class:`Launched`."""
+    return result if isinstance(result, Launched) else Launched(handle=result)
+
+
 class LaunchError(OrchestratorError):
     """The runner could not be launched."""
 
@@ -74,8 +90,10 @@ class LaunchError(OrchestratorError):
 class Launcher(Protocol):
     """Starts runner executions; ``launch`` is idempotent per deployment."""
 
-    async def launch(self, spec: RunSpec) -> str:
-        """Start the run and return an opaque handle (``local:host:pid:start``, ``ns:job``, an ARN)."""
+    async def launch(self, spec: RunSpec) -> str | Launched:
+        """Start the run and return an opaque handle (``local:host:pid:start``, ``ns:job``, an ARN), or
+        :class:`Launched` with the handle and a note for the deployment (read both with
+        :func:`launched`)."""
         ...
 
     async def status(self, handle: str) -> RunStatus: ...

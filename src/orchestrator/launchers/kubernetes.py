@@ -6,7 +6,10 @@ typed models, httpx2 transport; we hand it our own TLS context so key material n
 outlives the call).
 
 - ``launch`` creates the Job (``render_job_manifest``), then the Secret holding the runner's ``TOKEN``,
-  owned by the Job. AlreadyExists counts as success, so launching twice creates one Job.
+  owned by the Job. AlreadyExists counts as success, so launching twice creates one Job. Where the Role
+  allows no Secrets (seed 001's has only ``batch/jobs`` create, get: a dry-run create of the Secret is
+  refused with 403), ``TOKEN`` goes into the Job's spec as a plain value, as upstream does, and the
+  launch answers a note saying so and what to allow (``Launched.note``: the deployment's status message).
 - ``status`` reads the Job, its pods (label ``batch.kubernetes.io/controller-uid``) and their Warning
   events: a finished Job or a terminated ``main`` container is EXITED with the container's exit code; a
   run that has not started after ``scheduling_delay_seconds`` (upstream ``K8S_RUNNER_POD_SCHEDULING_DELAY``,
@@ -20,9 +23,11 @@ resolves to is checked against the denied networks when connecting; the connecti
 that was checked. Errors never carry a body the cluster URL answered: only its HTTP status, and the
 ``message`` of a real Kubernetes ``Status`` (``kind: Status``, ``apiVersion: v1``), shortened.
 
-RBAC the orchestrator needs in ``job.namespace``: ``batch/jobs`` create, get, delete; ``secrets`` create,
-get, update; ``pods`` and ``events`` list (without them, stuck runs are only noticed by the deployment
-timeout).
+RBAC the orchestrator needs in ``job.namespace``: ``batch/jobs`` create, get (seed 001's Role). Each
+extra permission buys something: ``secrets`` create, get, update keep ``TOKEN`` out of the Job's spec;
+``pods`` and ``events`` list let a stuck run be diagnosed (without them a status check still works from
+the Job alone: a run that never starts is only ended by the deployment timeout, an exit code is known only
+as the Job's Complete or Failed); ``batch/jobs`` delete lets a failed or timed-out run be stopped.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from lightkube.types import CascadeType
 
 from orchestrator.domain.runner_types import K8sRunnerJobConfig, K8sRunnerK8sCluster
 from orchestrator.launchers import kubernetes_job
-from orchestrator.launchers.base import LaunchError, RunState, RunStatus
+from orchestrator.launchers.base import Launched, LaunchError, RunState, RunStatus
 from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy
 from orchestrator.protocol.launch import RunSpec
 
@@ -393,7 +398,7 @@ class KubernetesLauncher:
 
     # --- Launcher -------------------------------------------------------------------------------------
 
-    async def launch(self, spec: RunSpec) -> str:
+    async def launch(self, spec: RunSpec) -> Launched:
         try:
             job_config = K8sRunnerJobConfig.model_validate(spec.runner_configuration.get("job"))
         except pydantic.ValidationError as exc:
@@ -405,9 +410,10 @@ class KubernetesLauncher:
                 cause=exc,
             )
         namespace, name = job_config.namespace, kubernetes_job.job_name(spec)
-        secret = kubernetes_job.token_secret_name(spec) if self.token_in_secret else None
-        manifest = kubernetes_job.render_job_manifest(spec, job_config, self.image, token_secret=secret)
         async with self._client() as client:
+            refusal = await self._secrets_refused(client, spec, namespace) if self.token_in_secret else None
+            secret = kubernetes_job.token_secret_name(spec) if self.token_in_secret and not refusal else None
+            manifest = kubernetes_job.render_job_manifest(spec, job_config, self.image, token_secret=secret)
             with self._translated(f"create Job {namespace}/{name}"):
                 try:
                     job = await client.create(cast(Job, Job.from_dict(manifest)))
@@ -416,10 +422,31 @@ class KubernetesLauncher:
                         raise
                     # Launched before (the orchestrator restarted in between): the same run.
                     job = await client.get(Job, name, namespace=namespace)
-            if secret is not None:
+            # The Job that exists decides: a second launch adopts whatever the first one created.
+            if _token_secret_of(job) is not None:
                 uid = job.metadata.uid if job.metadata and job.metadata.uid else ""
                 await self._ensure_token_secret(client, spec, namespace, uid)
-        return f"k8s:{namespace}:{name}"
+                note = None
+            else:
+                note = _plain_token_note(namespace, refusal) if self.token_in_secret else None
+        return Launched(handle=f"k8s:{namespace}:{name}", note=note)
+
+    async def _secrets_refused(self, client: AsyncClient, spec: RunSpec, namespace: str) -> str | None:
+        """Why the orchestrator may not create the token Secret here (its Role allows no ``secrets``
+        create), or None when it may: asked with a dry-run create, which the API server authorizes (and
+        admits) exactly as the real one, and stores nothing. An existing Secret (409) means it may."""
+        body = kubernetes_job.render_token_secret(spec, namespace, job_uid="")
+        del body["metadata"]["ownerReferences"]  # the Job does not exist yet; nothing is stored anyway
+        with self._translated(f"check that Secrets can be created in namespace {namespace}"):
+            try:
+                await client.create(cast(Secret, Secret.from_dict(body)), dry_run=True)
+            except ApiError as exc:
+                if _status_code(exc) == 409:
+                    return None
+                if _status_code(exc) == 403:
+                    return answer_summary(exc)
+                raise
+        return None
 
     async def _ensure_token_secret(
         self, client: AsyncClient, spec: RunSpec, namespace: str, job_uid: str
@@ -443,7 +470,8 @@ class KubernetesLauncher:
         except LaunchError as error:
             if error.retryable:
                 raise
-            # The pod would wait for its token forever: take the Job away rather than leave it pending.
+            # The pod would wait for its token forever: take the Job away rather than leave it pending
+            # (a Role without jobs delete, as seed 001's, leaves it: its pod cannot start, and runs nothing).
             with contextlib.suppress(ApiError, httpx2.HTTPError):
                 await client.delete(
                     Job, kubernetes_job.job_name(spec), namespace=namespace, cascade=CascadeType.BACKGROUND
@@ -470,7 +498,8 @@ class KubernetesLauncher:
                 )
             raise
         uid = job.metadata.uid if job.metadata else None
-        pods = await self._pods(client, namespace, uid)
+        unseen: list[str] = []  # what the Role does not let the orchestrator list: the diagnosis degrades
+        pods = await self._pods(client, namespace, uid, unseen)
         pod = max(pods, key=_created, default=None)
         terminated = _main_terminated(pod)
         if terminated is not None:
@@ -481,6 +510,10 @@ class KubernetesLauncher:
         if finished is not None:
             succeeded = finished.type == "Complete"
             detail = None if succeeded else _join(finished.reason, finished.message)
+            if detail and unseen:
+                detail += (
+                    f" ({_unseen(namespace, unseen)}: the exit code and the runner's last words are unknown)"
+                )
             return RunStatus(state=RunState.EXITED, exit_code=0 if succeeded else None, detail=detail)
         if pod is not None and pod.status is not None and pod.status.phase == "Failed":
             return RunStatus(state=RunState.EXITED, detail=_join(pod.status.reason, pod.status.message))
@@ -490,20 +523,23 @@ class KubernetesLauncher:
         if waited < self.scheduling_delay_seconds:
             return RunStatus(state=RunState.RUNNING, detail="waiting for the runner pod to start")
         problems = await self._warnings(
-            client, namespace, [uid, *(p.metadata.uid for p in pods if p.metadata)]
+            client, namespace, [uid, *(p.metadata.uid for p in pods if p.metadata)], unseen
         )
         problems += [w for w in _failed_waiting(pod) if w not in problems]
         if not problems:
-            return RunStatus(
-                state=RunState.RUNNING, detail=f"the runner pod has not started after {waited:.0f} s"
-            )
+            detail = f"the runner pod has not started after {waited:.0f} s"
+            if unseen:
+                detail += f" ({_unseen(namespace, unseen)}: why is not known; the deployment timeout ends it)"
+            return RunStatus(state=RunState.RUNNING, detail=detail)
         return RunStatus(
             state=RunState.EXITED,
             detail=f"the runner pod did not start within {self.scheduling_delay_seconds:g} s: "
             + "; ".join(problems[:MAX_WARNINGS]),
         )
 
-    async def _pods(self, client: AsyncClient, namespace: str, job_uid: str | None) -> list[Pod]:
+    async def _pods(
+        self, client: AsyncClient, namespace: str, job_uid: str | None, unseen: list[str]
+    ) -> list[Pod]:
         if not job_uid:
             return []
         try:
@@ -513,10 +549,13 @@ class KubernetesLauncher:
             ]
         except ApiError as exc:
             if _status_code(exc) == 403:  # degraded: no permission to list pods
+                unseen.append("pods")
                 return []
             raise
 
-    async def _warnings(self, client: AsyncClient, namespace: str, uids: list[str | None]) -> list[str]:
+    async def _warnings(
+        self, client: AsyncClient, namespace: str, uids: list[str | None], unseen: list[str]
+    ) -> list[str]:
         """``reason: message`` of the Warning events of the Job and its pods, oldest first, once each."""
         events: list[Event] = []
         for uid in uids:
@@ -527,6 +566,7 @@ class KubernetesLauncher:
                 events += [event async for event in client.list(Event, namespace=namespace, fields=fields)]
             except ApiError as exc:
                 if _status_code(exc) == 403:  # degraded: no permission to list events
+                    unseen.append("events")
                     return []
                 raise
         events.sort(key=_event_time)
@@ -563,9 +603,41 @@ def _event_time(event: Event) -> datetime:
     return event.lastTimestamp or event.eventTime or event.firstTimestamp or _EPOCH
 
 
+def _token_secret_of(job: Job) -> str | None:
+    """The Secret the Job's ``main`` container reads ``TOKEN`` from; None when it is a plain value."""
+    spec = job.spec.template.spec if job.spec and job.spec.template else None
+    containers = spec.containers if spec else []
+    main = next((c for c in containers if c.name == kubernetes_job.CONTAINER_NAME), None)
+    for var in (main.env or []) if main else []:
+        if var.name == kubernetes_job.TOKEN_ENV and var.valueFrom and var.valueFrom.secretKeyRef:
+            return var.valueFrom.secretKeyRef.name
+    return None
+
+
+def _plain_token_note(namespace: str, refusal: str | None) -> str:
+    """The deployment's note when ``TOKEN`` went into the Job's spec (upstream's way) for lack of RBAC."""
+    why = (
+        f"the orchestrator may not create Secrets in namespace {namespace} ({refusal})"
+        if refusal
+        else "the Job was created so by an earlier launch"
+    )
+    return (
+        "the runner's TOKEN is a plain value in the Job's spec, as upstream puts it, not in a Secret: "
+        f"{why}; to keep it out of the Job's spec (readable by anyone who may get Jobs), allow the "
+        f"orchestrator create, get and update on secrets in namespace {namespace} (its Role)"
+    )
+
+
 def _owned_by(obj: Secret, uid: str) -> bool:
     owners = obj.metadata.ownerReferences if obj.metadata else None
     return any(owner.uid == uid for owner in owners or [])
+
+
+def _unseen(namespace: str, resources: list[str]) -> str:
+    listed = " and ".join(resources)
+    return (
+        f"the orchestrator may not list {listed} in namespace {namespace} (allow {listed} list in its Role)"
+    )
 
 
 def _join(reason: str | None, message: str | None) -> str:

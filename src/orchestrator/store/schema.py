@@ -345,6 +345,8 @@ deployments = sa.Table(
     _ts("dispatch_lease_until", nullable=True),
     sa.Column("dispatch_attempts", sa.Integer(), nullable=False),
     sa.Column("handle", sa.String(500), nullable=True),
+    # The launcher's note on how it launched the run (e.g. TOKEN in the Job's spec: no RBAC for Secrets).
+    sa.Column("launch_note", sa.String(1000), nullable=True),
     _ts("launched_at", nullable=True),
     _ts("next_check_at", nullable=True),
     _ts("exited_at", nullable=True),
