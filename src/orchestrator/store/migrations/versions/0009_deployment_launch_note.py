@@ -1,7 +1,7 @@
 """deployments: the launcher's note on how it launched the run
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 from __future__ import annotations
