@@ -3,8 +3,9 @@ token endpoint and Azure Resource Manager's managed clusters. It is NOT Azure; i
 as they do:
 
 - Azure AD (``POST /{tenant}/oauth2/v2.0/token``, client credentials with a JWT client assertion): the
-  tenant and the app registration exist, the assertion verifies with ``TestIssuer.verify`` (signature,
-  expiry, audience ``api://AzureADTokenExchange``) and its issuer and subject match one of the app's
+  tenant and the app registration exist, the assertion verifies with the issuer's ``verify``
+  (``TestIssuer``, or the real server's issuer through ``RelyingParty``: signature, expiry, audience
+  ``api://AzureADTokenExchange``) and its issuer and subject match one of the app's
   federated credentials (``add_app``), the scope is ``<resource>/.default`` of a known resource (the AKS
   AAD server application, or ARM: this stand-in's URL). It answers an access token for that resource.
   Errors are AAD's ``{error, error_description: "AADSTS...: ..."}``.
@@ -18,6 +19,7 @@ tokens this stand-in issued for the AKS AAD server application. ``calls`` record
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import re
@@ -39,7 +41,7 @@ from starlette.routing import Route
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
 from tests.support.https_standin import serve_tls
 from tests.support.kube_api import CertificateAuthority
-from tests.support.workload_identity import TestIssuer
+from tests.support.oidc_relying_party import Verifier
 
 TENANT = "0f9e8d7c-6b5a-4c3d-8e2f-1a0b9c8d7e6f"
 CLIENT = "3c2b1a09-8f7e-4d6c-9b5a-4e3d2c1b0a9f"
@@ -93,7 +95,7 @@ def _arm_error(status: int, code: str, message: str) -> JSONResponse:
 class AzureStandIn:
     """See the module docstring. ``with AzureStandIn(...).serving(ca, dir) as azure:`` sets ``url``."""
 
-    def __init__(self, issuer: TestIssuer, *, token_lifetime_seconds: int = 3599) -> None:
+    def __init__(self, issuer: Verifier, *, token_lifetime_seconds: int = 3599) -> None:
         self.issuer = issuer
         self.token_lifetime_seconds = token_lifetime_seconds
         #: tenant -> client id -> app registration.
@@ -197,7 +199,8 @@ class AzureStandIn:
             )
         assertion = form.get("client_assertion", "")
         self.presented.append(assertion)
-        problem = self._check_assertion(app, assertion)
+        # In a thread: a RelyingParty fetches the issuer's documents (blocking).
+        problem = await asyncio.to_thread(self._check_assertion, app, assertion)
         if problem is not None:
             return _aad_error(400, "invalid_client", problem)
         scope = form.get("scope", "")
@@ -237,7 +240,7 @@ class AzureStandIn:
                 "AADSTS700211: No matching federated identity record found for presented assertion issuer "
                 f"'{issuer}'."
             )
-        except jwt.InvalidTokenError:
+        except jwt.PyJWTError:
             return "AADSTS7000274: The signature of the client assertion could not be verified."
         if (claims["iss"], claims["sub"]) not in app.federated:
             return (

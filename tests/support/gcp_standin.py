@@ -2,9 +2,10 @@
 Service Account Credentials API and the GKE API. It is NOT Google; it checks what it receives as they do:
 
 - STS (``POST /v1/token``, RFC 8693 form): the grant and token types, that ``audience`` names the pool
-  provider, and the subject token with ``TestIssuer.verify`` (signature, issuer, expiry, and an audience
-  the provider allows: by default its own resource name, with or without ``https:``). It answers a
-  federated token for the principal of the token's ``sub``.
+  provider, and the subject token with the issuer's ``verify`` (``TestIssuer``, or the real server's
+  issuer through ``RelyingParty``): signature, issuer, expiry, and an audience the provider allows (by
+  default its own resource name, with or without ``https:``). It answers a federated token for the
+  principal of the token's ``sub``.
 - IAM (``POST /v1/projects/-/serviceAccounts/{email}:generateAccessToken``): a federated token as bearer,
   and a ``roles/iam.workloadIdentityUser`` binding of the service account for that subject
   (``allow_impersonation``); answers the service account's access token.
@@ -18,6 +19,7 @@ it accepts only unexpired access tokens this stand-in issued. ``calls`` records 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import secrets
@@ -38,7 +40,7 @@ from starlette.routing import Route
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
 from tests.support.https_standin import serve_tls
 from tests.support.kube_api import CertificateAuthority
-from tests.support.workload_identity import TestIssuer
+from tests.support.oidc_relying_party import Verifier
 
 POOL = "projects/123456789012/locations/global/workloadIdentityPools/orchestrator"
 AUDIENCE = f"//iam.googleapis.com/{POOL}/providers/platform-orchestrator"
@@ -90,7 +92,7 @@ class GcpStandIn:
 
     def __init__(
         self,
-        issuer: TestIssuer,
+        issuer: Verifier,
         *,
         audience: str = AUDIENCE,
         allowed_audiences: list[str] | None = None,
@@ -203,7 +205,8 @@ class GcpStandIn:
             return _oauth_error(400, "invalid_request", "Invalid subject_token_type or requested_token_type.")
         subject_token = form.get("subject_token", "")
         self.presented.append(subject_token)
-        claims, problem = self._verify(subject_token)
+        # In a thread: a RelyingParty fetches the issuer's documents (blocking).
+        claims, problem = await asyncio.to_thread(self._verify, subject_token)
         if claims is None:
             return _oauth_error(400, "invalid_grant", problem)
         token, expires_at = self._mint("sts.", str(claims["sub"]), self.federated)
@@ -229,7 +232,7 @@ class GcpStandIn:
                 return None, "The issuer in ID Token does not match the expected issuer."
             except jwt.ExpiredSignatureError:
                 return None, "ID Token expired."
-            except jwt.InvalidTokenError:
+            except jwt.PyJWTError:
                 return None, "Invalid ID Token: the signature could not be verified."
         return None, problem
 
