@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pydantic
 import structlog
@@ -65,6 +66,9 @@ from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.services import Services
 
+if TYPE_CHECKING:
+    from orchestrator.launchers.kubernetes_cloud import AccessCache
+
 log = structlog.get_logger(__name__)
 
 #: The signals that stop ``orchestrator serve`` gracefully.
@@ -84,12 +88,19 @@ BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
 
 
 def launcher_for(
-    settings: ServerSettings, local: LocalLauncher, issuer: WorkloadIssuer, target: LaunchTarget
+    settings: ServerSettings,
+    local: LocalLauncher,
+    issuer: WorkloadIssuer,
+    target: LaunchTarget,
+    *,
+    access_cache: AccessCache | None = None,
 ) -> Launcher | None:
     """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported.
 
     The cloud types authenticate with the runner's workload identity, ``issuer.identity(target.subject)``
-    (short-lived OIDC tokens exchanged at the cloud's STS): no long-lived cloud credential is stored."""
+    (short-lived OIDC tokens exchanged at the cloud's STS): no long-lived cloud credential is stored. Their
+    cluster accesses are kept in ``access_cache`` (one per server, :func:`cloud_access_cache`) between the
+    launchers made for one run's launch, status checks and cancel."""
     runner_type, config = target.runner_type, target.configuration
     connection = config.get("connection")
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
@@ -98,7 +109,18 @@ def launcher_for(
         return _ssh_launcher(settings, config)
     if runner_type == "kubernetes":
         return _kubernetes_launcher(settings, config)
+    if runner_type in ("kubernetes-gke", "kubernetes-aks"):
+        return _cloud_kubernetes_launcher(settings, issuer, target, access_cache)
     return None
+
+
+def cloud_access_cache() -> AccessCache | None:
+    """The server's cache of cloud cluster accesses; None without the ``kubernetes`` extra."""
+    try:
+        from orchestrator.launchers.kubernetes_cloud import AccessCache  # the optional extra
+    except ImportError:
+        return None
+    return AccessCache()
 
 
 def local_launcher(settings: ServerSettings) -> LocalLauncher:
@@ -148,6 +170,40 @@ def _ssh_launcher(settings: ServerSettings, config: dict[str, object]) -> Launch
     except pydantic.ValidationError:
         return None
     return ssh.SshLauncher.from_configuration(parsed, egress=settings.runner_egress)
+
+
+def _cloud_kubernetes_launcher(
+    settings: ServerSettings, issuer: WorkloadIssuer, target: LaunchTarget, cache: AccessCache | None
+) -> Launcher | None:
+    """A GKE or AKS runner's launcher; None without the ``kubernetes`` and ``cloud`` extras (lightkube,
+    google-auth, azure-identity) installed."""
+    try:  # the optional extras: imported only when used
+        from orchestrator.launchers import kubernetes_cloud
+
+        if target.runner_type == "kubernetes-gke":
+            from orchestrator.launchers import gke
+        else:
+            from orchestrator.launchers import aks
+    except ImportError:
+        return None
+    identity, key = issuer.identity(target.subject), kubernetes_cloud.access_key(target)
+    if target.runner_type == "kubernetes-gke":
+        return gke.gke_launcher(
+            target.configuration,
+            identity,
+            egress=settings.runner_egress,
+            endpoints=settings.google_endpoints,
+            cache=cache,
+            cache_key=key,
+        )
+    return aks.aks_launcher(
+        target.configuration,
+        identity,
+        egress=settings.runner_egress,
+        endpoints=settings.azure_endpoints,
+        cache=cache,
+        cache_key=key,
+    )
 
 
 def _server_key(settings: ServerSettings) -> bytes:
@@ -292,7 +348,9 @@ def create_app(
                 blobs=blobs,
                 token_key=token_key,
                 gateway_url=settings.resolved_public_url,
-                launcher_for=partial(launcher_for, settings, local, issuer),
+                launcher_for=partial(
+                    launcher_for, settings, local, issuer, access_cache=cloud_access_cache()
+                ),
                 on_final=notifier.notify,
                 settings=DispatchSettings(
                     check_interval_seconds=settings.status_check_interval_seconds,

@@ -10,10 +10,11 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.blobs.location import parse_object_store_url
+from orchestrator.launchers import cloud_endpoints
 from orchestrator.launchers.egress import DEFAULT_DENIED_NETWORKS, EgressPolicy, parse_networks
 
 
@@ -165,6 +166,28 @@ class ServerSettings(BaseSettings):
         le=3600,
         description="Lifetime of the OIDC tokens minted for the cloud runner types (GKE, EKS, AKS, ECS).",
     )
+    # The clouds' endpoints of the cloud Kubernetes runner types, for tests and sovereign clouds.
+    gcp_sts_url: str = Field(
+        default=cloud_endpoints.GOOGLE_STS_URL,
+        description="Google STS token exchange endpoint (kubernetes-gke).",
+    )
+    gcp_iam_credentials_url: str = Field(
+        default=cloud_endpoints.GOOGLE_IAM_CREDENTIALS_URL,
+        description="Base URL of the IAM Service Account Credentials API (kubernetes-gke impersonation).",
+    )
+    gcp_container_api_url: str = Field(
+        default=cloud_endpoints.GOOGLE_CONTAINER_API_URL,
+        description="Base URL of the GKE API (kubernetes-gke cluster endpoint and CA).",
+    )
+    azure_authority_host: str = Field(
+        default=cloud_endpoints.AZURE_AUTHORITY_HOST,
+        description="Microsoft Entra ID (Azure AD) authority host (kubernetes-aks).",
+    )
+    azure_resource_manager_url: str = Field(
+        default=cloud_endpoints.AZURE_RESOURCE_MANAGER_URL,
+        description="Azure Resource Manager base URL (kubernetes-aks without cluster_data); its tokens "
+        "are requested for <this URL>/.default.",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
     @field_validator("listen")
@@ -183,6 +206,20 @@ class ServerSettings(BaseSettings):
         except ValueError as exc:
             raise ValueError(f"PO_RUNNER_DENIED_NETWORKS: {exc}") from exc
         return value
+
+    @field_validator(
+        "gcp_sts_url",
+        "gcp_iam_credentials_url",
+        "gcp_container_api_url",
+        "azure_authority_host",
+        "azure_resource_manager_url",
+    )
+    @classmethod
+    def _check_cloud_endpoint(cls, value: str, info: ValidationInfo) -> str:
+        parts = urlsplit(value)
+        if parts.scheme != "https" or not parts.netloc:
+            raise ValueError(f"PO_{str(info.field_name).upper()} must be an https URL")
+        return value.rstrip("/")
 
     @field_validator("object_store_url")
     @classmethod
@@ -216,6 +253,20 @@ class ServerSettings(BaseSettings):
         return EgressPolicy(
             allow_plain_http=self.runner_allow_plain_http,
             denied_networks=parse_networks(self.runner_denied_networks),
+        )
+
+    @property
+    def google_endpoints(self) -> cloud_endpoints.GoogleEndpoints:
+        return cloud_endpoints.GoogleEndpoints(
+            sts_url=self.gcp_sts_url,
+            iam_credentials_url=self.gcp_iam_credentials_url,
+            container_api_url=self.gcp_container_api_url,
+        )
+
+    @property
+    def azure_endpoints(self) -> cloud_endpoints.AzureEndpoints:
+        return cloud_endpoints.AzureEndpoints(
+            authority_host=self.azure_authority_host, resource_manager_url=self.azure_resource_manager_url
         )
 
     @property

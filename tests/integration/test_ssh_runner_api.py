@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from orchestrator.identity.issuer import WorkloadIssuer
 from orchestrator.launchers.base import LaunchTarget
 from orchestrator.launchers.ssh import SshLauncher
+from orchestrator.secretbox import SecretBox
 from orchestrator.server import launcher_for, local_launcher
 from orchestrator.settings import ServerSettings
 from tests.support.orgs import Org
@@ -40,7 +43,9 @@ def test_launcher_for__vm_over_ssh(tmp_path: Path) -> None:
     configuration = ssh_runner("vm.example.com")["runner_configuration"]
     target = LaunchTarget(org_id="acme", runner_id="vm", runner_type="vm", configuration=configuration)
 
-    launcher = launcher_for(settings, local_launcher(settings), target)
+    issuer = WorkloadIssuer(create_async_engine("sqlite+aiosqlite://"), SecretBox(bytes(32)), settings)
+
+    launcher = launcher_for(settings, local_launcher(settings), issuer, target)
 
     assert isinstance(launcher, SshLauncher)
     assert ("vm.example.com", 22, "deploy") == (
