@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.launchers.aks import TOKEN_EXCHANGE_AUDIENCE, aks_launcher
-from orchestrator.launchers.base import LaunchError, RunState
+from orchestrator.launchers.base import LaunchError, RunState, launched
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION
 from orchestrator.launchers.kubernetes_cloud import AccessCache, CloudKubernetesLauncher
 from tests.support.azure_standin import CLIENT, SUBSCRIPTION, TENANT, AzureStandIn
@@ -113,7 +113,7 @@ async def test_launch__through_resource_manager(
     the Job holds what the kubernetes launcher renders, and the cluster authenticated the AKS token."""
     spec = cloud_spec(out_dir, configuration())
 
-    handle = await launcher(azure, issuer, configuration()).launch(spec)
+    handle = launched(await launcher(azure, issuer, configuration()).launch(spec)).handle
 
     assert handle == f"k8s:{NAMESPACE}:{spec.deployment_id}"
     assert azure.calls == [("aad", 200), ("aad", 200), ("arm-cluster", 200), ("arm-credentials", 200)]
@@ -148,7 +148,7 @@ async def test_status_and_cancel__reuse_the_cached_access(
     def fresh() -> CloudKubernetesLauncher:
         return launcher(azure, issuer, config, cache=cache, cache_key="acme/k8s")
 
-    handle = await fresh().launch(cloud_spec(out_dir, config))
+    handle = launched(await fresh().launch(cloud_spec(out_dir, config))).handle
     running = await fresh().status(handle)
     release(out_dir, 0)
     exited = await eventually(lambda: fresh().status(handle), lambda s: s.state is RunState.EXITED)

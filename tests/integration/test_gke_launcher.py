@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.launchers.base import LaunchError, RunState
+from orchestrator.launchers.base import LaunchError, RunState, launched
 from orchestrator.launchers.gke import gke_launcher
 from orchestrator.launchers.kubernetes_cloud import AccessCache, CloudKubernetesLauncher
 from tests.support.cloud_launchers import (
@@ -121,7 +121,7 @@ async def test_launch__exchanges_the_token_and_creates_the_kubernetes_job(
     the cluster authenticated the service account's access token."""
     spec = cloud_spec(out_dir, configuration())
 
-    handle = await launcher(gcp, issuer, configuration()).launch(spec)
+    handle = launched(await launcher(gcp, issuer, configuration()).launch(spec)).handle
 
     assert handle == f"k8s:{NAMESPACE}:{spec.deployment_id}"
     assert gcp.calls == [("sts", 200), ("iam", 200), ("gke", 200)]
@@ -148,7 +148,7 @@ async def test_status_and_cancel__reuse_the_cached_access(
     def fresh() -> CloudKubernetesLauncher:
         return launcher(gcp, issuer, config, cache=cache, cache_key="acme/k8s")
 
-    handle = await fresh().launch(cloud_spec(out_dir, config))
+    handle = launched(await fresh().launch(cloud_spec(out_dir, config))).handle
     running = await fresh().status(handle)
     release(out_dir, 3)
     exited = await eventually(lambda: fresh().status(handle), lambda s: s.state is RunState.EXITED)
@@ -174,7 +174,7 @@ async def test_access__exchanged_again_when_the_token_nears_expiry(
             PROJECT, LOCATION, CLUSTER, endpoint=api.url[8:], ca_data=api.ca_data, readers={SERVICE_ACCOUNT}
         )
         k8s = launcher(gcp, issuer, configuration(), cache=AccessCache(margin_seconds=120))
-        handle = await k8s.launch(cloud_spec(out_dir, configuration()))
+        handle = launched(await k8s.launch(cloud_spec(out_dir, configuration()))).handle
         status = await k8s.status(handle)
 
     assert status.state is RunState.RUNNING
@@ -188,7 +188,7 @@ async def test_status__a_revoked_token_is_exchanged_again(
     """The cluster answers 401 to a revoked access token: that check is UNKNOWN, the next one exchanges
     again and sees the run."""
     k8s = launcher(gcp, issuer, configuration())
-    handle = await k8s.launch(cloud_spec(out_dir, configuration()))
+    handle = launched(await k8s.launch(cloud_spec(out_dir, configuration()))).handle
     gcp.access_tokens.clear()
 
     refused = await k8s.status(handle)
