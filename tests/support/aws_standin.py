@@ -18,7 +18,8 @@ actions (an IAM stand-in: ``"service:Action"`` strings, ``"*"`` for all).
 ``token_review(cluster)`` is what EKS's aws-iam-authenticator does with a ``k8s-aws-v1.`` bearer token,
 for ``KubeApiServer(auth="token", token_review=...)``: decode the presigned URL, check that it is a
 ``GetCallerIdentity`` of this STS with ``x-k8s-aws-id`` signed and at most 15 minutes old, send it with the
-header ``x-k8s-aws-id: <cluster>``, and accept the caller if its role has an access entry on the cluster.
+header ``x-k8s-aws-id: <cluster>``, and accept the caller if its role has an access entry on the cluster. An
+accepted token is remembered for 2 minutes, as kube-apiserver caches webhook answers.
 
 Usage::
 
@@ -62,6 +63,9 @@ STS_NAMESPACE = "https://sts.amazonaws.com/doc/2011-06-15/"
 ECS_TARGET_PREFIX = "AmazonEC2ContainerServiceV20141113."
 #: aws-iam-authenticator refuses tokens signed longer ago than this.
 EKS_TOKEN_MAX_AGE_SECONDS = 15 * 60
+#: How long a cluster remembers a token it accepted (kube-apiserver's
+#: ``--authentication-token-webhook-cache-ttl``, 2 minutes).
+TOKEN_REVIEW_CACHE_SECONDS = 120.0
 
 
 class AwsError(Exception):
@@ -490,7 +494,11 @@ class AwsStandIn:
     def token_review(self, cluster_name: str) -> Callable[[str], bool]:
         """aws-iam-authenticator for the cluster named ``cluster_name`` (any region)."""
 
+        accepted_until: dict[str, float] = {}
+
         def review(token: str) -> bool:
+            if accepted_until.get(token, 0.0) > time.monotonic():
+                return True
             caller, why = self._review(cluster_name, token)
             with self.lock:
                 cluster = next((c for c in self.eks_clusters.values() if c.name == cluster_name), None)
@@ -499,6 +507,8 @@ class AwsStandIn:
                 if caller and not accepted:
                     why = f"{role_arn} has no access entry on cluster {cluster_name}"
                 self.reviews.append(Review(cluster_name, caller, accepted, why if not accepted else "ok"))
+            if accepted:
+                accepted_until[token] = time.monotonic() + TOKEN_REVIEW_CACHE_SECONDS
             return accepted
 
         return review

@@ -199,6 +199,17 @@ def translated(action: str, *, service: str, url: str | None, secrets: Iterable[
 
 
 _CacheKey = tuple[str, str, str, str]
+#: One botocore session per process (loading its data files takes a while); its ``create_client`` is not
+#: thread-safe, so client creation is serialized.
+_SESSION: botocore.session.Session | None = None
+_CREATING: Final = threading.Lock()
+
+
+def _session() -> botocore.session.Session:
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = botocore.session.Session()
+    return _SESSION
 
 
 class AwsClients:
@@ -222,8 +233,6 @@ class AwsClients:
             retries={"mode": "standard", "max_attempts": max_attempts},
             user_agent_extra="platform-orchestrator",
         )
-        self._session = botocore.session.Session()
-        self._creating = threading.Lock()
         self._clients: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._credentials: dict[_CacheKey, TemporaryCredentials] = {}
         self._locks: dict[_CacheKey, asyncio.Lock] = {}
@@ -233,18 +242,18 @@ class AwsClients:
     def _client(self, service: str, region: str, credentials: TemporaryCredentials | None) -> Any:
         kind = "presign" if service == "sts" and credentials is not None else service
         key = (kind, region, credentials.access_key_id if credentials else "")
-        with self._creating:
+        with _CREATING:
             client = self._clients.get(key)
             if client is not None:
                 self._clients.move_to_end(key)
                 return client
             if credentials is None:
                 config = self._config.merge(Config(signature_version=botocore.UNSIGNED))
-                client = self._session.create_client(
+                client = _session().create_client(
                     service, region_name=region, endpoint_url=self.endpoints.url(service), config=config
                 )
             else:
-                client = self._session.create_client(
+                client = _session().create_client(
                     service,
                     region_name=region,
                     endpoint_url=self.endpoints.url(service),
