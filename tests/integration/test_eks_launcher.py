@@ -264,7 +264,9 @@ async def test_launch__token_signed_with_another_key_is_refused_by_sts(
 
     assert error.retryable is False
     assert "STS refused the web identity token" in error.message
-    assert "InvalidIdentityToken: The web identity token that was passed could not be validated" in error.message
+    assert (
+        "InvalidIdentityToken: The web identity token that was passed could not be validated" in error.message
+    )
     assert world.aws.issued == {}
     assert_no_secret(error.message, world, forger)
 
@@ -346,7 +348,9 @@ async def test_launch__forbidden_namespace(tmp_path: Path, issuer: TestIssuer, o
 
     assert error.retryable is False
     assert "403 Forbidden" in error.message
-    assert f'cannot create resource "jobs" in API group "batch" in the namespace "{NAMESPACE}"' in error.message
+    assert (
+        f'cannot create resource "jobs" in API group "batch" in the namespace "{NAMESPACE}"' in error.message
+    )
     assert_no_secret(error.message, world, issuer)
 
 

@@ -82,7 +82,9 @@ def eks_world(
 ) -> Iterator[EksWorld]:
     """An account whose EKS cluster ``prod`` (in ``eu-west-1``) is a stand-in Kubernetes API that accepts
     EKS tokens of sessions whose role has an access entry (the orchestrator's role has one)."""
-    with AwsStandIn(tmp_path / "aws", providers=[OidcProvider.of(issuer)], roles=roles(*runner_ids)) as standin:
+    with AwsStandIn(
+        tmp_path / "aws", providers=[OidcProvider.of(issuer)], roles=roles(*runner_ids)
+    ) as standin:
         kube_options.setdefault("namespaces", ("default", NAMESPACE))
         with KubeApiServer(
             tmp_path / "kube",
@@ -91,7 +93,9 @@ def eks_world(
             images=images or {IMAGE: local_image()},
             **kube_options,
         ) as kube:
-            standin.add_eks_cluster(CLUSTER, REGION, endpoint=kube.url, ca_data=kube.ca_data, access=[ROLE_ARN])
+            standin.add_eks_cluster(
+                CLUSTER, REGION, endpoint=kube.url, ca_data=kube.ca_data, access=[ROLE_ARN]
+            )
             yield EksWorld(standin, kube)
 
 
@@ -103,7 +107,9 @@ def eks_configuration(out_dir: Path, **auth: Any) -> dict[str, Any]:
             "namespace": NAMESPACE,
             "service_account": "runner",
             "pod_template": {
-                "spec": {"containers": [{"name": "main", "env": [{"name": "OUT_DIR", "value": str(out_dir)}]}]}
+                "spec": {
+                    "containers": [{"name": "main", "env": [{"name": "OUT_DIR", "value": str(out_dir)}]}]
+                }
             },
         },
     }

@@ -294,7 +294,9 @@ class AwsStandIn:
         request = _Request(handler.command, raw_path, raw_query, headers, body)
         target = headers.get("x-amz-target", "")
         if target.startswith(ECS_TARGET_PREFIX):
-            status, content_type, payload, extra = self._ecs_request(request, target[len(ECS_TARGET_PREFIX) :])
+            status, content_type, payload, extra = self._ecs_request(
+                request, target[len(ECS_TARGET_PREFIX) :]
+            )
         elif raw_path.startswith("/clusters/"):
             status, content_type, payload, extra = self._eks_request(request)
         elif raw_path in ("", "/"):
@@ -327,7 +329,9 @@ class AwsStandIn:
         with self.lock:
             issued = self.issued.get(signed.access_key_id)
         if issued is None:
-            raise AwsError(403, "InvalidClientTokenId", "The security token included in the request is invalid.")
+            raise AwsError(
+                403, "InvalidClientTokenId", "The security token included in the request is invalid."
+            )
         if time.time() >= issued.expires_at:
             raise AwsError(400, "ExpiredToken", "The security token included in the request is expired")
         try:
@@ -379,7 +383,9 @@ class AwsStandIn:
                     "Account": caller.role.account,
                 }
             else:
-                raise AwsError(400, "InvalidAction", f"Could not find operation {action} for version 2011-06-15")
+                raise AwsError(
+                    400, "InvalidAction", f"Could not find operation {action} for version 2011-06-15"
+                )
         except AwsError as exc:
             self._record("sts", action, exc.status, caller)
             return _sts_error(exc, as_json)
@@ -393,7 +399,9 @@ class AwsStandIn:
         with self.lock:
             self.presented_tokens.append(token)
         if not 2 <= len(session_name) <= 64 or any(c not in _SESSION_CHARACTERS for c in session_name):
-            raise AwsError(400, "ValidationError", "1 validation error detected: Value at 'roleSessionName' failed")
+            raise AwsError(
+                400, "ValidationError", "1 validation error detected: Value at 'roleSessionName' failed"
+            )
         try:
             issuer = jwt.decode(token, options={"verify_signature": False}).get("iss")
         except jwt.InvalidTokenError as exc:
@@ -408,7 +416,9 @@ class AwsStandIn:
         try:
             claims = provider.verify(token)
         except jwt.ExpiredSignatureError as exc:
-            raise AwsError(400, "ExpiredTokenException", "Token expired: the token's exp is in the past") from exc
+            raise AwsError(
+                400, "ExpiredTokenException", "Token expired: the token's exp is in the past"
+            ) from exc
         except jwt.InvalidAudienceError as exc:
             raise AwsError(400, "InvalidIdentityToken", "Incorrect token audience") from exc
         except jwt.InvalidTokenError as exc:
@@ -612,7 +622,9 @@ def _xml(value: Any, tag: str) -> str:
 def _sts_answer(action: str, result: dict[str, Any], as_json: bool) -> _Answer:
     request_id = str(uuid.uuid4())
     if as_json:
-        body = {f"{action}Response": {f"{action}Result": result, "ResponseMetadata": {"RequestId": request_id}}}
+        body = {
+            f"{action}Response": {f"{action}Result": result, "ResponseMetadata": {"RequestId": request_id}}
+        }
         return 200, "application/json", json.dumps(body).encode(), {}
     inner = _xml(result, f"{action}Result") + _xml({"RequestId": request_id}, "ResponseMetadata")
     text = f'<{action}Response xmlns="{STS_NAMESPACE}">{inner}</{action}Response>'
@@ -623,6 +635,12 @@ def _sts_error(exc: AwsError, as_json: bool) -> _Answer:
     error = {"Type": "Sender", "Code": exc.code, "Message": exc.message}
     request_id = str(uuid.uuid4())
     if as_json:
-        return exc.status, "application/json", json.dumps({"Error": error, "RequestId": request_id}).encode(), {}
-    text = f'<ErrorResponse xmlns="{STS_NAMESPACE}">{_xml(error, "Error")}<RequestId>{request_id}</RequestId></ErrorResponse>'
+        return (
+            exc.status,
+            "application/json",
+            json.dumps({"Error": error, "RequestId": request_id}).encode(),
+            {},
+        )
+    inner = _xml(error, "Error") + _xml(request_id, "RequestId")
+    text = f'<ErrorResponse xmlns="{STS_NAMESPACE}">{inner}</ErrorResponse>'
     return exc.status, "text/xml", text.encode(), {}

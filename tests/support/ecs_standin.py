@@ -49,6 +49,10 @@ FARGATE_SIZES = {
     "4096": {str(m) for m in range(8192, 30721, 1024)},
 }
 _FAMILY = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_SECRETS_FAILED = (
+    "ResourceInitializationError: unable to pull secrets or registry auth: execution resource retrieval "
+    "failed: unable to retrieve secret from"
+)
 Authorize = Callable[[str, str], None]
 
 
@@ -129,7 +133,8 @@ class Task:
     def describe(self, *, tags: bool) -> dict[str, Any]:
         task_id = self.arn.rsplit("/", 1)[-1]
         container: dict[str, Any] = {
-            "containerArn": f"{self.arn.replace(':task/', ':container/')}/{uuid.uuid5(uuid.NAMESPACE_URL, self.arn)}",
+            "containerArn": f"{self.arn.replace(':task/', ':container/')}/"
+            f"{uuid.uuid5(uuid.NAMESPACE_URL, self.arn)}",
             "taskArn": self.arn,
             "name": self.container["name"],
             "image": self.container["image"],
@@ -300,7 +305,10 @@ class EcsStandIn:
             return
         task.exit_code = 128 - code if code < 0 else code
         if task.stop_code is None:
-            task.stop_code, task.stopped_reason = "EssentialContainerExited", "Essential container in task exited"
+            task.stop_code, task.stopped_reason = (
+                "EssentialContainerExited",
+                "Essential container in task exited",
+            )
         task.desired_status = "STOPPED"
         self._stopped(task, now)
 
@@ -314,8 +322,8 @@ class EcsStandIn:
         if image is None:
             self._fail_start(
                 task,
-                f"CannotPullContainerError: pull image manifest has been retried 7 time(s): failed to resolve "
-                f"ref {container['image']}: {container['image']}: not found",
+                "CannotPullContainerError: pull image manifest has been retried 7 time(s): failed to "
+                f"resolve ref {container['image']}: {container['image']}: not found",
                 now,
             )
             return
@@ -376,22 +384,22 @@ class EcsStandIn:
         for secret in secrets:
             arn = secret["valueFrom"]
             service, action = (
-                ("asm", "secretsmanager:GetSecretValue") if ":secretsmanager:" in arn else ("ssm", "ssm:GetParameters")
+                ("asm", "secretsmanager:GetSecretValue")
+                if ":secretsmanager:" in arn
+                else ("ssm", "ssm:GetParameters")
             )
             if role is None or not role.allows(action):
                 who = f"arn:aws:sts::{self.account}:assumed-role/{execution_arn.rsplit('/', 1)[-1]}/{task_id}"
                 raise EcsError(
                     "ResourceInitializationError",
-                    f"ResourceInitializationError: unable to pull secrets or registry auth: execution resource "
-                    f"retrieval failed: unable to retrieve secret from {service}: AccessDeniedException: User: "
-                    f"{who} is not authorized to perform: {action} on resource: {arn}",
+                    f"{_SECRETS_FAILED} {service}: AccessDeniedException: User: {who} is not authorized to "
+                    f"perform: {action} on resource: {arn}",
                 )
             if arn not in self.secrets:
                 raise EcsError(
                     "ResourceInitializationError",
-                    f"ResourceInitializationError: unable to pull secrets or registry auth: execution resource "
-                    f"retrieval failed: unable to retrieve secret from {service}: ResourceNotFoundException: "
-                    f"Secrets Manager can't find the specified secret. ({arn})",
+                    f"{_SECRETS_FAILED} {service}: ResourceNotFoundException: Secrets Manager can't find "
+                    f"the specified secret. ({arn})",
                 )
             values[secret["name"]] = self.secrets[arn]
         return values
@@ -414,7 +422,9 @@ class EcsStandIn:
 
     # --- requests ------------------------------------------------------------------------------------
 
-    def handle(self, action: str, params: dict[str, Any], *, region: str, authorize: Authorize) -> dict[str, Any]:
+    def handle(
+        self, action: str, params: dict[str, Any], *, region: str, authorize: Authorize
+    ) -> dict[str, Any]:
         """Serve one action; EcsError for ECS's errors (``authorize`` raises its own)."""
         handlers: dict[str, Callable[[dict[str, Any], str, Authorize], dict[str, Any]]] = {
             "RegisterTaskDefinition": self._register,
@@ -471,12 +481,14 @@ class EcsStandIn:
             cpu, memory = str(params.get("cpu", "")), str(params.get("memory", ""))
             if memory not in FARGATE_SIZES.get(cpu, set()):
                 raise EcsError(
-                    "ClientException", "No Fargate configuration exists for given values: " f"{cpu} CPU, {memory} memory."
+                    "ClientException",
+                    f"No Fargate configuration exists for given values: {cpu} CPU, {memory} memory.",
                 )
         if any(c.get("secrets") for c in containers) and not params.get("executionRoleArn"):
             raise EcsError(
                 "ClientException",
-                "When you are specifying container secrets, you must also specify a value for 'executionRoleArn'.",
+                "When you are specifying container secrets, you must also specify a value for "
+                "'executionRoleArn'.",
             )
         revisions = self.definitions.setdefault((region, family), [])
         body = {k: v for k, v in params.items() if k != "tags"}
@@ -486,7 +498,9 @@ class EcsStandIn:
         revisions.append(definition)
         return {"taskDefinition": definition.describe(), "tags": definition.tags}
 
-    def _describe_definition(self, params: dict[str, Any], region: str, authorize: Authorize) -> dict[str, Any]:
+    def _describe_definition(
+        self, params: dict[str, Any], region: str, authorize: Authorize
+    ) -> dict[str, Any]:
         reference = str(params.get("taskDefinition", ""))
         authorize("ecs:DescribeTaskDefinition", "*")
         definition = self._definition(reference, region)
@@ -522,38 +536,7 @@ class EcsStandIn:
             earlier = [t for t in self.tasks.values() if t.client_token == token and t.region == region]
             if earlier:
                 return {"tasks": [t.describe(tags=True) for t in earlier], "failures": []}
-        if params.get("launchType") == "FARGATE" and "FARGATE" not in (
-            definition.body.get("requiresCompatibilities") or []
-        ):
-            raise EcsError("InvalidParameterException", "Task definition does not support launch_type FARGATE.")
-        vpc = (params.get("networkConfiguration") or {}).get("awsvpcConfiguration") or {}
-        if definition.body.get("networkMode") == "awsvpc" and not vpc:
-            raise EcsError(
-                "InvalidParameterException",
-                "Network Configuration must be provided when networkMode 'awsvpc' is specified.",
-            )
-        if not vpc.get("subnets"):
-            raise EcsError("InvalidParameterException", "subnets can not be empty.")
-        names = {c["name"] for c in definition.body["containerDefinitions"]}
-        for override in (params.get("overrides") or {}).get("containerOverrides") or []:
-            if override.get("name") not in names:
-                raise EcsError(
-                    "InvalidParameterException",
-                    f"Override for container named {override.get('name')} is not a container in the TaskDefinition.",
-                )
-        for key in ("executionRoleArn", "taskRoleArn"):
-            role_arn = definition.body.get(key)
-            if not role_arn:
-                continue
-            authorize("iam:PassRole", role_arn)
-            role = self.roles.get(role_arn)
-            if role is None or not role.ecs_tasks:
-                raise EcsError(
-                    "ClientException",
-                    f"ECS was unable to assume the role '{role_arn}' that was provided for this task. Please "
-                    "verify that the role being passed has the proper trust relationship and permissions and "
-                    "that your IAM user has permissions to pass this role.",
-                )
+        vpc = self._check_run(params, definition, authorize)
         tags = list(params.get("tags") or [])
         count = int(params.get("count") or 1)
         if not 1 <= count <= 10:
@@ -579,6 +562,47 @@ class EcsStandIn:
             self.tasks[arn] = task
             started.append(task.describe(tags=True))
         return {"tasks": started, "failures": []}
+
+    def _check_run(
+        self, params: Mapping[str, Any], definition: TaskDefinition, authorize: Authorize
+    ) -> dict[str, Any]:
+        """RunTask's checks of the launch type, network, overrides and roles; the awsvpc configuration."""
+        if params.get("launchType") == "FARGATE" and "FARGATE" not in (
+            definition.body.get("requiresCompatibilities") or []
+        ):
+            raise EcsError(
+                "InvalidParameterException", "Task definition does not support launch_type FARGATE."
+            )
+        vpc = (params.get("networkConfiguration") or {}).get("awsvpcConfiguration") or {}
+        if definition.body.get("networkMode") == "awsvpc" and not vpc:
+            raise EcsError(
+                "InvalidParameterException",
+                "Network Configuration must be provided when networkMode 'awsvpc' is specified.",
+            )
+        if not vpc.get("subnets"):
+            raise EcsError("InvalidParameterException", "subnets can not be empty.")
+        names = {c["name"] for c in definition.body["containerDefinitions"]}
+        for override in (params.get("overrides") or {}).get("containerOverrides") or []:
+            if override.get("name") not in names:
+                raise EcsError(
+                    "InvalidParameterException",
+                    f"Override for container named {override.get('name')} is not a container in the "
+                    "TaskDefinition.",
+                )
+        for key in ("executionRoleArn", "taskRoleArn"):
+            role_arn = definition.body.get(key)
+            if not role_arn:
+                continue
+            authorize("iam:PassRole", role_arn)
+            role = self.roles.get(role_arn)
+            if role is None or not role.ecs_tasks:
+                raise EcsError(
+                    "ClientException",
+                    f"ECS was unable to assume the role '{role_arn}' that was provided for this task. Please "
+                    "verify that the role being passed has the proper trust relationship and permissions and "
+                    "that your IAM user has permissions to pass this role.",
+                )
+        return dict(vpc)
 
     def _list_tasks(self, params: dict[str, Any], region: str, authorize: Authorize) -> dict[str, Any]:
         _, cluster_arn = self._cluster(params, region)

@@ -62,7 +62,14 @@ def parse(method: str, raw_query: str, headers: Mapping[str, str]) -> Signed:
         except (KeyError, ValueError) as exc:
             raise SignatureError("IncompleteSignature", "the presigned URL is incomplete") from exc
         return Signed(
-            key, date, region, service, signed, query["X-Amz-Signature"], expires, query.get("X-Amz-Security-Token")
+            key,
+            date,
+            region,
+            service,
+            signed,
+            query["X-Amz-Signature"],
+            expires,
+            query.get("X-Amz-Security-Token"),
         )
     authorization = headers.get("authorization", "")
     if not authorization:
@@ -137,7 +144,9 @@ def verify(
     missing = [name for name in signed.signed_headers if name not in present]
     if missing:
         raise SignatureError("SignatureDoesNotMatch", f"signed headers missing from the request: {missing}")
-    query = "&".join(part for part in raw_query.split("&") if part and not part.startswith("X-Amz-Signature="))
+    query = "&".join(
+        part for part in raw_query.split("&") if part and not part.startswith("X-Amz-Signature=")
+    )
     url = f"{scheme}://{host}{raw_path}" + (f"?{query}" if query else "")
     request = AWSRequest(
         method=method, url=url, data=body, headers={name: present[name] for name in signed.signed_headers}

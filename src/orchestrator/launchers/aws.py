@@ -38,9 +38,11 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionError as BotoConnectionError,
     HTTPClientError,
     ParamValidationError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
 )
 from botocore.parsers import ResponseParserError
 
@@ -129,15 +131,16 @@ def fail(message: str, *, retryable: bool, cause: BaseException | None = None) -
     raise error from cause
 
 
-def scrubbed(text: str, secrets: Iterable[str]) -> str:
-    """``text`` shortened to one printable line, every secret in it replaced."""
+def scrubbed(text: str, secrets: Iterable[str], *, limit: int = MAX_MESSAGE) -> str:
+    """``text`` shortened to one printable line of at most ``limit`` characters, every secret in it
+    replaced."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
     cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    if len(cleaned) <= MAX_MESSAGE:
+    if len(cleaned) <= limit:
         return cleaned
-    return cleaned[: MAX_MESSAGE - 1] + "…"
+    return cleaned[: limit - 1] + "…"
 
 
 def error_code(exc: ClientError) -> str:

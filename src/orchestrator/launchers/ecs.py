@@ -68,8 +68,12 @@ RUNNER_TAG: Final = "PlatformOrchestratorRunnerId"
 MANAGED_BY_TAG: Final = "ManagedBy"
 MANAGED_BY: Final = "platform-orchestrator"
 STOP_REASON: Final = "stopped by the platform orchestrator"
+#: ECS's stop reasons name the failing call and resource at their end: quoted up to this length.
+MAX_STOP_REASON: Final = 1024
 _FAMILY_CHARACTER: Final = re.compile(r"[^A-Za-z0-9_-]")
-_TASK_ARN: Final = re.compile(r"^arn:aws[a-z-]*:ecs:(?P<region>[^:]+):[0-9]{12}:task/(?P<cluster>[^/]+)/[^/]+$")
+_TASK_ARN: Final = re.compile(
+    r"^arn:aws[a-z-]*:ecs:(?P<region>[^:]+):[0-9]{12}:task/(?P<cluster>[^/]+)/[^/]+$"
+)
 
 
 def task_family(org_id: str, env_uuid: str) -> str:
@@ -190,7 +194,9 @@ def _tag(task: Mapping[str, Any], key: str) -> str | None:
 
 def _main(task: Mapping[str, Any]) -> Mapping[str, Any]:
     containers = task.get("containers") or []
-    return next((c for c in containers if c.get("name") == JOB_CONTAINER), containers[0] if containers else {})
+    return next(
+        (c for c in containers if c.get("name") == JOB_CONTAINER), containers[0] if containers else {}
+    )
 
 
 def task_status(task: Mapping[str, Any]) -> RunStatus:
@@ -205,7 +211,7 @@ def task_status(task: Mapping[str, Any]) -> RunStatus:
     reasons = [str(task.get("stoppedReason") or "").strip(), str(main.get("reason") or "").strip()]
     detail = "; ".join(dict.fromkeys(r for r in reasons if r)) or None
     if detail is not None:
-        detail = f"ECS stopped the task: {aws.scrubbed(detail, ())}"
+        detail = f"ECS stopped the task: {aws.scrubbed(detail, (), limit=MAX_STOP_REASON)}"
     return RunStatus(
         state=RunState.EXITED, exit_code=exit_code if isinstance(exit_code, int) else None, detail=detail
     )
@@ -272,7 +278,10 @@ class EcsLauncher:
                 aws.scrubbed(f"{f.get('arn', '')} {f.get('reason', '')} {f.get('detail', '')}", (token,))
                 for f in answer.get("failures") or []
             )
-            aws.fail(f"ECS started no task in cluster {job.cluster}: {failures or 'no reason given'}", retryable=True)
+            aws.fail(
+                f"ECS started no task in cluster {job.cluster}: {failures or 'no reason given'}",
+                retryable=True,
+            )
         return f"ecs:{tasks[0]['taskArn']}"
 
     async def _find(self, job: ServerlessEcsRunnerJob, deployment_id: str) -> str | None:

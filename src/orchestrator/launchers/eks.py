@@ -27,7 +27,7 @@ from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
 from orchestrator.protocol.launch import RunSpec
 
-__all__ = ["ClusterAccessSource", "CloudKubernetesLauncher", "EksClusterAccess"]
+__all__ = ["CloudKubernetesLauncher", "ClusterAccessSource", "EksClusterAccess"]
 
 #: Cluster states in which the API server answers.
 SERVING: Final = frozenset({"ACTIVE", "UPDATING"})
