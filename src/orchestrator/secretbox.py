@@ -1,7 +1,9 @@
 """Encryption of secrets at rest with the server key (AES-256-GCM).
 
-A sealed value is ``v1.<base64url(nonce ‖ ciphertext)>``; the context (for example ``runner:org/id``) is
-bound as associated data, so a sealed value copied to another row does not open.
+A sealed value is ``v1.<base64url(nonce ‖ ciphertext)>``; a sealed object (``seal_bytes``: bundles, which may
+be large) is ``SEALED_OBJECT_MAGIC ‖ nonce ‖ ciphertext``. The context (for example ``runner:org/id``) is
+bound as associated data, so a sealed value copied to another row, or an object to another key, does not
+open.
 
 The database records a key check value of the server key (:func:`key_check_value`, never the key), so that a
 server started with another key is refused at start, instead of failing on every sealed value later.
@@ -23,6 +25,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from orchestrator.errors import ConfigurationError, SealedValueError
 
 _PREFIX = "v1."
+#: The first bytes of an object sealed with ``seal_bytes`` (no gzip or tar file starts so).
+SEALED_OBJECT_MAGIC = b"PO-SEALED-v1\n"
 KEY_FILE_NAME = "server.key"
 _KEY_CHECK_LABEL = b"po-key-check-v1"
 
@@ -53,6 +57,24 @@ class SecretBox:
         except (InvalidTag, ValueError, binascii.Error) as exc:
             raise SealedValueError(
                 f"the stored secret of {context} does not open with the server key "
+                "(it was sealed under another key, or damaged)"
+            ) from exc
+
+    def seal_bytes(self, plaintext: bytes, *, context: str) -> bytes:
+        """``plaintext`` sealed as an object: no base64 (bundles), ``SEALED_OBJECT_MAGIC`` first."""
+        nonce = os.urandom(12)
+        return SEALED_OBJECT_MAGIC + nonce + self._aead.encrypt(nonce, plaintext, context.encode())
+
+    def open_bytes(self, sealed: bytes, *, context: str) -> bytes:
+        """The plaintext of ``seal_bytes``; SealedValueError (naming ``context``) if it does not open."""
+        if not sealed.startswith(SEALED_OBJECT_MAGIC):
+            raise SealedValueError(f"the stored object of {context} is not sealed")
+        data = sealed[len(SEALED_OBJECT_MAGIC) :]
+        try:
+            return self._aead.decrypt(data[:12], data[12:], context.encode())
+        except (InvalidTag, ValueError) as exc:
+            raise SealedValueError(
+                f"the stored object of {context} does not open with the server key "
                 "(it was sealed under another key, or damaged)"
             ) from exc
 

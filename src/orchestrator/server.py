@@ -34,6 +34,7 @@ from orchestrator.api import (
     resource_types,
     runner_rules,
     runners,
+    well_known,
 )
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
@@ -48,6 +49,8 @@ from orchestrator.gateway import receipts
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.agent_gateway import AgentGateway
 from orchestrator.gateway.long_poll import LongPollMiddleware
+from orchestrator.identity import documents as identity_documents
+from orchestrator.identity.issuer import WorkloadIssuer
 from orchestrator.launchers import run_user
 from orchestrator.launchers.base import Launcher, LaunchError, LaunchTarget
 from orchestrator.launchers.local import LocalLauncher
@@ -71,16 +74,22 @@ API_DESCRIPTION = (
     "The orchestrator's API (`/orgs/...`) and its runner gateway (`/runner-gateway/v1/...`). Each operation "
     "names the credentials it needs (Authorize: an API token for the API; a deployment token, the state "
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
-    "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json` and `/docs` "
-    "need no credentials."
+    "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json`, `/docs` and "
+    "the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) need no "
+    "credentials."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
 BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
 
 
-def launcher_for(settings: ServerSettings, local: LocalLauncher, target: LaunchTarget) -> Launcher | None:
-    """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported."""
+def launcher_for(
+    settings: ServerSettings, local: LocalLauncher, issuer: WorkloadIssuer, target: LaunchTarget
+) -> Launcher | None:
+    """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported.
+
+    The cloud types authenticate with the runner's workload identity, ``issuer.identity(target.subject)``
+    (short-lived OIDC tokens exchanged at the cloud's STS): no long-lived cloud credential is stored."""
     runner_type, config = target.runner_type, target.configuration
     connection = config.get("connection")
     if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
@@ -243,6 +252,13 @@ def create_app(
                         token_hash=hash_token(api_key, settings.bootstrap_token.get_secret_value()),
                     )
             box = SecretBox(key)
+            issuer = WorkloadIssuer(engine, box, settings)
+            if not identity_documents.is_https(issuer.issuer):
+                log.warning(
+                    "the OIDC issuer's URL (PO_PUBLIC_URL) is not https: clouds refuse its tokens, so "
+                    "runners of the types GKE, EKS, AKS and ECS cannot authenticate",
+                    issuer=issuer.issuer,
+                )
             async with engine.begin() as conn:
                 await catalogue.seal_clear_provider_configurations(conn, box)
             token_key = deployment_tokens.token_key(key)
@@ -261,7 +277,7 @@ def create_app(
                 blobs=blobs,
                 token_key=token_key,
                 gateway_url=settings.resolved_public_url,
-                launcher_for=partial(launcher_for, settings, local),
+                launcher_for=partial(launcher_for, settings, local, issuer),
                 on_final=notifier.notify,
                 settings=DispatchSettings(
                     check_interval_seconds=settings.status_check_interval_seconds,
@@ -285,6 +301,7 @@ def create_app(
                     box=box,
                 ),
                 wake_dispatcher=dispatcher.wake,
+                issuer=issuer,
             )
             app.state.dispatcher = dispatcher
             app.state.agent_gateway = agent_gateway
@@ -354,6 +371,7 @@ def create_app(
         gateway_deployments.router,
         gateway_commands.router,
         gateway_state.router,
+        well_known.router(settings.resolved_public_url),
     )
     # Outermost of ours: text no database can hold is refused before anything reads it (authentication
     # included).

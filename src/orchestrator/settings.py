@@ -149,6 +149,22 @@ class ServerSettings(BaseSettings):
     agent_presence_interval_seconds: float = Field(
         default=15.0, ge=0, description="How often agents' last poll times are written (GET runner status)."
     )
+    # Workload identity: the server as an OIDC issuer (``identity/``).
+    oidc_key_rotation_seconds: float = Field(
+        default=86400.0,
+        ge=3600,
+        description=(
+            "A new signing key of the OIDC issuer signs this often; it is published in the JWKS an hour "
+            "before (or half this period if shorter), and a retired key stays published until every token "
+            "it signed has expired."
+        ),
+    )
+    workload_token_lifetime_seconds: int = Field(
+        default=600,
+        ge=60,
+        le=3600,
+        description="Lifetime of the OIDC tokens minted for the cloud runner types (GKE, EKS, AKS, ECS).",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
     @field_validator("listen")

@@ -534,7 +534,7 @@ def test_object_store_s3__bundles_and_logs_live_in_the_bucket(
 
     assert_succeeded(deployment)
     keys = s3_keys(s3, bucket)
-    assert f"po/bundles/acme/{deployment['id']}.tar.gz" in keys, keys
+    assert f"po/bundles/acme/{deployment['id']}.tar.gz.sealed" in keys, keys
     assert any(key.startswith("po/logs/") and deployment["id"] in key for key in keys), keys
     assert all(key.startswith("po/") for key in keys), keys
     assert 200 == logs.status_code, logs.text

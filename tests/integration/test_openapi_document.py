@@ -67,7 +67,14 @@ async def test_openapi__each_operation_names_its_credentials(document: dict[str,
     found = {(method, path): op["security"] for method, path, op in operations(document)}
     public = {path for (_, path), security in found.items() if security == []}
 
-    assert {"/healthz", "/runner-compatibility", "/openapi.json", "/docs"} == public
+    assert {
+        "/healthz",
+        "/runner-compatibility",
+        "/openapi.json",
+        "/docs",
+        "/.well-known/openid-configuration",
+        "/.well-known/jwks",
+    } == public
     assert {} == {
         key: security
         for key, security in found.items()

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator import compiler
 from orchestrator.blobs import BlobStore
-from orchestrator.dispatch import env_catalogue, links
+from orchestrator.dispatch import bundles, env_catalogue, links
 from orchestrator.domain import provider_secrets
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -30,6 +30,7 @@ from orchestrator.domain.deployments import (
 from orchestrator.domain.entities import Environment, Runner
 from orchestrator.domain.module_rules import Placement
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
+from orchestrator.secretbox import SecretBox
 from orchestrator.store import deployments as store
 from orchestrator.store import projects as project_store
 from orchestrator.store import resource_types as resource_type_store
@@ -79,8 +80,8 @@ class Context:
     blobs: BlobStore
     public_url: str
     timeout: timedelta
-    #: Opens module providers' sealed configurations for the compiler.
-    box: provider_secrets.Box
+    #: Opens module providers' sealed configurations for the compiler, seals bundles.
+    box: SecretBox
 
 
 def _digest(*parts: str) -> str:
@@ -236,8 +237,7 @@ async def create(
             tf=compiled.main_tf,
         )
     deployment_id = uuid.uuid4()
-    bundle_key = f"bundles/{org_id}/{deployment_id}.tar.gz"
-    await ctx.blobs.put(bundle_key, compiler.build_bundle(compiled))
+    bundle_key = await bundles.put(ctx.blobs, ctx.box, org_id, deployment_id, compiler.build_bundle(compiled))
     deployment = await store.insert(
         conn,
         {
@@ -277,14 +277,13 @@ async def create_destroy(
         return None
     if await store.executing_in_env(conn, env.uuid) is not None:
         raise ConflictError(f"a deployment is already executing in environment '{env.project_id}/{env.id}'")
-    bundle = await ctx.blobs.get(last.bundle_key)
+    bundle = await bundles.get(ctx.blobs, ctx.box, last.org_id, last.id, last.bundle_key)
     if bundle is None:
         raise ConflictError(
             f"the code of deployment '{last.id}' is no longer stored; delete the environment with force=true"
         )
     deployment_id = uuid.uuid4()
-    bundle_key = f"bundles/{env.org_id}/{deployment_id}.tar.gz"
-    await ctx.blobs.put(bundle_key, bundle)
+    bundle_key = await bundles.put(ctx.blobs, ctx.box, env.org_id, deployment_id, bundle)
     values = {
         column: getattr(last, column)
         for column in ("org_id", "project_id", "env_id", "env_uuid", "runner_id", "manifest", "tf", "graph")

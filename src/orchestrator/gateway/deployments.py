@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
 from orchestrator import deployment_tokens
-from orchestrator.dispatch import errored_states
+from orchestrator.dispatch import bundles, errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.errors import (
@@ -141,7 +141,7 @@ async def get_bundle(
         raise NotFoundError(
             f"deployment '{deployment_id}' is {deployment.status}: its bundle is not available"
         )
-    data = await svc.blobs.get(deployment.bundle_key)
+    data = await bundles.get(svc.blobs, svc.box, org_id, deployment_id, deployment.bundle_key)
     if data is None:
         raise NotFoundError(f"the bundle of deployment '{deployment_id}' is not available")
     return Response(data, media_type="application/gzip", headers={"Cache-Control": "no-store"})

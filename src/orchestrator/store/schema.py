@@ -493,3 +493,20 @@ key_checks = sa.Table(
     sa.Column("check_value", sa.String(64), nullable=False),
     _ts("created_at"),
 )
+
+# The OIDC issuer's signing keys (``identity/``): every key here is published in the JWKS. ``generation``
+# numbers them in order; its uniqueness makes replicas that create the next key at once agree on one. The
+# private key is sealed with the server key (context ``signing-key:<kid>``), never stored in clear.
+signing_keys = sa.Table(
+    "signing_keys",
+    metadata,
+    sa.Column("kid", sa.String(64), primary_key=True),
+    sa.Column("generation", sa.Integer(), nullable=False, unique=True),
+    sa.Column("algorithm", sa.String(10), nullable=False),
+    # The public key as a JWK (JSON text): what the JWKS publishes.
+    sa.Column("public_jwk", sa.Text(), nullable=False),
+    sa.Column("private_key_sealed", sa.Text(), nullable=False),
+    _ts("created_at"),
+    # From when it signs (published before, so that relying parties' cached JWKS already hold it).
+    _ts("signs_from"),
+)

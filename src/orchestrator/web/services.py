@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import creation
+from orchestrator.identity.issuer import WorkloadIssuer
 from orchestrator.notify import Notifier
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
@@ -34,6 +35,8 @@ class Services:
     creation: creation.Context
     #: Tells the dispatcher that a deployment was committed.
     wake_dispatcher: Callable[[], None]
+    #: The OIDC issuer of the runners' workload identity tokens, and of the documents it publishes.
+    issuer: WorkloadIssuer
 
 
 def services(request: Request) -> Services:
