@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pydantic
 import structlog
@@ -41,7 +42,7 @@ from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import catalogue, creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
-from orchestrator.domain.runner_types import K8sRunnerConfiguration
+from orchestrator.domain.runner_types import K8sEksRunnerConfiguration, K8sRunnerConfiguration
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
@@ -65,6 +66,9 @@ from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.services import Services
 
+if TYPE_CHECKING:
+    from orchestrator.launchers import aws as aws_launchers
+
 log = structlog.get_logger(__name__)
 
 #: The signals that stop ``orchestrator serve`` gracefully.
@@ -84,7 +88,12 @@ BOOTSTRAP_TOKEN_ID = uuid.UUID("00000000-0000-0000-0000-0000000000b0")
 
 
 def launcher_for(
-    settings: ServerSettings, local: LocalLauncher, issuer: WorkloadIssuer, target: LaunchTarget
+    settings: ServerSettings,
+    local: LocalLauncher,
+    issuer: WorkloadIssuer,
+    target: LaunchTarget,
+    *,
+    aws: aws_launchers.AwsClients | None = None,
 ) -> Launcher | None:
     """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported.
 
@@ -96,7 +105,43 @@ def launcher_for(
         return local if settings.allow_local_runners else None
     if runner_type == "kubernetes":
         return _kubernetes_launcher(settings, config)
+    if runner_type in ("kubernetes-eks", "serverless-ecs") and aws is not None:
+        return _aws_launcher(settings, issuer, aws, target)
     return None
+
+
+def aws_clients(settings: ServerSettings) -> aws_launchers.AwsClients | None:
+    """The server's AWS clients (one credential cache for all its runners), on the endpoints of the
+    ``PO_AWS_*_URL`` settings; None without botocore (the ``server`` extra)."""
+    try:
+        from orchestrator.launchers import aws  # botocore: imported only when the server runs
+    except ImportError:
+        return None
+    endpoints = aws.AwsEndpoints(sts=settings.aws_sts_url, eks=settings.aws_eks_url, ecs=settings.aws_ecs_url)
+    return aws.AwsClients(endpoints)
+
+
+def _aws_launcher(
+    settings: ServerSettings, issuer: WorkloadIssuer, clients: aws_launchers.AwsClients, target: LaunchTarget
+) -> Launcher | None:
+    """The launcher of a ``kubernetes-eks`` runner (None without the ``kubernetes`` extra) or a
+    ``serverless-ecs`` runner, with the runner's workload identity."""
+    identity = issuer.identity(target.subject)
+    if target.runner_type == "serverless-ecs":
+        from orchestrator.launchers import ecs
+
+        return ecs.EcsLauncher(target, identity=identity, clients=clients)
+    try:
+        from orchestrator.launchers import eks  # lightkube: the optional extra
+    except ImportError:
+        return None
+    try:
+        parsed = K8sEksRunnerConfiguration.model_validate(target.configuration)
+    except pydantic.ValidationError:
+        return None
+    return eks.eks_launcher(
+        target, parsed.cluster, identity=identity, clients=clients, egress=settings.runner_egress
+    )
 
 
 def local_launcher(settings: ServerSettings) -> LocalLauncher:
@@ -277,7 +322,7 @@ def create_app(
                 blobs=blobs,
                 token_key=token_key,
                 gateway_url=settings.resolved_public_url,
-                launcher_for=partial(launcher_for, settings, local, issuer),
+                launcher_for=partial(launcher_for, settings, local, issuer, aws=aws_clients(settings)),
                 on_final=notifier.notify,
                 settings=DispatchSettings(
                     check_interval_seconds=settings.status_check_interval_seconds,

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.blobs.location import parse_object_store_url
@@ -165,6 +165,18 @@ class ServerSettings(BaseSettings):
         le=3600,
         description="Lifetime of the OIDC tokens minted for the cloud runner types (GKE, EKS, AKS, ECS).",
     )
+    # The AWS runner types (kubernetes-eks, serverless-ecs): endpoints for tests and private endpoints.
+    aws_sts_url: str | None = Field(
+        default=None,
+        description="Endpoint of AWS STS (role assumption by web identity, EKS tokens). Default: STS's "
+        "regional endpoint.",
+    )
+    aws_eks_url: str | None = Field(
+        default=None, description="Endpoint of the EKS API (DescribeCluster). Default: EKS's regional one."
+    )
+    aws_ecs_url: str | None = Field(
+        default=None, description="Endpoint of the ECS API (tasks). Default: ECS's regional one."
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
     @field_validator("listen")
@@ -189,6 +201,15 @@ class ServerSettings(BaseSettings):
     def _check_object_store_url(cls, value: str | None) -> str | None:
         if value:
             parse_object_store_url(value)
+        return value or None
+
+    @field_validator("aws_sts_url", "aws_eks_url", "aws_ecs_url")
+    @classmethod
+    def _check_aws_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"PO_{str(info.field_name).upper()} must be an http(s) URL")
         return value or None
 
     @field_validator("object_store_endpoint")
