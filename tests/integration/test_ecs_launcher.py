@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.launchers import aws
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
-from orchestrator.launchers.ecs import DEPLOYMENT_TAG, EcsLauncher, render_task_definition, task_family
+from orchestrator.launchers.ecs import DEPLOYMENT_TAG, EcsLauncher, task_family
 from tests.support.aws_launcher import (
     ECS_CLUSTER,
     ENV_UUID,
@@ -218,18 +218,6 @@ async def test_launch__next_deployment_reuses_the_task_definition(
     revisions = [t.definition.revision for t in standin.ecs.all_tasks()]
     assert revisions == [1, 1, 2]
     assert [d.revision for d in standin.ecs.task_definitions(FAMILY, REGION)] == [1, 2]
-
-
-def test_render_task_definition__default_image_and_no_task_role(out_dir: Path) -> None:
-    configuration = ecs_configuration(out_dir, image=None, task_role_arn=None, secrets={})
-    from orchestrator.domain.runner_types import ServerlessEcsRunnerConfiguration
-
-    job = ServerlessEcsRunnerConfiguration.model_validate(configuration).job
-    definition = render_task_definition(make_spec(RUNNER, configuration), job, "registry.example/runner:9")
-
-    (container,) = definition["containerDefinitions"]
-    assert container["image"] == "registry.example/runner:9"
-    assert "secrets" not in container and "taskRoleArn" not in definition
 
 
 # --- status and cancel ----------------------------------------------------------------------------------

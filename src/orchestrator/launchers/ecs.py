@@ -49,8 +49,11 @@ __all__ = [
     "EcsLauncher",
     "parse_handle",
     "render_overrides",
+    "render_run_task",
     "render_task_definition",
+    "same_definition",
     "task_family",
+    "task_status",
 ]
 
 #: Upstream's ".5 vCPU" and "1 GB", in the units ECS answers with.
@@ -151,7 +154,7 @@ def render_run_task(spec: RunSpec, job: ServerlessEcsRunnerJob, task_definition_
     }
 
 
-def _same_definition(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+def same_definition(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Whether a registered revision is the one ``wanted`` would register (ECS adds defaults of its own:
     only the fields we set are compared; lists of variables and secrets in any order)."""
     if existing.get("status") != "ACTIVE":
@@ -328,7 +331,7 @@ class EcsLauncher:
                 raise
             described = {}
         existing = described.get("taskDefinition") or {}
-        if existing and _same_definition(existing, wanted):
+        if existing and same_definition(existing, wanted):
             return str(existing["taskDefinitionArn"])
         registered = await self._call(
             job.region, f"register ECS task definition {family}", "register_task_definition", **wanted
