@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Final
 
 import structlog
+
+#: Libraries whose DEBUG lines print whole requests and answers (web identity tokens, AWS session tokens
+#: and credentials, signatures): held at INFO or above, whatever the level asked for.
+CHATTY: Final = ("botocore", "boto3", "s3transfer", "urllib3")
+
+
+def quiet_chatty_libraries() -> None:
+    """Keep the loggers of ``CHATTY`` at INFO or above (a level set higher stays)."""
+    for name in CHATTY:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logger.level, logging.INFO))
 
 
 def configure(level: str = "info", *, json: bool = False) -> None:
@@ -14,6 +26,7 @@ def configure(level: str = "info", *, json: bool = False) -> None:
     # asyncssh (the vm runner over SSH) logs every connection and command at INFO: its warnings only,
     # unless debugging.
     logging.getLogger("asyncssh").setLevel(numeric if numeric <= logging.DEBUG else logging.WARNING)
+    quiet_chatty_libraries()
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )

@@ -42,7 +42,11 @@ from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import catalogue, creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
-from orchestrator.domain.runner_types import K8sRunnerConfiguration, VmRunnerConfiguration
+from orchestrator.domain.runner_types import (
+    K8sEksRunnerConfiguration,
+    K8sRunnerConfiguration,
+    VmRunnerConfiguration,
+)
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
@@ -67,6 +71,7 @@ from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.services import Services
 
 if TYPE_CHECKING:
+    from orchestrator.launchers import aws as aws_launchers
     from orchestrator.launchers.kubernetes_cloud import AccessCache
 
 log = structlog.get_logger(__name__)
@@ -94,6 +99,7 @@ def launcher_for(
     target: LaunchTarget,
     *,
     access_cache: AccessCache | None = None,
+    aws: aws_launchers.AwsClients | None = None,
 ) -> Launcher | None:
     """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported.
 
@@ -111,6 +117,8 @@ def launcher_for(
         return _kubernetes_launcher(settings, config)
     if runner_type in ("kubernetes-gke", "kubernetes-aks"):
         return _cloud_kubernetes_launcher(settings, issuer, target, access_cache)
+    if runner_type in ("kubernetes-eks", "serverless-ecs") and aws is not None:
+        return _aws_launcher(settings, issuer, aws, target)
     return None
 
 
@@ -121,6 +129,40 @@ def cloud_access_cache() -> AccessCache | None:
     except ImportError:
         return None
     return AccessCache()
+
+
+def aws_clients(settings: ServerSettings) -> aws_launchers.AwsClients | None:
+    """The server's AWS clients (one credential cache for all its runners), on the endpoints of the
+    ``PO_AWS_*_URL`` settings; None without botocore (the ``server`` extra)."""
+    try:
+        from orchestrator.launchers import aws  # botocore: imported only when the server runs
+    except ImportError:
+        return None
+    endpoints = aws.AwsEndpoints(sts=settings.aws_sts_url, eks=settings.aws_eks_url, ecs=settings.aws_ecs_url)
+    return aws.AwsClients(endpoints)
+
+
+def _aws_launcher(
+    settings: ServerSettings, issuer: WorkloadIssuer, clients: aws_launchers.AwsClients, target: LaunchTarget
+) -> Launcher | None:
+    """The launcher of a ``kubernetes-eks`` runner (None without the ``kubernetes`` extra) or a
+    ``serverless-ecs`` runner, with the runner's workload identity."""
+    identity = issuer.identity(target.subject)
+    if target.runner_type == "serverless-ecs":
+        from orchestrator.launchers import ecs
+
+        return ecs.EcsLauncher(target, identity=identity, clients=clients)
+    try:
+        from orchestrator.launchers import eks  # lightkube: the optional extra
+    except ImportError:
+        return None
+    try:
+        parsed = K8sEksRunnerConfiguration.model_validate(target.configuration)
+    except pydantic.ValidationError:
+        return None
+    return eks.eks_launcher(
+        target, parsed.cluster, identity=identity, clients=clients, egress=settings.runner_egress
+    )
 
 
 def local_launcher(settings: ServerSettings) -> LocalLauncher:
@@ -349,7 +391,12 @@ def create_app(
                 token_key=token_key,
                 gateway_url=settings.resolved_public_url,
                 launcher_for=partial(
-                    launcher_for, settings, local, issuer, access_cache=cloud_access_cache()
+                    launcher_for,
+                    settings,
+                    local,
+                    issuer,
+                    access_cache=cloud_access_cache(),
+                    aws=aws_clients(settings),
                 ),
                 on_final=notifier.notify,
                 settings=DispatchSettings(

@@ -187,6 +187,17 @@ class ServerSettings(BaseSettings):
         default=cloud_endpoints.AZURE_RESOURCE_MANAGER_URL,
         description="Azure Resource Manager base URL (kubernetes-aks without cluster_data); its tokens "
         "are requested for <this URL>/.default.",
+    # The AWS runner types (kubernetes-eks, serverless-ecs): endpoints for tests and private endpoints.
+    aws_sts_url: str | None = Field(
+        default=None,
+        description="Endpoint of AWS STS (role assumption by web identity, EKS tokens). Default: STS's "
+        "regional endpoint.",
+    )
+    aws_eks_url: str | None = Field(
+        default=None, description="Endpoint of the EKS API (DescribeCluster). Default: EKS's regional one."
+    )
+    aws_ecs_url: str | None = Field(
+        default=None, description="Endpoint of the ECS API (tasks). Default: ECS's regional one."
     )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
@@ -226,6 +237,15 @@ class ServerSettings(BaseSettings):
     def _check_object_store_url(cls, value: str | None) -> str | None:
         if value:
             parse_object_store_url(value)
+        return value or None
+
+    @field_validator("aws_sts_url", "aws_eks_url", "aws_ecs_url")
+    @classmethod
+    def _check_aws_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"PO_{str(info.field_name).upper()} must be an http(s) URL")
         return value or None
 
     @field_validator("object_store_endpoint")
