@@ -187,6 +187,7 @@ class ServerSettings(BaseSettings):
         default=cloud_endpoints.AZURE_RESOURCE_MANAGER_URL,
         description="Azure Resource Manager base URL (kubernetes-aks without cluster_data); its tokens "
         "are requested for <this URL>/.default.",
+    )
     # The AWS runner types (kubernetes-eks, serverless-ecs): endpoints for tests and private endpoints.
     aws_sts_url: str | None = Field(
         default=None,

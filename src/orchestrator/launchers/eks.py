@@ -22,7 +22,14 @@ from lightkube import ApiError
 
 from orchestrator.domain.runner_types import K8sRunnerEksCluster
 from orchestrator.launchers import aws, kubernetes_job
-from orchestrator.launchers.base import LaunchError, LaunchTarget, RunState, RunStatus, WorkloadIdentity
+from orchestrator.launchers.base import (
+    Launched,
+    LaunchError,
+    LaunchTarget,
+    RunState,
+    RunStatus,
+    WorkloadIdentity,
+)
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
 from orchestrator.protocol.launch import RunSpec
@@ -123,7 +130,7 @@ class CloudKubernetesLauncher:
         hinted.retryable = error.retryable
         return hinted
 
-    async def launch(self, spec: RunSpec) -> str:
+    async def launch(self, spec: RunSpec) -> str | Launched:
         cluster = await self._cluster()
         try:
             return await cluster.launch(spec)
