@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.domain.runner_types import K8sEksRunnerConfiguration
 from orchestrator.launchers import aws
-from orchestrator.launchers.base import Launcher, LaunchError, RunState, RunStatus
+from orchestrator.launchers.base import Launcher, LaunchError, RunState, RunStatus, launched
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.eks import CloudKubernetesLauncher, eks_launcher
 from tests.support.aws_launcher import (
@@ -129,7 +129,7 @@ async def test_launch__creates_the_job_with_the_role_s_eks_token(
     GetCallerIdentity token that the cluster accepted through STS; the runner got its deployment token."""
     eks = launcher(world, issuer, out_dir)
 
-    handle = await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))
+    handle = launched(await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
     await wait_until(lambda: (out_dir / "token").exists())
 
     assert handle == f"k8s:{NAMESPACE}:{make_spec(RUNNER, {}).deployment_id}"
@@ -190,7 +190,7 @@ async def test_credentials__cached_per_runner_until_shortly_before_they_expire(
     with eks_world(tmp_path, issuer, runner_ids=("eks", "eks-b")) as world:
         shared = clients(world.aws)
         a = launcher(world, issuer, out_dir, shared=shared)
-        handle = await a.launch(make_spec(RUNNER, eks_configuration(out_dir)))
+        handle = launched(await a.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
         await a.status(handle)
         await a.cancel(handle, grace_seconds=1)
         assumed_for_a = len(world.aws.issued)
@@ -212,7 +212,7 @@ async def test_status__running_then_exited_with_the_exit_code(
     world: EksWorld, issuer: TestIssuer, out_dir: Path
 ) -> None:
     eks = launcher(world, issuer, out_dir)
-    handle = await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))
+    handle = launched(await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
     await wait_until(lambda: (out_dir / "started").exists())
 
     running = await eks.status(handle)
@@ -225,7 +225,7 @@ async def test_status__running_then_exited_with_the_exit_code(
 
 async def test_cancel__deletes_the_job(world: EksWorld, issuer: TestIssuer, out_dir: Path) -> None:
     eks = launcher(world, issuer, out_dir)
-    handle = await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))
+    handle = launched(await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
     await wait_until(lambda: (out_dir / "started").exists())
 
     await eks.cancel(handle, grace_seconds=1)
