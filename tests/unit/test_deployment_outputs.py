@@ -29,6 +29,7 @@ def deployment(**changes: Any) -> Deployment:
         "rollback_to_deployment_id": None,
         "status": "succeeded",
         "status_message": "ok",
+        "launch_note": None,
         "manifest": {"workloads": {}},
         "tf": "",
         "graph": [],
