@@ -21,15 +21,14 @@ It implements, with the API's real semantics, only what our launcher (and a kube
   EOF rather than "unknown ca"). The real API server accepts either on one port; this one does one per
   instance. That client is the user ``platform-orchestrator``; ``forbidden`` denies it (verb, resource)
   pairs with the real 403 message, to play a missing RBAC rule (``denied_except``: a Role's allow-list).
-- Kubernetes' schemas: every object a client sends to create or replace (dry runs and refused requests
-  included) is kept as sent in ``sent``, and leaving the ``with`` block checks each with
-  ``kubernetes-validate --strict`` (tests/support/kube_schema.py; ``apiVersion``/``kind`` taken from the
-  URL when the body leaves them out, as the real server does). One that fails raises ``AssertionError``
-  naming the request and the field, so a test whose client sent something the real API would refuse or
-  silently drop fails (``check_schemas=False`` for a test that sends such objects on purpose). The real
-  server's answer differs (it refuses a wrong type, and drops an unknown field with a warning unless the
-  client asks ``fieldValidation=Strict``): the stand-in answers as if all were well, and the check fails the
-  test afterwards.
+- Kubernetes' schemas: every object a client sends to create or replace is kept as it was sent in
+  ``sent`` (dry runs, and requests refused by RBAC or by the stand-in, included), and leaving the ``with``
+  block checks each with ``kubernetes-validate --strict`` for the newest Kubernetes and 1.30
+  (tests/support/kube_schema.py; ``apiVersion``/``kind`` taken from the URL when the body leaves them out,
+  as the real server does). One that fails raises ``AssertionError`` naming the request and the field, so
+  a test whose client sent something the real API would refuse fails (``check_schemas=False`` for a test
+  that sends such objects on purpose). The stand-in itself answers as if all were well: only the check
+  afterwards fails the test.
 - In-cluster access (``in_cluster``, the default with TLS): a second TLS listener, ``in_cluster_url``,
   standing in for the ``kubernetes.default`` Service, takes only the service account tokens the kubelet
   projects into pods (bound: valid while the pod exists) and authorizes each service account by
@@ -1614,7 +1613,18 @@ class KubeApiServer:
         verb = _VERBS[request.method]
         if name is None and verb in ("get", "delete"):
             verb = "list" if verb == "get" else "deletecollection"
-        self._authorize(user, verb, kind, namespace, name)
+        try:
+            self._authorize(user, verb, kind, namespace, name)
+        except ApiError:
+            if verb in ("create", "update") and namespace is not None:
+                # Refused before its body is read, as the real server does; what was sent is kept all
+                # the same (an unreadable body is not).
+                with contextlib.suppress(ApiError):
+                    body = await _body(request, kind)
+                    self.sent.append(
+                        Sent(request.method, path, kind.plural, namespace, body, _dry_run(request), user)
+                    )
+            raise
         cluster = self._cluster
         assert cluster is not None
         if verb == "list":
