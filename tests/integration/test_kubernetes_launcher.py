@@ -380,6 +380,25 @@ async def test_launch__pod_template_field_of_the_wrong_type_fails_naming_it(
     assert api.objects("jobs", NAMESPACE) == []
 
 
+async def test_launch__unknown_pod_template_field_is_left_out_of_the_job(
+    api: KubeApiServer, out_dir: Path
+) -> None:
+    """A container field Kubernetes does not know (misspelled) is not sent, as the API server would drop
+    it: the Job sent passes the strict schemas, with the runner's default pull policy."""
+    spec = make_spec(out_dir)
+    template = {"spec": {"containers": [{"name": "main", "imagePullPolcy": "Always"}]}}
+    job = {**spec.runner_configuration["job"], "pod_template": template}
+    typo = spec.model_copy(update={"runner_configuration": {**spec.runner_configuration, "job": job}})
+
+    await launcher(api).launch(typo)
+
+    (sent,) = [s.body for s in api.sent if s.kind == "Job"]
+    (main,) = sent["spec"]["template"]["spec"]["containers"]
+    assert "imagePullPolcy" not in main
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    api.assert_sent_valid()
+
+
 async def test_launch__seed_001_role_puts_the_token_in_the_job_with_a_note(
     tmp_path: Path, out_dir: Path
 ) -> None:
