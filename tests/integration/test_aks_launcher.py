@@ -122,8 +122,11 @@ async def test_launch__through_resource_manager(
     assert azure.presented[:2] == [minted[1], minted[1]]  # the client assertion of both token requests
     (job,) = api.objects("jobs", NAMESPACE)
     assert holds(job, rendered_job(spec)) == []
-    # The dry-run create of the token Secret (may the Role create Secrets?), the Job, its token Secret.
+    # The dry-run create of the token Secret (may the Role create Secrets?), the Job, its token Secret,
+    # each valid by Kubernetes' strict schemas.
     assert [c.status for c in api.calls if c.method == "POST"] == [201, 201, 201]
+    assert [(s.kind, s.dry_run) for s in api.sent] == [("Secret", True), ("Job", False), ("Secret", False)]
+    api.assert_sent_valid()
     resources = sorted(grant.resource for grant in azure.tokens.values())
     assert resources == sorted([AKS_AAD_SERVER_APPLICATION, azure.url])
 

@@ -126,7 +126,8 @@ async def test_launch__creates_the_job_with_the_role_s_eks_token(
 ) -> None:
     """The role is assumed with the issuer's token (audience sts.amazonaws.com, the runner's subject, the
     default session name), the cluster found by DescribeCluster, and the Job created with a presigned
-    GetCallerIdentity token that the cluster accepted through STS; the runner got its deployment token."""
+    GetCallerIdentity token that the cluster accepted through STS; the runner got its deployment token.
+    The dry-run Secret, the Job and its token Secret pass Kubernetes' strict schemas."""
     eks = launcher(world, issuer, out_dir)
 
     handle = launched(await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
@@ -138,6 +139,9 @@ async def test_launch__creates_the_job_with_the_role_s_eks_token(
     assert (session.role.arn, session.subject, session.session_name) == (ROLE_ARN, "acme+eks", "acme-eks")
     assert [j["metadata"]["name"] for j in world.kube.objects("jobs", NAMESPACE)] == [handle.split(":")[2]]
     assert {r.caller for r in world.aws.reviews} == {session.assumed_arn}
+    sent = [(s.kind, s.dry_run) for s in world.kube.sent]
+    assert sent == [("Secret", True), ("Job", False), ("Secret", False)]
+    world.kube.assert_sent_valid()
     assert all(r.accepted for r in world.aws.reviews)
     assert (out_dir / "token").read_text() == TOKEN
     aws_calls = [(c.service, c.action, c.status) for c in world.aws.calls]

@@ -131,8 +131,11 @@ async def test_launch__exchanges_the_token_and_creates_the_kubernetes_job(
     (job,) = api.objects("jobs", NAMESPACE)
     assert holds(job, rendered_job(spec)) == []
     bearer_calls = [c for c in api.calls if c.method == "POST"]
-    # The dry-run create of the token Secret (may the Role create Secrets?), the Job, its token Secret.
+    # The dry-run create of the token Secret (may the Role create Secrets?), the Job, its token Secret,
+    # each valid by Kubernetes' strict schemas.
     assert [c.status for c in bearer_calls] == [201, 201, 201]
+    assert [(s.kind, s.dry_run) for s in api.sent] == [("Secret", True), ("Job", False), ("Secret", False)]
+    api.assert_sent_valid()
     (access_token,) = gcp.access_tokens
     assert gcp.access_tokens[access_token].principal == SERVICE_ACCOUNT
     assert gcp.presented[-1] == access_token  # the GKE API's bearer; the cluster's too (token_review)

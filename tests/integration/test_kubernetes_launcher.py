@@ -122,7 +122,8 @@ async def test_launch__creates_the_job_once(api: KubeApiServer, out_dir: Path) -
 
 
 async def test_launch__token_travels_in_a_secret_owned_by_the_job(api: KubeApiServer, out_dir: Path) -> None:
-    """The Job references the Secret; the kubelet resolves it; the Secret names the Job as its owner."""
+    """The Job references the Secret; the kubelet resolves it; the Secret names the Job as its owner.
+    What the launcher sent (the dry-run Secret, the Job, the Secret) passes Kubernetes' strict schemas."""
     spec = make_spec(out_dir)
 
     await launcher(api).launch(spec)
@@ -130,6 +131,12 @@ async def test_launch__token_travels_in_a_secret_owned_by_the_job(api: KubeApiSe
 
     (job,) = api.objects("jobs", NAMESPACE)
     (secret,) = api.objects("secrets", NAMESPACE)
+    assert [(s.method, s.kind, s.dry_run) for s in api.sent] == [
+        ("POST", "Secret", True),
+        ("POST", "Job", False),
+        ("POST", "Secret", False),
+    ]
+    api.assert_sent_valid()
     assert job_env(job)["TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
     assert TOKEN not in str(job)
     assert base64.b64decode(secret["data"]["TOKEN"]).decode() == TOKEN
@@ -350,6 +357,48 @@ async def test_launch__unknown_namespace_is_not_retryable(api: KubeApiServer, ou
     assert 'namespaces "missing" not found' in caught.value.message
 
 
+async def test_launch__pod_template_field_of_the_wrong_type_fails_naming_it(
+    api: KubeApiServer, out_dir: Path
+) -> None:
+    """A toleration's ``value: 1`` (YAML reads an unquoted number) passes the runner's validation, but no
+    Kubernetes Job has it: the launch fails for good naming the field of the pod template, and no Job is
+    sent (it is not "an API that does not answer like Kubernetes", to be retried)."""
+    spec = make_spec(out_dir)
+    toleration = {"key": "dedicated", "operator": "Equal", "value": 1, "effect": "NoSchedule"}
+    job = {**spec.runner_configuration["job"], "pod_template": {"spec": {"tolerations": [toleration]}}}
+    wrong = spec.model_copy(update={"runner_configuration": {**spec.runner_configuration, "job": job}})
+
+    with pytest.raises(LaunchError) as caught:
+        await launcher(api).launch(wrong)
+
+    assert caught.value.message == (
+        "invalid job configuration of runner 'k8s': the Job it makes is not a Kubernetes Job: "
+        "job.pod_template.spec.tolerations[0].value: Expected `str | null`, got `int`"
+    )
+    assert caught.value.retryable is False
+    assert [s.kind for s in api.sent if not s.dry_run] == []
+    assert api.objects("jobs", NAMESPACE) == []
+
+
+async def test_launch__unknown_pod_template_field_is_left_out_of_the_job(
+    api: KubeApiServer, out_dir: Path
+) -> None:
+    """A container field Kubernetes does not know (misspelled) is not sent, as the API server would drop
+    it: the Job sent passes the strict schemas, with the runner's default pull policy."""
+    spec = make_spec(out_dir)
+    template = {"spec": {"containers": [{"name": "main", "imagePullPolcy": "Always"}]}}
+    job = {**spec.runner_configuration["job"], "pod_template": template}
+    typo = spec.model_copy(update={"runner_configuration": {**spec.runner_configuration, "job": job}})
+
+    await launcher(api).launch(typo)
+
+    (sent,) = [s.body for s in api.sent if s.kind == "Job"]
+    (main,) = sent["spec"]["template"]["spec"]["containers"]
+    assert "imagePullPolcy" not in main
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    api.assert_sent_valid()
+
+
 async def test_launch__seed_001_role_puts_the_token_in_the_job_with_a_note(
     tmp_path: Path, out_dir: Path
 ) -> None:
@@ -362,7 +411,10 @@ async def test_launch__seed_001_role_puts_the_token_in_the_job_with_a_note(
         (job,) = api.objects("jobs", NAMESPACE)
         secrets = api.objects("secrets", NAMESPACE)
         probes = [c for c in api.calls if c.method == "POST" and c.path.endswith("/secrets")]
+        sent = [(s.kind, s.dry_run) for s in api.sent]
+        api.assert_sent_valid()
 
+    assert sent == [("Secret", True), ("Job", False)]  # the refused dry run is checked too
     assert started.handle == f"k8s:{NAMESPACE}:{job['metadata']['name']}"
     assert job_env(job)["TOKEN"] == {"name": "TOKEN", "value": TOKEN}
     assert secrets == []
@@ -537,6 +589,29 @@ async def _connect_proxy() -> AsyncIterator[tuple[str, list[str]]]:
 
 
 # --- the stand-in's own semantics (what the launcher relies on) -----------------------------------
+
+
+async def test_kube_api__an_object_failing_the_schemas_fails_the_test(tmp_path: Path, out_dir: Path) -> None:
+    """A pod template whose memory limit is a list (the runner's validation does not look inside
+    ``resources``; lightkube's Job model takes any quantity) makes a Job the real API server refuses. The
+    stand-in accepts it, but leaving it raises, naming the request and the field: a launcher that sent
+    such an object fails its test. ``check_schemas=False`` leaves it alone."""
+    spec = make_spec(out_dir)
+    template = {"spec": {"containers": [{"name": "main", "resources": {"limits": {"memory": ["1Gi"]}}}]}}
+    job = {**spec.runner_configuration["job"], "pod_template": template}
+    wrong = spec.model_copy(update={"runner_configuration": {**spec.runner_configuration, "job": job}})
+
+    with pytest.raises(AssertionError) as caught, kube_api(tmp_path / "a", kubelet=False) as api:
+        await launcher(api).launch(wrong)
+    with kube_api(tmp_path / "b", kubelet=False, check_schemas=False) as unchecked:
+        await launcher(unchecked).launch(wrong)
+
+    assert [c.status for c in api.calls if c.path.endswith("/jobs")] == [201]
+    message = str(caught.value)
+    assert f"POST /apis/batch/v1/namespaces/{NAMESPACE}/jobs: Kubernetes " in message
+    assert "spec.template.spec.containers.0.resources.limits.memory: ['1Gi'] is not valid" in message
+    assert "/secrets" not in message  # the Secrets it sent are valid
+    assert len(unchecked.schema_problems()) == 2  # newest Kubernetes and 1.30
 
 
 async def test_kube_api__replace_with_a_stale_resource_version_conflicts(api: KubeApiServer) -> None:

@@ -21,6 +21,14 @@ It implements, with the API's real semantics, only what our launcher (and a kube
   EOF rather than "unknown ca"). The real API server accepts either on one port; this one does one per
   instance. That client is the user ``platform-orchestrator``; ``forbidden`` denies it (verb, resource)
   pairs with the real 403 message, to play a missing RBAC rule (``denied_except``: a Role's allow-list).
+- Kubernetes' schemas: every object a client sends to create or replace is kept as it was sent in
+  ``sent`` (dry runs, and requests refused by RBAC or by the stand-in, included), and leaving the ``with``
+  block checks each with ``kubernetes-validate --strict`` for the newest Kubernetes and 1.30
+  (tests/support/kube_schema.py; ``apiVersion``/``kind`` taken from the URL when the body leaves them out,
+  as the real server does). One that fails raises ``AssertionError`` naming the request and the field, so
+  a test whose client sent something the real API would refuse fails (``check_schemas=False`` for a test
+  that sends such objects on purpose). The stand-in itself answers as if all were well: only the check
+  afterwards fails the test.
 - In-cluster access (``in_cluster``, the default with TLS): a second TLS listener, ``in_cluster_url``,
   standing in for the ``kubernetes.default`` Service, takes only the service account tokens the kubelet
   projects into pods (bound: valid while the pod exists) and authorizes each service account by
@@ -54,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import datetime as dt
 import ipaddress
 import json
@@ -83,6 +92,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.support import kube_protobuf
+from tests.support.kube_schema import schema_problems
 
 T = TypeVar("T")
 NODE_NAME = "stand-in-node"
@@ -1301,6 +1311,28 @@ class Call:
     content_type: str = ""
 
 
+@dataclass(frozen=True)
+class Sent:
+    """An object a client sent to create (``POST``) or replace (``PUT``), as it sent it."""
+
+    method: str
+    path: str
+    plural: str
+    namespace: str
+    body: dict[str, Any]
+    dry_run: bool = False
+    user: str = ""
+
+    @property
+    def kind(self) -> str:
+        return KINDS[self.plural].kind
+
+    def manifest(self) -> dict[str, Any]:
+        """The object with ``apiVersion`` and ``kind`` of the endpoint where the body leaves them out."""
+        kind = KINDS[self.plural]
+        return {"apiVersion": kind.api_version, "kind": kind.kind, **self.body}
+
+
 class KubeApiServer:
     """The stand-in API server (uvicorn in a thread, 127.0.0.1, a free port); see the module docstring."""
 
@@ -1324,6 +1356,7 @@ class KubeApiServer:
         service_accounts: Mapping[str, Iterable[tuple[str, str]]] | None = None,
         in_cluster: bool = True,
         tick_seconds: float = 0.05,
+        check_schemas: bool = True,
     ) -> None:
         if auth == "client-cert" and not tls:
             raise ValueError("client certificates need TLS")
@@ -1343,6 +1376,10 @@ class KubeApiServer:
         self.in_cluster_url = ""
         self._in_cluster_server: uvicorn.Server | None = None
         self.calls: list[Call] = []
+        #: Every object a client sent to create or replace, in order (see the module docstring).
+        self.sent: list[Sent] = []
+        #: Check ``sent`` against Kubernetes' schemas when the ``with`` block is left without an error.
+        self.check_schemas = check_schemas
         self._cluster_args: dict[str, Any] = {
             "namespaces": namespaces,
             "images": images or {},
@@ -1379,8 +1416,25 @@ class KubeApiServer:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.stop()
+        if exc_type is None and self.check_schemas:
+            self.assert_sent_valid()
+
+    def schema_problems(self) -> list[str]:
+        """``METHOD path: problem`` for each object sent that fails ``kubernetes-validate --strict``."""
+        return [
+            f"{sent.method} {sent.path}{' (dry run)' if sent.dry_run else ''}: {problem}"
+            for sent in list(self.sent)
+            for problem in schema_problems(sent.manifest())
+        ]
+
+    def assert_sent_valid(self) -> None:
+        """Every object sent so far passes ``kubernetes-validate --strict`` (newest Kubernetes and 1.30)."""
+        problems = self.schema_problems()
+        assert not problems, "objects sent to the stand-in Kubernetes API fail its schemas:\n" + "\n".join(
+            problems
+        )
 
     def start(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -1559,7 +1613,18 @@ class KubeApiServer:
         verb = _VERBS[request.method]
         if name is None and verb in ("get", "delete"):
             verb = "list" if verb == "get" else "deletecollection"
-        self._authorize(user, verb, kind, namespace, name)
+        try:
+            self._authorize(user, verb, kind, namespace, name)
+        except ApiError:
+            if verb in ("create", "update") and namespace is not None:
+                # Refused before its body is read, as the real server does; what was sent is kept all
+                # the same (an unreadable body is not).
+                with contextlib.suppress(ApiError):
+                    body = await _body(request, kind)
+                    self.sent.append(
+                        Sent(request.method, path, kind.plural, namespace, body, _dry_run(request), user)
+                    )
+            raise
         cluster = self._cluster
         assert cluster is not None
         if verb == "list":
@@ -1570,13 +1635,15 @@ class KubeApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "create" and name is None:
             dry_run = _dry_run(request)
-            created = cluster.create(kind.plural, namespace, await _body(request, kind), dry_run=dry_run)
+            body = await _body(request, kind)
+            self.sent.append(Sent("POST", path, kind.plural, namespace, copy.deepcopy(body), dry_run, user))
+            created = cluster.create(kind.plural, namespace, body, dry_run=dry_run)
             return JSONResponse(created, status_code=201)
         if name is None:
             raise ApiError(
                 405, "MethodNotAllowed", f"the server does not allow this method on {kind.qualified}"
             )
-        return await self._object(request, cluster, kind, namespace, name, match["sub"])
+        return await self._object(request, cluster, kind, namespace, name, match["sub"], user)
 
     def _authorize(self, user: str, verb: str, kind: Kind, namespace: str | None, name: str | None) -> None:
         """RBAC stand-in, answering as the real one: the client may do all but the (verb, resource) pairs
@@ -1598,7 +1665,14 @@ class KubeApiServer:
         )
 
     async def _object(
-        self, request: Request, cluster: Cluster, kind: Kind, namespace: str, name: str, sub: str | None
+        self,
+        request: Request,
+        cluster: Cluster,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        sub: str | None,
+        user: str,
     ) -> Response:
         method = request.method
         if sub == "log":
@@ -1613,6 +1687,8 @@ class KubeApiServer:
             return JSONResponse(cluster.find(kind.plural, namespace, name))
         if method == "PUT":
             body = await _body(request, kind)
+            sent = Sent("PUT", request.url.path, kind.plural, namespace, copy.deepcopy(body), user=user)
+            self.sent.append(sent)
             return JSONResponse(cluster.replace(kind.plural, namespace, name, body, subresource=sub))
         if method == "PATCH":
             content_type = request.headers.get("content-type", "").split(";")[0].strip()

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from tests.support.kube_schema import schema_problems
 from tests.support.tools import tools_required
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "platform-orchestrator-agent"
@@ -400,6 +401,126 @@ def test_required_values__refused(
 ) -> None:
     with pytest.raises(helm.HelmError, match=message.replace(".", r"\.")):
         chart.render(merged(override), name=RELEASE, namespace=NAMESPACE)
+
+
+# -- strict schemas, every value set -----------------------------------------------------------------
+
+#: What each switch renders besides the Deployment.
+AGENT_RBAC = ["Role", "RoleBinding"]
+JOBS_RBAC = ["ServiceAccount", "Role", "RoleBinding"]
+OVERRIDES: dict[str, Any] = {
+    "replicaCount": 3,
+    "image": {"repository": "registry.example.com/po-runner", "tag": "1.2.3", "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "registry"}],
+    "platformOrchestrator": {
+        "logLevel": "debug",
+        "extraEnvVars": [
+            {"name": "AGENT_POLL_TIMEOUT_SECONDS", "value": "60"},
+            {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "url"}}},
+        ],
+    },
+    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+    "podAnnotations": {"example.com/team": "platform"},
+    "podLabels": {"team": "platform"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "po", "effect": "NoSchedule"}],
+    "serviceAccount": {"annotations": {"example.com/role": "agent"}},
+}
+EXISTING_KEY = {
+    "gateway": {"privateKey": "", "privateKeyExistingSecret": "agent-key", "privateKeyKey": "key.pem"}
+}
+CA_AND_MTLS = {"gateway": {"caExistingSecret": "gateway-ca", "clientCertificateExistingSecret": "agent-tls"}}
+NOTHING_CREATED = {
+    "rbac": {"create": False},
+    "jobsRbac": {"create": False},
+    "serviceAccount": {"create": False, "name": "agent-sa"},
+}
+#: Every value set the tests above render, and combinations of them: (id, values, kinds rendered).
+VALUE_SETS: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("defaults", BASE_VALUES, ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC]),
+    ("existing-secret", merged(EXISTING_KEY), ["Deployment", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC]),
+    (
+        "existing-secret-wins-over-inline-key",
+        merged({"gateway": {"privateKeyExistingSecret": "agent-key"}}),
+        ["Deployment", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    ("ca-and-mtls", merged(CA_AND_MTLS), ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC]),
+    (
+        "ca-only-custom-key",
+        merged({"gateway": {"caExistingSecret": "gateway-ca", "caKey": "bundle.pem"}}),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    (
+        "jobs-rbac-off",
+        merged({"jobsRbac": {"create": False}}),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC],
+    ),
+    (
+        "jobs-namespace",
+        merged({"jobsRbac": {"namespace": "runner-jobs"}}),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    ("nothing-created", merged(NOTHING_CREATED), ["Deployment", "Secret"]),
+    ("overrides", merged(OVERRIDES), ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC]),
+    (
+        "other-private-key",
+        merged({"gateway": {"privateKey": PRIVATE_KEY.replace("Test", "Other")}}),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    # Combinations.
+    (
+        "everything-set",
+        merged(OVERRIDES, EXISTING_KEY, CA_AND_MTLS, {"jobsRbac": {"namespace": "runner-jobs"}}),
+        ["Deployment", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    (
+        "nothing-created-existing-key-and-ca",
+        merged(NOTHING_CREATED, EXISTING_KEY, {"gateway": {"caExistingSecret": "gateway-ca"}}),
+        ["Deployment"],
+    ),
+    (
+        "overrides-existing-service-account-jobs-elsewhere",
+        merged(
+            OVERRIDES,
+            {
+                "serviceAccount": {"create": False, "name": "agent-sa"},
+                "jobsRbac": {"namespace": "runner-jobs", "serviceAccountName": "runner"},
+            },
+        ),
+        ["Deployment", "Secret", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    (
+        "names-overridden-mtls",
+        merged({"nameOverride": "agent", "fullnameOverride": "po-agent-prod"}, CA_AND_MTLS),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "kinds"), [(v, k) for _, v, k in VALUE_SETS], ids=[i for i, _, _ in VALUE_SETS]
+)
+def test_value_sets__every_manifest_passes_the_strict_schemas(
+    chart: Any, values: dict[str, Any], kinds: list[str]
+) -> None:
+    """Each value set renders the objects its switches ask for, each valid by ``kubernetes-validate
+    --strict`` for the newest Kubernetes and 1.30 (every problem of every manifest reported at once)."""
+    files = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    manifests = [
+        doc
+        for path, text in sorted(files.items())
+        if path.endswith((".yaml", ".yml"))
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+    assert sorted(m["kind"] for m in manifests) == sorted(kinds)
+    problems = [
+        f"{m['kind']} {m['metadata']['name']}: {problem}" for m in manifests for problem in schema_problems(m)
+    ]
+    assert problems == []
+    names = [(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in manifests]
+    assert len(names) == len(set(names)), names
 
 
 # -- helm lint ---------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ outlives the call).
   allows no Secrets (seed 001's has only ``batch/jobs`` create, get: a dry-run create of the Secret is
   refused with 403), ``TOKEN`` goes into the Job's spec as a plain value, as upstream does, and the
   launch answers a note saying so and what to allow (``Launched.note``: the deployment's status message).
+  A pod template field of the wrong type (a toleration's ``value: 1``; the runner's validation checks
+  only part of a pod template) fails the launch for good, naming the field: lightkube's Job model refuses
+  it before the Job is sent.
 - ``status`` reads the Job, its pods (label ``batch.kubernetes.io/controller-uid``) and their Warning
   events: a finished Job or a terminated ``main`` container is EXITED with the container's exit code; a
   run that has not started after ``scheduling_delay_seconds`` (upstream ``K8S_RUNNER_POD_SCHEDULING_DELAY``,
@@ -414,9 +417,10 @@ class KubernetesLauncher:
             refusal = await self._secrets_refused(client, spec, namespace) if self.token_in_secret else None
             secret = kubernetes_job.token_secret_name(spec) if self.token_in_secret and not refusal else None
             manifest = kubernetes_job.render_job_manifest(spec, job_config, self.image, token_secret=secret)
+            body = _job_object(manifest, spec.runner_id)
             with self._translated(f"create Job {namespace}/{name}"):
                 try:
-                    job = await client.create(cast(Job, Job.from_dict(manifest)))
+                    job = await client.create(body)
                 except ApiError as exc:
                     if _status_code(exc) != 409:
                         raise
@@ -587,6 +591,24 @@ class KubernetesLauncher:
                 except ApiError as exc:
                     if _status_code(exc) != 404:
                         raise
+
+
+def _job_object(manifest: dict[str, Any], runner_id: str) -> Job:
+    """lightkube's Job of ``manifest``. Its model checks the type of every field it knows (and drops the
+    fields it does not know, as the API server does by default): a field of the wrong type can come only
+    from the pod template, which the runner's validation checks only in part, so it fails the launch for
+    good, naming the field (never its value)."""
+    try:
+        return cast(Job, Job.from_dict(manifest))
+    except ValueError as exc:  # msgspec.ValidationError: "Expected `str | null`, got `int` - at `$.a.b`"
+        problem, _, where = str(exc).partition(" - at ")
+        field = where.strip("`").replace("$.spec.template.", "job.pod_template.", 1).removeprefix("$.")
+        _fail(
+            f"invalid job configuration of runner '{runner_id}': the Job it makes is not a Kubernetes Job: "
+            + (f"{field}: {problem}" if field else problem),
+            retryable=False,
+            cause=exc,
+        )
 
 
 # --- reading objects ----------------------------------------------------------------------------------
