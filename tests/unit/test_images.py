@@ -297,6 +297,94 @@ def test_images__build_context_holds_what_the_dockerfiles_copy() -> None:
                         assert (ROOT / source).exists()
 
 
+# --- the build stage, replayed without Docker --------------------------------------------------------------
+
+
+def replay_build_stage(dockerfile: Path, context: Path, venv: Path) -> None:
+    """Run the ``build`` stage's COPY and RUN instructions here, as Docker would in the image, with uv's
+    cache only (``UV_OFFLINE``) and ``venv`` for the image's environment."""
+    uv = os.environ.get("UV") or shutil.which("uv") or require("uv")
+    stage = next(s for s in instructions(dockerfile) if s[0].arguments.endswith(" AS build"))
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV" and not k.startswith("UV_")}
+    env["PATH"] = f"{Path(uv).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    context.mkdir(parents=True)
+    for instruction in stage[1:]:
+        if instruction.keyword == "ENV":
+            env.update(env_of([instruction]))
+        elif instruction.keyword == "COPY" and not instruction.arguments.startswith("--from"):
+            *sources, target = instruction.arguments.split()
+            for source in sources:
+                destination = (
+                    context / target / Path(source).name if target.endswith("/") else context / target
+                )
+                if (ROOT / source).is_dir():
+                    shutil.copytree(ROOT / source, destination, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(ROOT / source, destination)
+        elif instruction.keyword == "RUN":
+            here = {
+                "UV_PROJECT_ENVIRONMENT": str(venv),
+                "UV_PYTHON": sys._base_executable,
+                "UV_OFFLINE": "1",
+                "UV_COMPILE_BYTECODE": "0",
+            }
+            result = subprocess.run(
+                ["sh", "-c", instruction.arguments],
+                cwd=context,
+                env={**env, **here},
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert result.returncode == 0, f"RUN {instruction.arguments}:\n{result.stdout}{result.stderr}"
+
+
+def test_build_stage__runner_environment_holds_the_agent_and_no_server(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    replay_build_stage(RUNNER_DOCKERFILE, tmp_path / "src", venv)
+    python = str(venv / "bin" / "python")
+    runner_side = "orchestrator.cli.runner, orchestrator.agent.main, orchestrator.agent.kubernetes"
+    imported = subprocess.run(
+        [python, "-c", f"import {runner_side}"], capture_output=True, text=True, check=False
+    )
+    assert imported.returncode == 0, imported.stderr
+    for server_package in ("fastapi", "sqlalchemy", "uvicorn", "orchestrator.server"):
+        refused = subprocess.run([python, "-c", f"import {server_package}"], capture_output=True, check=False)
+        assert refused.returncode != 0, server_package
+    agent = subprocess.run(
+        [str(ENTRYPOINT_SCRIPT), "remote", "--help"],
+        env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert agent.returncode == 0, agent.stderr
+
+
+def test_build_stage__server_environment_holds_the_server_and_every_launcher(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    replay_build_stage(SERVER_DOCKERFILE, tmp_path / "src", venv)
+    # Found, not imported (the cloud libraries take seconds to import): the extras' top-level packages.
+    packages = ["fastapi", "sqlalchemy", "asyncpg", "asyncssh", "lightkube", "google.auth", "azure.identity"]
+    found = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            f"import importlib.util as u; print([p for p in {packages} if not u.find_spec(p)])",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert found.stdout.strip() == "[]", found.stderr
+    usage = subprocess.run(
+        [str(venv / "bin" / "orchestrator"), "serve", "--help"], capture_output=True, text=True, check=False
+    )
+    assert usage.returncode == 0 and "--listen" in usage.stdout, usage.stderr
+
+
 # --- the server image -------------------------------------------------------------------------------------
 
 
