@@ -240,7 +240,7 @@ def test_runner__writable_work_dirs_for_user_65534() -> None:
     assert env["PATH"].startswith("/opt/po-runner/venv/bin:")
 
 
-def test_runner__custom_ca_support() -> None:
+def test_images__custom_ca_support() -> None:
     """CAs dropped into images/ca-certificates/ are installed, and the Python clients use the system store."""
     for path in DOCKERFILES.values():
         stage = final_stage(path)
@@ -329,6 +329,30 @@ def test_images__build_context_holds_what_the_dockerfiles_copy() -> None:
                     for source in sources:
                         assert source.split("/")[0] in allowed, f"{path}: COPY {source} is not in the context"
                         assert (ROOT / source).exists()
+
+
+def test_readme__images_section_matches_the_dockerfiles() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Images\n") : readme.index("## Reliability\n")]
+    defaults = arg_defaults(RUNNER_DOCKERFILE)
+    for name in defaults:
+        assert f"`{name}`" in section, f"README's Images section does not name the build argument {name}"
+    tofu, terraform = defaults["TOFU_VERSION"], defaults["TERRAFORM_VERSION"]
+    table_row = f"| `TOFU_VERSION`, `TERRAFORM_VERSION` | `{tofu}`, `{terraform}` |"
+    assert table_row in section
+    assert f"OpenTofu {tofu} and Terraform {terraform}" in section
+    for fingerprint in (OPENTOFU_FINGERPRINT, HASHICORP_FINGERPRINT):
+        assert fingerprint in section
+    for image in (images.DEFAULT_RUNNER_IMAGE, images.DEFAULT_SERVER_IMAGE):
+        assert f"`{image}`" in section
+        assert (
+            f"docker build -f images/{'runner' if 'po-runner' in image else 'server'}/Dockerfile -t {image} ."
+            in section
+        )
+    assert "python:3.11.14-slim-bookworm" in section
+    assert all(
+        "python:3.11.14-slim-bookworm" in stage[0].arguments for stage in instructions(RUNNER_DOCKERFILE)[1:]
+    )
 
 
 # --- the build stage, replayed without Docker --------------------------------------------------------------
