@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kubernetes_validate.utils import latest_version
 
+from orchestrator.launchers.images import RUNNER_IMAGE_REPOSITORY
 from orchestrator.protocol import age
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
@@ -52,7 +53,10 @@ ORG = "acme"
 #: ``build_stack`` names the organization's runner ``local``, whatever its type.
 RUNNER = "local"
 NAMESPACE = "platform-orchestrator-runner"
-RUNNER_IMAGE = "ghcr.io/stellwerk-labs/platform-orchestrator-runner"
+#: The image the JobSpec names: upstream's data plane names its own (§5); ours names our runner image, which
+#: keeps §5's contract (entry point, default mode, code dir: tests/unit/test_images.py), so upstream's agent
+#: runs it unchanged.
+RUNNER_IMAGE = RUNNER_IMAGE_REPOSITORY
 #: §4 "Agent authentication".
 AUDIENCE = "platform-orchestrator-runner-gateway"
 TOKEN_LIFETIME_SECONDS = 300
@@ -197,7 +201,7 @@ class LocalImage:
 
 
 #: §5: ``ENTRYPOINT ["/opt/runner/runner"]``, no argument means ``standard``, ``IAC_CODE_DIR`` defaults to
-#: ``/opt/runner/tofu``; here our runner's entry point stands in for the binary.
+#: ``/opt/runner/tofu``; here our runner's entry point stands in for the image's (which runs it).
 IMAGES = {
     RUNNER_IMAGE: LocalImage(
         entrypoint=[str(Path(sys.executable).parent / "po-runner")],

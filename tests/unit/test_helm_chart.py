@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from orchestrator.launchers.images import DEFAULT_RUNNER_IMAGE
 from tests.support.kube_schema import schema_problems
 from tests.support.tools import tools_required
 
@@ -168,7 +169,8 @@ def test_deployment__runs_po_runner_remote_with_the_agent_environment(chart: Any
     container = agent_container(manifests)
     assert container["args"] == ["remote"]
     assert "command" not in container  # the image's entrypoint is po-runner
-    assert container["image"] == "ghcr.io/stellwerk-labs/platform-orchestrator-runner:3.1.0"
+    # Our runner image, the Jobs' default too (launchers/images.py), tagged with the chart's appVersion.
+    assert container["image"] == DEFAULT_RUNNER_IMAGE
     env = env_of(container)
     assert env["ORG_ID"]["value"] == "acme"
     assert env["RUNNER_ID"]["value"] == "cluster-agent"

@@ -36,7 +36,7 @@ from typing import Any, Final
 import pydantic
 
 from orchestrator.domain.runner_types import ServerlessEcsRunnerConfiguration, ServerlessEcsRunnerJob
-from orchestrator.launchers import aws, kubernetes_job
+from orchestrator.launchers import aws, images
 from orchestrator.launchers.base import LaunchError, LaunchTarget, RunState, RunStatus, WorkloadIdentity
 from orchestrator.protocol.commands import JOB_CONTAINER, TOKEN_ENV
 from orchestrator.protocol.launch import RunSpec
@@ -229,7 +229,7 @@ class EcsLauncher:
         *,
         identity: WorkloadIdentity,
         clients: aws.AwsClients,
-        image: str = kubernetes_job.DEFAULT_RUNNER_IMAGE,
+        image: str = images.DEFAULT_RUNNER_IMAGE,
     ) -> None:
         self.target = target
         self.identity = identity

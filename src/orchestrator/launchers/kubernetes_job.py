@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from orchestrator.domain.pod_template import RUNNER_CONTAINER_NAMES
 from orchestrator.domain.runner_types import K8sRunnerJobConfig
+from orchestrator.launchers import images
 from orchestrator.protocol.commands import JOB_CONTAINER, TOKEN_ENV
 from orchestrator.protocol.launch import RunSpec
 
@@ -54,8 +55,8 @@ __all__ = [
     "token_secret_name",
 ]
 
-#: Upstream's runner image; deployments pin another one through the pod template or the launcher.
-DEFAULT_RUNNER_IMAGE: Final = "ghcr.io/stellwerk-labs/platform-orchestrator-runner:3.1.0"
+#: Our runner image (``launchers/images.py``); a runner's pod template or the launcher may name another.
+DEFAULT_RUNNER_IMAGE: Final = images.DEFAULT_RUNNER_IMAGE
 CONTAINER_NAME: Final = JOB_CONTAINER
 #: Where the runner unpacks the bundle (the image's default ``IAC_CODE_DIR``), an emptyDir named ``tofu``.
 CODE_DIR: Final = "/opt/runner/tofu"

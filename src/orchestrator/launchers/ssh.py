@@ -35,7 +35,7 @@ import asyncssh
 import structlog
 
 from orchestrator.domain.runner_types import VmRunnerConfiguration, VmRunnerJob, VmSshConnection
-from orchestrator.launchers import kubernetes_job, ssh_scripts
+from orchestrator.launchers import images, ssh_scripts
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
 from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy
 from orchestrator.launchers.ssh_scripts import Handle
@@ -46,7 +46,7 @@ __all__ = ["DEFAULT_RUNNER_IMAGE", "SshConnection", "SshLauncher", "redact"]
 log = structlog.get_logger(__name__)
 
 #: The image of runtime ``docker`` / ``podman`` when ``job.image`` is not set (validation requires it).
-DEFAULT_RUNNER_IMAGE: Final = kubernetes_job.DEFAULT_RUNNER_IMAGE
+DEFAULT_RUNNER_IMAGE: Final = images.DEFAULT_RUNNER_IMAGE
 CONNECT_TIMEOUT_SECONDS: Final = 20.0
 #: How long one script (launch, status) may take on the host.
 COMMAND_TIMEOUT_SECONDS: Final = 60.0
