@@ -126,5 +126,7 @@ def test_deployment_on_it__fails_with_the_message_get_shows(server: ServerProces
     assert {"launchable": False, "message": KUBERNETES} == shown
     assert "failed" == finished["status"]
     assert f"runner 'local': {KUBERNETES}" == finished["status_message"]
+    assert {"error": "RUNNER_UNAVAILABLE", "message": finished["status_message"]} == finished["error"]
+    assert finished.get("launched_at") is None  # nothing was started
     # Failed with a message, no traceback: the server logged none.
     assert "Traceback" not in server.log.read_text()
