@@ -33,7 +33,8 @@ KUBERNETES = (
 )
 GKE = (
     "this orchestrator cannot launch kubernetes-gke runners: lightkube and google-auth are not installed: "
-    f"install the 'kubernetes' and 'cloud' extras (pip install 'platform-orchestrator[kubernetes,cloud]') {HINT}"
+    "install the 'kubernetes' and 'cloud' extras (pip install 'platform-orchestrator[kubernetes,cloud]') "
+    + HINT
 )
 
 

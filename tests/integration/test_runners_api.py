@@ -379,7 +379,7 @@ async def test_runners__get_says_a_local_runner_is_not_launchable_where_local_ru
     assert {"launchable": True} == allowed.json()["status"]
     assert {
         "launchable": False,
-        "message": "this orchestrator cannot launch vm runners with a local connection: local runners are off "
-        "on this server (start it with PO_ALLOW_LOCAL_RUNNERS=true)",
+        "message": "this orchestrator cannot launch vm runners with a local connection: local runners are "
+        "off on this server (start it with PO_ALLOW_LOCAL_RUNNERS=true)",
     } == got.json()["status"]
     assert without_status(allowed.json()) == without_status(got.json())

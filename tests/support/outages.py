@@ -33,7 +33,6 @@ from orchestrator.store import states as state_store
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.postgres import free_port
 
-
 #: ``python -c`` code that runs ``orchestrator serve`` unable to import the modules named by its arguments,
 #: as if they were not installed: ``None`` in ``sys.modules`` makes every import of a name (and of its
 #: submodules) raise ModuleNotFoundError naming it, the import system's documented way to block a module.

@@ -87,7 +87,7 @@ class RunnerStatusOut(BaseModel):
 
 class RunnerLaunchabilityOut(BaseModel):
     """The status of a runner the orchestrator launches itself, on GET: whether this orchestrator can
-    launch its deployments (an extension of ours; upstream answers no status)."""
+    launch its deployments (ours: upstream's documents give runners no status)."""
 
     #: False: every deployment on the runner fails, with ``message``, until the server is changed.
     launchable: bool = Field(
