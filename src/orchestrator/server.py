@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pydantic
 import structlog
@@ -43,7 +43,9 @@ from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import catalogue, creation, retention
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import (
+    K8sAksRunnerConfiguration,
     K8sEksRunnerConfiguration,
+    K8sGkeRunnerConfiguration,
     K8sRunnerConfiguration,
     VmRunnerConfiguration,
 )
@@ -56,7 +58,7 @@ from orchestrator.gateway.agent_gateway import AgentGateway
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.identity import documents as identity_documents
 from orchestrator.identity.issuer import WorkloadIssuer
-from orchestrator.launchers import run_user
+from orchestrator.launchers import availability, run_user
 from orchestrator.launchers.base import Launcher, LaunchError, LaunchTarget
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.launchers.run_user import RunUser
@@ -75,6 +77,8 @@ if TYPE_CHECKING:
     from orchestrator.launchers.kubernetes_cloud import AccessCache
 
 log = structlog.get_logger(__name__)
+
+_Config = TypeVar("_Config", bound=pydantic.BaseModel)
 
 #: The signals that stop ``orchestrator serve`` gracefully.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -101,25 +105,49 @@ def launcher_for(
     access_cache: AccessCache | None = None,
     aws: aws_launchers.AwsClients | None = None,
 ) -> Launcher | None:
-    """The launcher for a direct runner; None for types launched elsewhere (agents) or not yet supported.
+    """The launcher of a direct runner; None for a runner an agent launches. Which runners this server can
+    launch is ``launchers.availability``'s table, which GET runner answers from too: for any other,
+    LauncherUnavailableError with the message GET shows (the extra to install, PO_ALLOW_LOCAL_RUNNERS).
 
     The cloud types authenticate with the runner's workload identity, ``issuer.identity(target.subject)``
     (short-lived OIDC tokens exchanged at the cloud's STS): no long-lived cloud credential is stored. Their
     cluster accesses are kept in ``access_cache`` (one per server, :func:`cloud_access_cache`) between the
-    launchers made for one run's launch, status checks and cancel."""
-    runner_type, config = target.runner_type, target.configuration
-    connection = config.get("connection")
-    if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "local":
-        return local if settings.allow_local_runners else None
-    if runner_type == "vm" and isinstance(connection, dict) and connection.get("type") == "ssh":
-        return _ssh_launcher(settings, config)
-    if runner_type == "kubernetes":
-        return _kubernetes_launcher(settings, config)
-    if runner_type in ("kubernetes-gke", "kubernetes-aks"):
+    launchers made for one run's launch, status checks and cancel; the AWS types' credentials in ``aws``
+    (one per server, :func:`aws_clients`; without it, clients for this call only)."""
+    kind = availability.launcher_kind(target.runner_type, target.configuration)
+    if kind is None:
+        return None
+    # Raises unless the table's libraries and launcher modules import (they are imported below).
+    availability.require(kind, allow_local_runners=settings.allow_local_runners)
+    if kind == availability.LOCAL_KIND:
+        return local
+    if kind == "vm:ssh":
+        return _ssh_launcher(settings, target)
+    if kind == "kubernetes":
+        return _kubernetes_launcher(settings, target)
+    if kind in ("kubernetes-gke", "kubernetes-aks"):
         return _cloud_kubernetes_launcher(settings, issuer, target, access_cache)
-    if runner_type in ("kubernetes-eks", "serverless-ecs") and aws is not None:
-        return _aws_launcher(settings, issuer, aws, target)
-    return None
+    if kind in ("kubernetes-eks", "serverless-ecs"):
+        clients = aws if aws is not None else aws_clients(settings)
+        if clients is not None:
+            return _aws_launcher(settings, issuer, clients, target)
+    # A row of the table without its branch here (tests/unit/test_launcher_availability.py).
+    raise availability.LauncherUnavailableError(
+        f"this orchestrator cannot launch {kind} runners: it has no launcher for them"
+    )
+
+
+def _parsed(model: type[_Config], target: LaunchTarget) -> _Config:
+    """The runner's stored configuration as its type's model; LauncherUnavailableError naming the fields
+    that no longer validate (never their values: the configuration holds the runner's secrets)."""
+    try:
+        return model.model_validate(target.configuration)
+    except pydantic.ValidationError as exc:
+        fields = sorted({".".join(str(part) for part in error["loc"]) for error in exc.errors()})
+        raise availability.LauncherUnavailableError(
+            f"the configuration of runner '{target.runner_id}' is not valid for its type "
+            f"{target.runner_type} (fields: {', '.join(fields)}): update the runner"
+        ) from None
 
 
 def cloud_access_cache() -> AccessCache | None:
@@ -144,22 +172,16 @@ def aws_clients(settings: ServerSettings) -> aws_launchers.AwsClients | None:
 
 def _aws_launcher(
     settings: ServerSettings, issuer: WorkloadIssuer, clients: aws_launchers.AwsClients, target: LaunchTarget
-) -> Launcher | None:
-    """The launcher of a ``kubernetes-eks`` runner (None without the ``kubernetes`` extra) or a
-    ``serverless-ecs`` runner, with the runner's workload identity."""
+) -> Launcher:
+    """The launcher of a ``kubernetes-eks`` or ``serverless-ecs`` runner, with its workload identity."""
     identity = issuer.identity(target.subject)
     if target.runner_type == "serverless-ecs":
-        from orchestrator.launchers import ecs
+        from orchestrator.launchers import ecs  # botocore: the server extra (availability checked it)
 
         return ecs.EcsLauncher(target, identity=identity, clients=clients)
-    try:
-        from orchestrator.launchers import eks  # lightkube: the optional extra
-    except ImportError:
-        return None
-    try:
-        parsed = K8sEksRunnerConfiguration.model_validate(target.configuration)
-    except pydantic.ValidationError:
-        return None
+    from orchestrator.launchers import eks  # lightkube: the kubernetes extra (availability checked it)
+
+    parsed = _parsed(K8sEksRunnerConfiguration, target)
     return eks.eks_launcher(
         target, parsed.cluster, identity=identity, clients=clients, egress=settings.runner_egress
     )
@@ -186,51 +208,39 @@ async def _check_run_user(local: LocalLauncher) -> None:
         log.warning("local runs cannot start", problem=exc.message)
 
 
-def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) -> Launcher | None:
-    """The cluster's launcher; None without the ``kubernetes`` extra (lightkube) installed."""
-    try:
-        from orchestrator.launchers import kubernetes  # the optional extra: imported only when used
-    except ImportError:
-        return None
-    try:
-        parsed = K8sRunnerConfiguration.model_validate(config)
-    except pydantic.ValidationError:
-        return None
+def _kubernetes_launcher(settings: ServerSettings, target: LaunchTarget) -> Launcher:
+    """The cluster's launcher."""
+    from orchestrator.launchers import kubernetes  # lightkube: the kubernetes extra (availability checked it)
+
+    parsed = _parsed(K8sRunnerConfiguration, target)
     return kubernetes.KubernetesLauncher(
         kubernetes.ClusterAccess.from_cluster(parsed.cluster), egress=settings.runner_egress
     )
 
 
-def _ssh_launcher(settings: ServerSettings, config: dict[str, object]) -> Launcher | None:
-    """The machine's launcher; None without asyncssh (the ``server`` extra) installed."""
-    try:
-        from orchestrator.launchers import ssh  # asyncssh: imported only when used
-    except ImportError:
-        return None
-    try:
-        parsed = VmRunnerConfiguration.model_validate(config)
-    except pydantic.ValidationError:
-        return None
-    return ssh.SshLauncher.from_configuration(parsed, egress=settings.runner_egress)
+def _ssh_launcher(settings: ServerSettings, target: LaunchTarget) -> Launcher:
+    """The machine's launcher."""
+    from orchestrator.launchers import ssh  # asyncssh: the server extra (availability checked it)
+
+    return ssh.SshLauncher.from_configuration(
+        _parsed(VmRunnerConfiguration, target), egress=settings.runner_egress
+    )
 
 
 def _cloud_kubernetes_launcher(
     settings: ServerSettings, issuer: WorkloadIssuer, target: LaunchTarget, cache: AccessCache | None
-) -> Launcher | None:
-    """A GKE or AKS runner's launcher; None without the ``kubernetes`` and ``cloud`` extras (lightkube,
-    google-auth, azure-identity) installed."""
-    try:  # the optional extras: imported only when used
-        from orchestrator.launchers import kubernetes_cloud
+) -> Launcher:
+    """A GKE or AKS runner's launcher (lightkube and google-auth or azure-identity: the kubernetes and
+    cloud extras, which availability checked)."""
+    from orchestrator.launchers import kubernetes_cloud
 
-        if target.runner_type == "kubernetes-gke":
-            from orchestrator.launchers import gke
-        else:
-            from orchestrator.launchers import aks
-    except ImportError:
-        return None
     identity, key = issuer.identity(target.subject), kubernetes_cloud.access_key(target)
+    made: Launcher | None
     if target.runner_type == "kubernetes-gke":
-        return gke.gke_launcher(
+        from orchestrator.launchers import gke
+
+        _parsed(K8sGkeRunnerConfiguration, target)
+        made = gke.gke_launcher(
             target.configuration,
             identity,
             egress=settings.runner_egress,
@@ -238,14 +248,21 @@ def _cloud_kubernetes_launcher(
             cache=cache,
             cache_key=key,
         )
-    return aks.aks_launcher(
-        target.configuration,
-        identity,
-        egress=settings.runner_egress,
-        endpoints=settings.azure_endpoints,
-        cache=cache,
-        cache_key=key,
-    )
+    else:
+        from orchestrator.launchers import aks
+
+        _parsed(K8sAksRunnerConfiguration, target)
+        made = aks.aks_launcher(
+            target.configuration,
+            identity,
+            egress=settings.runner_egress,
+            endpoints=settings.azure_endpoints,
+            cache=cache,
+            cache_key=key,
+        )
+    if made is None:  # _parsed refused what they refuse
+        raise availability.LauncherUnavailableError(f"runner '{target.runner_id}' has no valid configuration")
+    return made
 
 
 def _server_key(settings: ServerSettings) -> bytes:

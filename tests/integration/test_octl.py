@@ -435,6 +435,41 @@ def test_client__api_error_carries_status_and_code(live_server: str, org_token: 
 # -- runners ----------------------------------------------------------------------------------------
 
 
+def test_get_runner__says_whether_this_orchestrator_can_launch_it(
+    settings: ServerSettings, tmp_path: Path
+) -> None:
+    """A local runner made where local runners were allowed, read from a server on the same database
+    without them: the table's Launchable column says false and a warning on stderr says why; an EKS
+    runner is launchable (every extra is installed here)."""
+    local = yaml.safe_load((RUNNER_DATA / "vm-local.yaml").read_text())
+    eks = yaml.safe_load((RUNNER_DATA / "kubernetes-eks.yaml").read_text())
+    with serve_in_thread(create_app(settings)) as url, ApiClient(url, BOOTSTRAP_TOKEN) as platform:
+        platform.create_org(ORG)
+        platform.create_runner(ORG, {**local, "id": "here"})
+        platform.create_runner(ORG, {**eks, "id": "eks"})
+    without_local = settings.model_copy(update={"allow_local_runners": False})
+    with serve_in_thread(create_app(without_local)) as url:
+        octl = Octl(base_url=url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl" / "config.yaml")
+        here = octl("get", "runner", "here")
+        here_json = octl("get", "runner", "here", "-o", "json")
+        cloud = octl("get", "runner", "eks")
+
+    message = (
+        "this orchestrator cannot launch vm runners with a local connection: local runners are off on this "
+        "server (start it with PO_ALLOW_LOCAL_RUNNERS=true)"
+    )
+    assert (0, 0, 0) == (here.exit_code, here_json.exit_code, cloud.exit_code), here.output
+    header, row = here.stdout.splitlines()
+    assert ["Id", "OrgId", "Description", "RunnerType", "StateStorageType", "CreatedAt", "Launchable"] == (
+        header.split()
+    )
+    assert row.startswith("here") and row.endswith("false")
+    assert f"Warning: {message}\n" == here.stderr
+    assert {"launchable": False, "message": message} == json.loads(here_json.stdout)["status"]
+    assert cloud.stdout.splitlines()[1].endswith("true")
+    assert "" == cloud.stderr
+
+
 def test_runners__crud_from_the_seed_yaml(octl: Octl) -> None:
     seed = RUNNER_DATA / "seed000-gke.yaml"
 

@@ -12,8 +12,10 @@ import yaml
 from fastapi import FastAPI
 
 from orchestrator.domain.runner_types import compatibility_matrix
+from orchestrator.server import create_app
+from orchestrator.settings import ServerSettings
 from orchestrator.store.schema import runners
-from tests.support.orgs import Org
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 
 DATA = Path(__file__).parent.parent / "data" / "runners"
 EXAMPLES = sorted(p.name for p in DATA.glob("*.yaml"))
@@ -31,6 +33,11 @@ async def create(
     return await client.post(f"/orgs/{org_id}/runners", json={"id": runner_id, **body})
 
 
+def without_status(answer: dict[str, Any]) -> dict[str, Any]:
+    """A GET answer of a runner the orchestrator launches, without what only GET answers."""
+    return {key: value for key, value in answer.items() if key != "status"}
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 async def test_runners__every_example_is_accepted_and_read_back(org: Org, name: str) -> None:
     body = example(name)
@@ -39,7 +46,14 @@ async def test_runners__every_example_is_accepted_and_read_back(org: Org, name: 
     got = await org.admin.get(f"/orgs/{org.id}/runners/r1")
 
     assert 201 == created.status_code, created.text
-    assert {**got.json(), "warnings": []} == created.json()
+    read = got.json()
+    # GET adds whether this orchestrator launches it (every extra is installed here, local runners are
+    # allowed); create answers it for no runner, an agent's presence for every agent's runner.
+    if read["launched_by"] == "agent":
+        assert {"last_seen_at": None} == read["status"] == created.json()["status"]
+    else:
+        assert {"launchable": True} == read.pop("status")
+    assert {**read, "warnings": []} == created.json()
     assert body["runner_configuration"]["type"] == got.json()["runner_configuration"]["type"]
     assert body["state_storage_configuration"] == got.json()["state_storage_configuration"]
 
@@ -107,7 +121,8 @@ async def test_runners__patch_merges_onto_the_stored_configuration(org: Org) -> 
     } == config["job"]
     assert body["runner_configuration"]["cluster"]["name"] == config["cluster"]["name"]
     assert [] == patched.json()["warnings"]
-    assert {**got.json(), "warnings": []} == patched.json()
+    assert {"launchable": True} == got.json()["status"]  # GET only
+    assert {**without_status(got.json()), "warnings": []} == patched.json()
 
 
 async def test_runners__terraform_providers_nested_state_storage_is_stored_and_answered_flat(
@@ -160,7 +175,7 @@ async def test_runners__create_reads_env_as_one_mapping_as_a_list_with_a_warning
     ] == created.json()["warnings"]
     stored = got.json()["runner_configuration"]["job"]["pod_template"]["spec"]["containers"][0]
     assert variables == stored["env"]
-    assert {**got.json(), "warnings": created.json()["warnings"]} == created.json()
+    assert {**without_status(got.json()), "warnings": created.json()["warnings"]} == created.json()
 
 
 @pytest.mark.parametrize(
@@ -346,3 +361,25 @@ async def test_compatibility__published(admin: httpx.AsyncClient) -> None:
 
     assert compatibility_matrix() == response.json()["matrix"]
     assert ["azurerm", "gcs", "orchestrator", "s3"] == response.json()["matrix"]["vm"]
+
+
+async def test_runners__get_says_a_local_runner_is_not_launchable_where_local_runners_are_off(
+    org: Org, settings: ServerSettings
+) -> None:
+    """The runner was created where local runners were allowed; a server on the same database without
+    PO_ALLOW_LOCAL_RUNNERS answers it as before, and says on GET that it cannot launch it."""
+    created = await create(org.platform, org.id, "here", example("vm-local.yaml"))
+    strict = create_app(settings.model_copy(update={"allow_local_runners": False}), run_dispatcher=False)
+
+    async with strict.router.lifespan_context(strict), api_client(strict, BOOTSTRAP_TOKEN) as platform:
+        got = await platform.get(f"/orgs/{org.id}/runners/here")
+    allowed = await org.admin.get(f"/orgs/{org.id}/runners/here")
+
+    assert 201 == created.status_code, created.text
+    assert {"launchable": True} == allowed.json()["status"]
+    assert {
+        "launchable": False,
+        "message": "this orchestrator cannot launch vm runners with a local connection: local runners are "
+        "off on this server (start it with PO_ALLOW_LOCAL_RUNNERS=true)",
+    } == got.json()["status"]
+    assert without_status(allowed.json()) == without_status(got.json())

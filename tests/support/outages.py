@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,30 @@ from orchestrator.store import states as state_store
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.postgres import free_port
 
+#: ``python -c`` code that runs ``orchestrator serve`` unable to import the modules named by its arguments,
+#: as if they were not installed: ``None`` in ``sys.modules`` makes every import of a name (and of its
+#: submodules) raise ModuleNotFoundError naming it, the import system's documented way to block a module.
+#: Nothing of the libraries or of the orchestrator is touched, and only this process is affected.
+UNIMPORTABLE_PRELUDE = """
+import runpy, sys
+for name in sys.argv[1:]:
+    sys.modules[name] = None
+sys.argv = ["orchestrator", "serve"]
+runpy.run_module("orchestrator.cli.server", run_name="__main__", alter_sys=True)
+"""
+
 
 class ServerProcess:
     """``orchestrator serve`` as a real process on a fixed port, started again after each outage.
 
     Local runs execute as the test's user in ``<data dir>/../runs``, unless ``environment`` says
-    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``)."""
+    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``). ``unimportable``: modules the server
+    process cannot import, as if they were not installed (:data:`UNIMPORTABLE_PRELUDE`)."""
 
-    def __init__(self, database_url: str, data_dir: Path, **environment: str) -> None:
+    def __init__(
+        self, database_url: str, data_dir: Path, *, unimportable: Sequence[str] = (), **environment: str
+    ) -> None:
+        self.unimportable = tuple(unimportable)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -65,9 +81,14 @@ class ServerProcess:
 
     def start(self, timeout_seconds: float = 60) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = (
+            [sys.executable, "-c", UNIMPORTABLE_PRELUDE, *self.unimportable]
+            if self.unimportable
+            else [sys.executable, "-m", "orchestrator.cli.server", "serve"]
+        )
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli.server", "serve"],
+                command,
                 env=self.env,
                 stdout=log,
                 stderr=log,

@@ -28,6 +28,7 @@ from orchestrator.domain.runner_types import (
     runner_configuration_to_dict,
 )
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError, SealedValueError
+from orchestrator.launchers import availability
 from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy, is_ip_address
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
@@ -72,9 +73,38 @@ class RunnerSummaryOut(BaseModel):
 
 
 class RunnerStatusOut(BaseModel):
+    """The status of a runner an agent launches: when its agent was last seen."""
+
     #: When the runner's agent last asked the gateway for a command (written every
     #: PO_AGENT_PRESENCE_INTERVAL_SECONDS at most); null if it never has.
-    last_seen_at: datetime | None = None
+    last_seen_at: datetime | None = Field(
+        description=(
+            "When the runner's agent last asked the gateway for a command (written every "
+            "PO_AGENT_PRESENCE_INTERVAL_SECONDS at most); null if it never has."
+        )
+    )
+
+
+class RunnerLaunchabilityOut(BaseModel):
+    """The status of a runner the orchestrator launches itself, on GET: whether this orchestrator can
+    launch its deployments (ours: upstream's documents give runners no status)."""
+
+    #: False: every deployment on the runner fails, with ``message``, until the server is changed.
+    launchable: bool = Field(
+        description=(
+            "Whether this orchestrator can launch the runner's deployments. False when the server lacks "
+            "the optional dependencies (extras) of the runner's launcher, or does not allow local runners "
+            "(PO_ALLOW_LOCAL_RUNNERS) for a vm runner with a local connection: its deployments then fail "
+            "with `message`."
+        )
+    )
+    #: Why not, when ``launchable`` is false: the extra and libraries to install, or the setting.
+    message: str | None = schemas.optional(
+        description=(
+            "Why not, when `launchable` is false: the extra of the server's package and the libraries to "
+            "install (and how), or the setting to change. A deployment on the runner fails with it."
+        )
+    )
 
 
 class RunnerOut(BaseModel):
@@ -88,8 +118,15 @@ class RunnerOut(BaseModel):
     state_storage_configuration: dict[str, Any]
     #: "orchestrator" when the orchestrator launches runs itself, "agent" when an agent in the target does.
     launched_by: str
-    #: Read-only; on GET of a runner launched by an agent.
-    status: RunnerStatusOut | None = schemas.optional()
+    #: Read-only: an agent's runner's presence (always); whether the orchestrator can launch the others
+    #: (GET only).
+    status: RunnerStatusOut | RunnerLaunchabilityOut | None = schemas.optional(
+        description=(
+            "Read-only. For a runner an agent launches (`launched_by: agent`): `last_seen_at`, on every "
+            "answer. For the others, on GET only: `launchable` and, when false, `message` (see "
+            "RunnerLaunchabilityOut); the answers to create and update leave it out."
+        )
+    )
 
     @classmethod
     def of(cls, runner: entities.Runner) -> RunnerOut:
@@ -114,12 +151,21 @@ class CompatibilityOut(BaseModel):
     matrix: dict[str, list[str]]
 
 
-async def _answer(conn: AsyncConnection, runner: entities.Runner) -> RunnerOut:
-    """The runner as answered, with the status of its agent if an agent launches its runs."""
+async def _answer(
+    conn: AsyncConnection, runner: entities.Runner, *, settings: ServerSettings | None = None
+) -> RunnerOut:
+    """The runner as answered, with the status of its agent if an agent launches its runs; with the
+    server's ``settings`` (GET), whether this orchestrator can launch the runs of any other, and why not
+    (``launchers.availability``, which the dispatcher's launcher choice reads too)."""
     answer = RunnerOut.of(runner)
     if answer.launched_by == "agent":
         last_seen = await command_store.last_seen(conn, runner.org_id, runner.id)
         answer.status = RunnerStatusOut(last_seen_at=last_seen)
+    elif settings is not None:
+        reason = availability.unlaunchable_reason(
+            runner.type, runner.configuration, allow_local_runners=settings.allow_local_runners
+        )
+        answer.status = RunnerLaunchabilityOut(launchable=reason is None, message=reason)
     return answer
 
 
@@ -272,11 +318,15 @@ async def list_runners(
 async def get_runner(
     org_id: str, runner_id: str, _: Principal = READ, svc: Services = Depends(services)
 ) -> RunnerOut:
+    """The runner. Its `status` says, for a runner the orchestrator launches itself, whether this
+    orchestrator can launch its deployments (`launchable`) and why not (`message`: an optional dependency
+    of the server that is not installed, local runners not allowed); for a runner an agent launches, when
+    the agent was last seen."""
     async with svc.reader.connect() as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
         if runner is None:
             raise NotFoundError(f"runner '{runner_id}' not found")
-        return await _answer(conn, runner)
+        return await _answer(conn, runner, settings=svc.settings)
 
 
 @router.patch("/orgs/{org_id}/runners/{runner_id}", response_model=RunnerWrittenOut)

@@ -52,6 +52,7 @@ from orchestrator.domain.deployments import (
 from orchestrator.domain.runner_secrets import restore_secrets
 from orchestrator.domain.runner_types import launched_by
 from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
+from orchestrator.launchers.availability import LauncherUnavailableError
 from orchestrator.launchers.base import (
     KeepsUnsavedState,
     Launcher,
@@ -72,8 +73,8 @@ from orchestrator.store import runners as runner_store
 
 log = structlog.get_logger(__name__)
 
-#: Picks the launcher for a runner (its org, id, type and full configuration); None when this server
-#: cannot launch it.
+#: Picks the launcher for a runner (its org, id, type and full configuration); LauncherUnavailableError
+#: saying why when this server cannot launch it (None says it without a reason).
 LauncherFor = Callable[[LaunchTarget], Launcher | None]
 #: Told (org, runner) after a command for an agent runner was committed: wakes the agent's long poll.
 CommandCommitted = Callable[[str, str], None]
@@ -243,18 +244,22 @@ class Dispatcher:
             )
         configuration = restore_secrets(runner.configuration, secrets)
         agent = launched_by(runner.type, configuration) == "agent"
-        launcher = (
-            None
-            if agent
-            else self.launcher_for(
-                LaunchTarget(
-                    org_id=deployment.org_id,
-                    runner_id=runner.id,
-                    runner_type=runner.type,
-                    configuration=configuration,
+        try:
+            launcher = (
+                None
+                if agent
+                else self.launcher_for(
+                    LaunchTarget(
+                        org_id=deployment.org_id,
+                        runner_id=runner.id,
+                        runner_type=runner.type,
+                        configuration=configuration,
+                    )
                 )
             )
-        )
+        except LauncherUnavailableError as exc:
+            # The message GET runner shows in its status (launchers.availability).
+            return f"runner '{runner.id}': {exc.message}"
         if launcher is None and not agent:
             return f"runner '{runner.id}' of type '{runner.type}' cannot be launched by this orchestrator"
         spec = RunSpec(

@@ -27,6 +27,9 @@ RUNNER = (
     field("StateStorageType", "state_storage_configuration.type"),
     field("CreatedAt", "created_at"),
 )
+#: ``get runner``: whether this orchestrator can launch the runner's deployments (ours; GET answers it for
+#: the runners it launches itself, empty for an agent's).
+RUNNER_GOT = (*RUNNER, field("Launchable", "status.launchable"))
 
 
 @verbs.create.command("runner")
@@ -60,8 +63,13 @@ def create_runner(
 @org_option
 @pass_session
 def get_runner(session: Session, runner_id: str, out: str) -> None:
-    """Show runner ID (-o yaml or json for its whole configuration)."""
-    output.emit(session.client().get_runner(session.org(), runner_id), out, RUNNER)
+    """Show runner ID (-o yaml or json for its whole configuration), and whether this orchestrator can
+    launch its deployments (a warning says why not)."""
+    runner = session.client().get_runner(session.org(), runner_id)
+    output.emit(runner, out, RUNNER_GOT)
+    status = runner.get("status")
+    if isinstance(status, dict) and status.get("launchable") is False:
+        output.warning(str(status.get("message") or "this orchestrator cannot launch this runner"))
 
 
 @verbs.get.command("runners")
