@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -307,7 +307,9 @@ class Shared:
             subjects = frozenset(subject(name) for name in ("kubernetes-eks", "serverless-ecs"))
             roles = [
                 Role("platform-orchestrator", subjects),
-                Role("runner-execution", allowed=frozenset({"secretsmanager:GetSecretValue"}), ecs_tasks=True),
+                Role(
+                    "runner-execution", allowed=frozenset({"secretsmanager:GetSecretValue"}), ecs_tasks=True
+                ),
                 Role("runner-task", allowed=frozenset(), ecs_tasks=True),
             ]
             images = {DEFAULT_RUNNER_IMAGE: runner_image()}
@@ -319,7 +321,11 @@ class Shared:
         if self.ca_file is not None:
             env["REQUESTS_CA_BUNDLE"] = str(self.ca_file)  # google-auth and azure-identity use requests
         if self.aws is not None:
-            env |= {"PO_AWS_STS_URL": self.aws.url, "PO_AWS_EKS_URL": self.aws.url, "PO_AWS_ECS_URL": self.aws.url}
+            env |= {
+                "PO_AWS_STS_URL": self.aws.url,
+                "PO_AWS_EKS_URL": self.aws.url,
+                "PO_AWS_ECS_URL": self.aws.url,
+            }
         return env
 
 
@@ -408,7 +414,9 @@ class VmSsh(Target):
 
 class Kubernetes(Target):
     name = "kubernetes"
-    stand_in = "stand-in Kubernetes API (tests/support/kube_api.py), client certificate; kubelet runs a process"
+    stand_in = (
+        "stand-in Kubernetes API (tests/support/kube_api.py), client certificate; kubelet runs a process"
+    )
 
     def start(self, stack: contextlib.ExitStack) -> dict[str, str]:
         self.api = self.kube(stack)
@@ -472,7 +480,9 @@ class Aks(Target):
     def start(self, stack: contextlib.ExitStack) -> dict[str, str]:
         azure = AzureStandIn(RelyingParty(self.shared.public_url))
         azure.add_app(
-            azure_standin.TENANT, azure_standin.CLIENT, federated={(self.shared.public_url, subject(self.name))}
+            azure_standin.TENANT,
+            azure_standin.CLIENT,
+            federated={(self.shared.public_url, subject(self.name))},
         )
         stack.enter_context(azure.serving(self.shared.cloud_ca(), self.shared.tmp / "azure"))
         api_ = self.kube(stack, auth="token", token_review=azure.token_review)
@@ -774,8 +784,8 @@ def wait_for_runs(directories: Sequence[Path], timeout: float = RUN_EXIT_TIMEOUT
         for pid_file in sorted(directory.glob("*/runner.pid")):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 text = pid_file.read_text().strip()
-                pid, start = (text.split(":", 4)[2:4]) if text.startswith("local:") else text.split()[:2]
-                runs.append((int(pid), int(start)))
+                fields = text.split(":", 4)[2:4] if text.startswith("local:") else text.split()[:2]
+                runs.append((int(fields[0]), int(fields[1])))
 
     def alive() -> list[int]:
         return [pid for pid, start in runs if processes.start_ticks(pid) == start]
@@ -918,7 +928,11 @@ def run(options: Options) -> dict[str, Any]:
         shared = Shared(
             tmp=tmp,
             public_url=f"http://127.0.0.1:{proxy_socket.getsockname()[1]}",
-            engine_env={"IAC_BACKEND": "embedded", "TF_CLI_CONFIG_FILE": str(tf_config), "CHECKPOINT_DISABLE": "1"},
+            engine_env={
+                "IAC_BACKEND": "embedded",
+                "TF_CLI_CONFIG_FILE": str(tf_config),
+                "CHECKPOINT_DISABLE": "1",
+            },
         )
         targets = [TARGETS[name](shared) for name in options.types]
         environment = {
@@ -946,6 +960,7 @@ def run(options: Options) -> dict[str, Any]:
         stack.callback(_keep_log, server, options)
         stack.callback(server.stop)
         server.start()
+        server_cpu = api.CpuMeter(server_pid=server.pid, postmaster_pid=None)
         proxy = RecordingProxy(server.base_url)
         stack.enter_context(serving(proxy, proxy_socket))
         for target in targets:
@@ -960,6 +975,7 @@ def run(options: Options) -> dict[str, Any]:
             f"-- {options.warmup} warm-up and {options.runs} measured deployment(s) per type, round-robin "
             f"over {len(targets)} types, one at a time ({options.database})"
         )
+        cpu_before = (time.process_time(), server_cpu.read()[0], time.monotonic())
         deadline = time.monotonic() + options.max_seconds
         rounds = [("warmup", n) for n in range(options.warmup)] + [("run", n) for n in range(options.runs)]
         for phase, n in rounds:
@@ -977,6 +993,11 @@ def run(options: Options) -> dict[str, Any]:
                     )
                 else:
                     say(f"   {phase} {n} {target.name}: {sample.status.upper()}: {sample.message[:400]}")
+        cpu = {
+            "wall_s": round(time.monotonic() - cpu_before[2], 1),
+            "bench_process_s": round(time.process_time() - cpu_before[0], 1),
+            "server_s": round(server_cpu.read()[0] - cpu_before[1], 1),
+        }
     rows = analyse(samples, options.types)
     failures = [asdict(s) for s in samples if not s.ok]
     return {
@@ -1000,6 +1021,7 @@ def run(options: Options) -> dict[str, Any]:
             "warmup": options.warmup,
             "max_seconds": options.max_seconds,
         },
+        "cpu_while_deploying": cpu,
         "stand_ins": {name: TARGETS[name].stand_in for name in options.types},
         "types": rows,
         "failures": failures,
@@ -1086,8 +1108,14 @@ def main(argv: list[str] | None = None) -> int:
             f"after {api._load(load['load_average_1_5_15_min_after'])}; {result['seconds']:.0f} s"
             + (" (capped by --max-seconds)" if result["capped"] else "")
         )
+        cpu = result["cpu_while_deploying"]
+        print(
+            f"while deploying ({cpu['wall_s']:.0f} s): CPU of this process (stand-ins, kubelets, proxy) "
+            f"{cpu['bench_process_s']:.1f} s, of the server {cpu['server_s']:.1f} s"
+        )
         for failure in result["failures"]:
-            print(f"FAILED {failure['type']} {failure['phase']} {failure['deployment_id']}: {failure['message']}")
+            what = f"{failure['type']} {failure['phase']} {failure['deployment_id']}"
+            print(f"FAILED {what}: {failure['message']}")
         print(f"wrote {path}")
     return 1 if result["failures"] else 0
 
