@@ -830,6 +830,7 @@ def analyse(samples: Sequence[Sample], types: Sequence[str]) -> dict[str, Any]:
     for name in types:
         measured = [s for s in samples if s.type == name and s.phase == "run"]
         good = [s for s in measured if s.ok]
+        first = next((s for s in samples if s.type == name and s.phase == "warmup"), None)
         rows[name] = {
             "deployments": len(measured),
             "failed": len(measured) - len(good),
@@ -837,6 +838,13 @@ def analyse(samples: Sequence[Sample], types: Sequence[str]) -> dict[str, Any]:
             "completed_s": summary([s.completed_s() for s in good if s.completed_at is not None]),
             "launch_call_s": summary(
                 [s.launch_call_s() for s in good if s.created_at is not None and s.launched_at is not None]
+            ),
+            # The type's first launch (a warm-up): the server's caches of cloud access, its lazy imports,
+            # the ECS task definition, are all cold.
+            "first_launch_call_s": (
+                round(first.launch_call_s(), 4)
+                if first is not None and first.created_at is not None and first.launched_at is not None
+                else None
             ),
         }
     base = rows.get(BASELINE)
@@ -870,6 +878,7 @@ def report(rows: Mapping[str, Any]) -> str:
         "max",
         "x local",
         "launch call p50",
+        "first",
     )
     lines: list[tuple[str, ...]] = [header]
     for name, row in rows.items():
@@ -888,6 +897,7 @@ def report(rows: Mapping[str, Any]) -> str:
                 _ms(completed["max"]),
                 _x(row["completed_x_local"]),
                 _ms(call["p50"]),
+                _ms(row["first_launch_call_s"]),
             )
         )
     return deploy.table(lines)
@@ -897,7 +907,8 @@ MEASURED = (
     "started = POST /deployments answered -> the runner's first request (GET .../deployments/{id}/bundle) "
     "at a recording proxy that is the server's PO_PUBLIC_URL (includes the runner's start-up: Python "
     "imports, the same program on every type); completed = POST answered -> completed_at; launch call = "
-    "created_at -> launched_at (server stamps around the launcher). p50 = median, p90 nearest rank; "
+    "created_at -> launched_at (server stamps around the launcher); first = the launch call of the "
+    "type's first (warm-up) deployment, cold caches. p50 = median, p90 nearest rank; "
     "x local = p50 / vm-local's p50 in this run."
 )
 
