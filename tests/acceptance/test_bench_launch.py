@@ -1,7 +1,7 @@
-"""bench/launch.py keeps running: the launch latency benchmark, as a user runs it (``python bench/launch.py``),
-with one measured deployment on the local launcher (its baseline) and on a ``vm`` agent runner, the
-cheapest type with a stand-in of its own (a real ``po-runner remote``). Nothing here looks at how long
-anything took: only that every deployment was measured, in the order a run happens."""
+"""bench/launch.py keeps running: the launch latency benchmark as a user runs it (``python
+bench/launch.py``), with one measured deployment on the local launcher (its baseline) and on a ``vm``
+agent runner, the cheapest type with a stand-in of its own (a real ``po-runner remote``). Nothing here
+looks at how long anything took: only that every deployment was measured, in the order a run happens."""
 
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ def test_launch_bench__measures_the_local_launcher_and_an_agent_runner(tmp_path:
         assert 0 < started < completed, (name, row)
     assert result["types"]["vm-local"]["started_x_local"] == 1.0
     samples = result["samples"]
-    assert [(s["type"], s["status"]) for s in samples] == [("vm-local", "succeeded"), ("vm-agent", "succeeded")]
+    assert [(s["type"], s["status"]) for s in samples] == [
+        ("vm-local", "succeeded"),
+        ("vm-agent", "succeeded"),
+    ]
     assert len({s["deployment_id"] for s in samples}) == 2
     assert (tmp_path / "launch-sqlite-server.log").is_file()
