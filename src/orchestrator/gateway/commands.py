@@ -21,6 +21,7 @@ from orchestrator.gateway.agent_gateway import agent_gateway
 from orchestrator.gateway.claim import MAX_ANSWER_BYTES
 from orchestrator.gateway.deployments import read_limited
 from orchestrator.protocol import commands as protocol
+from orchestrator.protocol import problems
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services, transaction
 
@@ -52,12 +53,9 @@ def _parse(model: type[_Model], body: bytes, what: str) -> _Model:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        problems = [
-            {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
-        named = "; ".join(f"{p['field'] or 'body'}: {p['problem']}" for p in problems[:5])
-        raise InvalidInputError(f"invalid {what}: {named}", details={"errors": problems}) from exc
+        found = problems.of(exc)
+        named = "; ".join(f"{p['field'] or 'body'}: {p['problem']}" for p in found[:5])
+        raise InvalidInputError(f"invalid {what}: {named}", details={"errors": found}) from exc
 
 
 @router.post(
