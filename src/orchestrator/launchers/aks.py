@@ -34,7 +34,7 @@ from azure.core.exceptions import AzureError, ClientAuthenticationError, Service
 from azure.identity import ClientAssertionCredential
 
 from orchestrator.domain.runner_types import K8sAksRunnerConfiguration
-from orchestrator.launchers.base import WorkloadIdentity
+from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
@@ -42,9 +42,7 @@ from orchestrator.launchers.kubernetes_cloud import (
     AccessCache,
     CloudKubernetesLauncher,
     ExpiringAccess,
-    fail,
     redacted,
-    shortened,
 )
 
 __all__ = ["ARM_API_VERSION", "TOKEN_EXCHANGE_AUDIENCE", "AksAccessSource", "aks_launcher"]

@@ -35,7 +35,7 @@ from google.auth import identity_pool
 from google.auth.transport.requests import Request
 
 from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration
-from orchestrator.launchers.base import WorkloadIdentity
+from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
@@ -43,9 +43,7 @@ from orchestrator.launchers.kubernetes_cloud import (
     AccessCache,
     CloudKubernetesLauncher,
     ExpiringAccess,
-    fail,
     redacted,
-    shortened,
 )
 
 __all__ = ["GkeAccessSource", "gke_launcher"]

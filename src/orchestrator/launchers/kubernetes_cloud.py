@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, Protocol
 
 from lightkube import ApiError
 
@@ -40,15 +40,11 @@ __all__ = [
     "ClusterAccessSource",
     "ExpiringAccess",
     "access_key",
-    "fail",
     "redacted",
-    "shortened",
 ]
 
 #: An access is exchanged again this long before its token expires.
 REFRESH_MARGIN_SECONDS: Final = 120.0
-#: Longest text of a cloud's answer quoted in an error.
-MAX_QUOTED: Final = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,22 +186,9 @@ class CloudKubernetesLauncher:
 # --- for the sources ----------------------------------------------------------------------------------
 
 
-def fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
-    """Raise :class:`LaunchError` with ``retryable`` set."""
-    error = LaunchError(message)
-    error.retryable = retryable
-    raise error from cause
-
-
 def redacted(text: str, secrets: list[str]) -> str:
     """``text`` with every occurrence of each secret (a token, an assertion) replaced by ``[redacted]``."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "[redacted]")
     return text
-
-
-def shortened(text: str, limit: int = MAX_QUOTED) -> str:
-    """Printable characters only, at most ``limit`` of them: for quoting a cloud's answer."""
-    cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
