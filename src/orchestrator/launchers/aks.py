@@ -36,6 +36,7 @@ from azure.identity import ClientAssertionCredential
 from orchestrator.domain.runner_types import K8sAksRunnerConfiguration
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
+from orchestrator.launchers.cloud_http import bearer_request, json_object
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
@@ -158,29 +159,23 @@ class AksAccessSource:
     ) -> dict[str, Any]:
         url = f"{self.endpoints.resource_manager_url.rstrip('/')}{self._cluster_id}{action}"
         what = "list the user credentials of" if action else "read"
-        try:
-            response = session.request(
-                method,
-                url,
-                params={"api-version": ARM_API_VERSION},
-                headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                timeout=self.endpoints.timeout_seconds,
-            )
-        except requests.RequestException as exc:
-            fail(
-                f"cannot reach Azure Resource Manager at {self.endpoints.resource_manager_url}: "
-                f"{shortened(redacted(str(exc), secrets))}",
-                retryable=True,
-                cause=exc,
-            )
+        response = bearer_request(
+            session,
+            method,
+            url,
+            token=token,
+            timeout=self.endpoints.timeout_seconds,
+            api="Azure Resource Manager",
+            where=self.endpoints.resource_manager_url,
+            secrets=secrets,
+            params={"api-version": ARM_API_VERSION},
+        )
         if response.status_code == 200:
-            try:
-                body = response.json()
-            except ValueError as exc:
-                fail("Azure Resource Manager did not answer JSON", retryable=True, cause=exc)
-            if isinstance(body, dict):
-                return body
-            fail("Azure Resource Manager did not answer an object", retryable=True)
+            return json_object(
+                response,
+                not_json="Azure Resource Manager did not answer JSON",
+                not_object="Azure Resource Manager did not answer an object",
+            )
         code = response.status_code
         summary = shortened(redacted(_arm_error(response.text, code), secrets))
         if code == 404:

@@ -37,6 +37,7 @@ from google.auth.transport.requests import Request
 from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
+from orchestrator.launchers.cloud_http import bearer_request, json_object
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
@@ -153,27 +154,22 @@ class GkeAccessSource:
 
     def _read_cluster(self, session: requests.Session, token: str, secrets: list[str]) -> dict[str, Any]:
         url = f"{self.endpoints.container_api_url.rstrip('/')}/v1/{self._cluster_path}"
-        try:
-            response = session.get(
-                url,
-                headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                timeout=self.endpoints.timeout_seconds,
-            )
-        except requests.RequestException as exc:
-            fail(
-                f"cannot reach the GKE API at {self.endpoints.container_api_url}: "
-                f"{shortened(redacted(str(exc), secrets))}",
-                retryable=True,
-                cause=exc,
-            )
+        response = bearer_request(
+            session,
+            "GET",
+            url,
+            token=token,
+            timeout=self.endpoints.timeout_seconds,
+            api="the GKE API",
+            where=self.endpoints.container_api_url,
+            secrets=secrets,
+        )
         if response.status_code == 200:
-            try:
-                cluster = response.json()
-            except ValueError as exc:
-                fail("the GKE API did not answer JSON for the cluster", retryable=True, cause=exc)
-            if isinstance(cluster, dict):
-                return cluster
-            fail("the GKE API did not answer a cluster object", retryable=True)
+            return json_object(
+                response,
+                not_json="the GKE API did not answer JSON for the cluster",
+                not_object="the GKE API did not answer a cluster object",
+            )
         code, summary = _google_error(response.text, status=response.status_code)
         summary = shortened(redacted(summary, secrets))
         if code == 404:

@@ -1,0 +1,57 @@
+"""What the ``requests``-based cloud sources (``gke``, ``aks``) share for their JSON API calls: a bearer
+request whose failure to connect is a retryable :class:`LaunchError` naming the API, and the JSON object
+of a 200 answer. The answer's other statuses are the caller's: each cloud words its errors its own way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from orchestrator.launchers.base import fail, shortened
+from orchestrator.launchers.kubernetes_cloud import redacted
+
+__all__ = ["bearer_request", "json_object"]
+
+
+def bearer_request(
+    session: requests.Session,
+    method: str,
+    url: str,
+    *,
+    token: str,
+    timeout: float,
+    api: str,
+    where: str,
+    secrets: list[str],
+    params: dict[str, str] | None = None,
+) -> requests.Response:
+    """``method url`` with ``token`` as bearer, asking for JSON; a :class:`LaunchError` "cannot reach
+    ``api`` at ``where``" (retryable, ``secrets`` redacted) when no answer comes."""
+    try:
+        return session.request(
+            method,
+            url,
+            params=params,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+        )
+    except requests.RequestException as exc:
+        fail(
+            f"cannot reach {api} at {where}: {shortened(redacted(str(exc), secrets))}",
+            retryable=True,
+            cause=exc,
+        )
+
+
+def json_object(response: requests.Response, *, not_json: str, not_object: str) -> dict[str, Any]:
+    """The JSON object a 200 answer holds; a retryable :class:`LaunchError` ``not_json`` or
+    ``not_object`` when it holds something else."""
+    try:
+        body = response.json()
+    except ValueError as exc:
+        fail(not_json, retryable=True, cause=exc)
+    if isinstance(body, dict):
+        return body
+    fail(not_object, retryable=True)
