@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-import pydantic
 import structlog
 import uvicorn
 from fastapi import FastAPI
@@ -46,6 +45,7 @@ from orchestrator.domain.runner_types import (
     K8sEksRunnerConfiguration,
     K8sRunnerConfiguration,
     VmRunnerConfiguration,
+    configuration_as,
 )
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
@@ -156,9 +156,8 @@ def _aws_launcher(
         from orchestrator.launchers import eks  # lightkube: the optional extra
     except ImportError:
         return None
-    try:
-        parsed = K8sEksRunnerConfiguration.model_validate(target.configuration)
-    except pydantic.ValidationError:
+    parsed = configuration_as(K8sEksRunnerConfiguration, target.configuration)
+    if parsed is None:
         return None
     return eks.eks_launcher(
         target, parsed.cluster, identity=identity, clients=clients, egress=settings.runner_egress
@@ -192,9 +191,8 @@ def _kubernetes_launcher(settings: ServerSettings, config: dict[str, object]) ->
         from orchestrator.launchers import kubernetes  # the optional extra: imported only when used
     except ImportError:
         return None
-    try:
-        parsed = K8sRunnerConfiguration.model_validate(config)
-    except pydantic.ValidationError:
+    parsed = configuration_as(K8sRunnerConfiguration, config)
+    if parsed is None:
         return None
     return kubernetes.KubernetesLauncher(
         kubernetes.ClusterAccess.from_cluster(parsed.cluster), egress=settings.runner_egress
@@ -207,9 +205,8 @@ def _ssh_launcher(settings: ServerSettings, config: dict[str, object]) -> Launch
         from orchestrator.launchers import ssh  # asyncssh: imported only when used
     except ImportError:
         return None
-    try:
-        parsed = VmRunnerConfiguration.model_validate(config)
-    except pydantic.ValidationError:
+    parsed = configuration_as(VmRunnerConfiguration, config)
+    if parsed is None:
         return None
     return ssh.SshLauncher.from_configuration(parsed, egress=settings.runner_egress)
 

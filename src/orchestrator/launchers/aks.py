@@ -27,13 +27,12 @@ import binascii
 import json
 from typing import Any, Final
 
-import pydantic
 import requests
 import yaml
 from azure.core.exceptions import AzureError, ClientAuthenticationError, ServiceRequestError
 from azure.identity import ClientAssertionCredential
 
-from orchestrator.domain.runner_types import K8sAksRunnerConfiguration
+from orchestrator.domain.runner_types import K8sAksRunnerConfiguration, configuration_as
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
 from orchestrator.launchers.cloud_http import bearer_request, json_object
@@ -232,9 +231,8 @@ def aks_launcher(
     **options: Any,
 ) -> CloudKubernetesLauncher | None:
     """The launcher of a ``kubernetes-aks`` runner; None for a configuration that is not one."""
-    try:
-        parsed = K8sAksRunnerConfiguration.model_validate(configuration)
-    except pydantic.ValidationError:
+    parsed = configuration_as(K8sAksRunnerConfiguration, configuration)
+    if parsed is None:
         return None
     source = AksAccessSource(parsed, identity, endpoints=endpoints)
     return CloudKubernetesLauncher(source, egress=egress, cache=cache, cache_key=cache_key, **options)

@@ -29,12 +29,11 @@ from datetime import UTC
 from typing import Any, Final
 
 import google.auth.exceptions
-import pydantic
 import requests
 from google.auth import identity_pool
 from google.auth.transport.requests import Request
 
-from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration
+from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration, configuration_as
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
 from orchestrator.launchers.cloud_http import bearer_request, json_object
@@ -246,9 +245,8 @@ def gke_launcher(
     **options: Any,
 ) -> CloudKubernetesLauncher | None:
     """The launcher of a ``kubernetes-gke`` runner; None for a configuration that is not one."""
-    try:
-        parsed = K8sGkeRunnerConfiguration.model_validate(configuration)
-    except pydantic.ValidationError:
+    parsed = configuration_as(K8sGkeRunnerConfiguration, configuration)
+    if parsed is None:
         return None
     source = GkeAccessSource(parsed, identity, endpoints=endpoints)
     return CloudKubernetesLauncher(source, egress=egress, cache=cache, cache_key=cache_key, **options)
