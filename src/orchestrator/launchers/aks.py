@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 from typing import Any, Final
 
 import requests
@@ -35,7 +34,7 @@ from azure.identity import ClientAssertionCredential
 from orchestrator.domain.runner_types import K8sAksRunnerConfiguration, configuration_as
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
-from orchestrator.launchers.cloud_http import bearer_request, json_object
+from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
@@ -209,11 +208,8 @@ class AksAccessSource:
 def _arm_error(body: str, code: int) -> str:
     """``403 AuthorizationFailed: message`` from an ARM error body ``{"error": {code, message}}``; any
     other body is not quoted."""
-    try:
-        error = json.loads(body).get("error") if body else None
-    except (ValueError, AttributeError):
-        error = None
-    if isinstance(error, dict) and isinstance(error.get("code"), str):
+    error = error_object(body)
+    if error is not None and isinstance(error.get("code"), str):
         message = error.get("message")
         text = f"{code} {error['code']}"
         return f"{text}: {message}" if isinstance(message, str) and message else text

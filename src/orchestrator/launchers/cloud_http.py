@@ -1,10 +1,12 @@
 """What the ``requests``-based cloud sources (``gke``, ``aks``) share for their JSON API calls: a bearer
-request whose failure to connect is a retryable :class:`LaunchError` naming the API, and the JSON object
-of a 200 answer. The answer's other statuses are the caller's: each cloud words its errors its own way.
+request whose failure to connect is a retryable :class:`LaunchError` naming the API, the JSON object
+of a 200 answer, and the ``error`` object of an error answer. What the error says is the caller's: each
+cloud words its errors its own way.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import requests
@@ -12,7 +14,7 @@ import requests
 from orchestrator.launchers.base import fail, shortened
 from orchestrator.launchers.kubernetes_cloud import redacted
 
-__all__ = ["bearer_request", "json_object"]
+__all__ = ["bearer_request", "error_object", "json_object"]
 
 
 def bearer_request(
@@ -55,3 +57,13 @@ def json_object(response: requests.Response, *, not_json: str, not_object: str) 
     if isinstance(body, dict):
         return body
     fail(not_object, retryable=True)
+
+
+def error_object(body: str) -> dict[str, Any] | None:
+    """The ``error`` object of a Google or Azure API error body (``{"error": {...}}``); None for any other
+    body (it is not quoted)."""
+    try:
+        error = json.loads(body).get("error") if body else None
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, dict) else None

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from datetime import UTC
 from typing import Any, Final
 
@@ -36,7 +35,7 @@ from google.auth.transport.requests import Request
 from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration, configuration_as
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
-from orchestrator.launchers.cloud_http import bearer_request, json_object
+from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
@@ -217,11 +216,8 @@ def _private_endpoint(cluster: dict[str, Any]) -> Any:
 def _google_error(body: str, *, status: int | None = None) -> tuple[int, str]:
     """(code, "403 PERMISSION_DENIED: message") from a Google API error body ``{"error": {code, status,
     message}}``; any other body is not quoted."""
-    try:
-        error = json.loads(body).get("error") if body else None
-    except (ValueError, AttributeError):
-        error = None
-    if isinstance(error, dict):
+    error = error_object(body)
+    if error is not None:
         code = error.get("code")
         code = code if isinstance(code, int) else (status or 0)
         parts = [str(code), str(error.get("status") or "")]
