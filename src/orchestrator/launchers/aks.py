@@ -34,7 +34,7 @@ from azure.identity import ClientAssertionCredential
 from orchestrator.domain.runner_types import K8sAksRunnerConfiguration, configuration_as
 from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
-from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object
+from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object, refused
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
@@ -176,18 +176,15 @@ class AksAccessSource:
             )
         code = response.status_code
         summary = shortened(redacted(_arm_error(response.text, code), secrets))
-        if code == 404:
-            fail(f"AKS cluster {self._cluster_id} not found: {summary}", retryable=False)
-        hint = ""
-        if code in (401, 403):
-            hint = (
+        refused(
+            code,
+            not_found=f"AKS cluster {self._cluster_id} not found: {summary}",
+            refusal=f"Azure Resource Manager refused to {what} AKS cluster {self._cluster_id}: {summary}",
+            denied=(
                 f" (app {self.configuration.auth.client_id} needs Microsoft.ContainerService/managedClusters/"
                 "read and listClusterUserCredential/action on it, e.g. the Azure Kubernetes Service Cluster "
                 "User Role; or give cluster.cluster_data)"
-            )
-        fail(
-            f"Azure Resource Manager refused to {what} AKS cluster {self._cluster_id}: {summary}{hint}",
-            retryable=code == 429 or code >= 500,
+            ),
         )
 
     def _kubeconfig_ca(self, credentials: dict[str, Any]) -> str:

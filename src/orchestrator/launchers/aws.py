@@ -47,7 +47,7 @@ from botocore.exceptions import (
 from botocore.parsers import ResponseParserError
 
 from orchestrator.domain.runner_types import AwsTemporaryAuth
-from orchestrator.launchers.base import MAX_QUOTED, LaunchTarget, WorkloadIdentity, fail, shortened
+from orchestrator.launchers.base import MAX_QUOTED, LaunchTarget, WorkloadIdentity, fail, shortened, transient
 
 __all__ = [
     "AUDIENCE",
@@ -156,7 +156,7 @@ def answer_summary(exc: ClientError, secrets: Iterable[str] = ()) -> str:
 
 
 def is_retryable(exc: ClientError) -> bool:
-    return error_code(exc) in RETRYABLE_CODES or _status(exc) >= 500 or _status(exc) == 429
+    return error_code(exc) in RETRYABLE_CODES or transient(_status(exc))
 
 
 @contextlib.contextmanager

@@ -97,6 +97,11 @@ def fail(message: str, *, retryable: bool, cause: BaseException | None = None) -
     raise error from cause
 
 
+def transient(status: int) -> bool:
+    """Whether an HTTP error answer of ``status`` may pass by itself (429, 5xx): asking again can help."""
+    return status == 429 or status >= 500
+
+
 def shortened(text: str, limit: int = MAX_QUOTED) -> str:
     """Printable characters only, white space folded, at most ``limit`` of them: for quoting an answer."""
     cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())

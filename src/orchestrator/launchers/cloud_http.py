@@ -1,20 +1,20 @@
 """What the ``requests``-based cloud sources (``gke``, ``aks``) share for their JSON API calls: a bearer
 request whose failure to connect is a retryable :class:`LaunchError` naming the API, the JSON object
-of a 200 answer, and the ``error`` object of an error answer. What the error says is the caller's: each
-cloud words its errors its own way.
+of a 200 answer, the ``error`` object of an error answer, and the error of an error answer's status. What the
+error says is the caller's: each cloud words its errors its own way.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import requests
 
-from orchestrator.launchers.base import fail, shortened
+from orchestrator.launchers.base import fail, shortened, transient
 from orchestrator.launchers.kubernetes_cloud import redacted
 
-__all__ = ["bearer_request", "error_object", "json_object"]
+__all__ = ["bearer_request", "error_object", "json_object", "refused"]
 
 
 def bearer_request(
@@ -67,3 +67,12 @@ def error_object(body: str) -> dict[str, Any] | None:
     except (ValueError, AttributeError):
         return None
     return error if isinstance(error, dict) else None
+
+
+def refused(code: int, *, not_found: str, refusal: str, denied: str) -> NoReturn:
+    """Raise the :class:`LaunchError` of an error answer of status ``code``: ``not_found`` for a 404
+    (final); else ``refusal``, followed by ``denied`` (the permission it needs) for a 401 or a 403,
+    retryable when :func:`transient`."""
+    if code == 404:
+        fail(not_found, retryable=False)
+    fail(refusal + (denied if code in (401, 403) else ""), retryable=transient(code))

@@ -33,9 +33,9 @@ from google.auth import identity_pool
 from google.auth.transport.requests import Request
 
 from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration, configuration_as
-from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
+from orchestrator.launchers.base import WorkloadIdentity, fail, shortened, transient
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
-from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object
+from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object, refused
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
@@ -141,7 +141,7 @@ class GkeAccessSource:
                 f"IAM refused to impersonate the service account {auth.gcp_service_account}: "
                 f"{shortened(redacted(summary, secrets))} (the pool's principal for this runner needs "
                 "roles/iam.workloadIdentityUser on it)",
-                retryable=retryable or code == 429 or code >= 500,
+                retryable=retryable or transient(code),
                 cause=exc,
             )
         fail(
@@ -170,17 +170,14 @@ class GkeAccessSource:
             )
         code, summary = _google_error(response.text, status=response.status_code)
         summary = shortened(redacted(summary, secrets))
-        if code == 404:
-            fail(f"GKE cluster {self._cluster_path} not found: {summary}", retryable=False)
-        hint = ""
-        if code in (401, 403):
-            hint = (
+        refused(
+            code,
+            not_found=f"GKE cluster {self._cluster_path} not found: {summary}",
+            refusal=f"the GKE API refused to read cluster {self._cluster_path}: {summary}",
+            denied=(
                 f" (the service account {self.configuration.cluster.auth.gcp_service_account} needs "
                 "container.clusters.get on it, e.g. roles/container.clusterViewer)"
-            )
-        fail(
-            f"the GKE API refused to read cluster {self._cluster_path}: {summary}{hint}",
-            retryable=code == 429 or code >= 500,
+            ),
         )
 
     def _access(self, cluster: dict[str, Any], token: str) -> ClusterAccess:
