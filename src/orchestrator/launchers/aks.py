@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import requests
@@ -52,19 +53,13 @@ TOKEN_EXCHANGE_AUDIENCE: Final = "api://AzureADTokenExchange"
 ARM_API_VERSION: Final = "2024-05-01"
 
 
+@dataclass(frozen=True, eq=False, repr=False)  # repr: the identity mints tokens
 class AksAccessSource:
     """Access to the AKS cluster of one ``kubernetes-aks`` runner (see the module docstring)."""
 
-    def __init__(
-        self,
-        configuration: K8sAksRunnerConfiguration,
-        identity: WorkloadIdentity,
-        *,
-        endpoints: AzureEndpoints | None = None,
-    ) -> None:
-        self.configuration = configuration
-        self.identity = identity
-        self.endpoints = endpoints or AzureEndpoints()
+    configuration: K8sAksRunnerConfiguration
+    identity: WorkloadIdentity
+    endpoints: AzureEndpoints = field(default_factory=AzureEndpoints, kw_only=True)
 
     @property
     def _cluster_id(self) -> str:
@@ -227,5 +222,5 @@ def aks_launcher(
     parsed = configuration_as(K8sAksRunnerConfiguration, configuration)
     if parsed is None:
         return None
-    source = AksAccessSource(parsed, identity, endpoints=endpoints)
+    source = AksAccessSource(parsed, identity, endpoints=endpoints or AzureEndpoints())
     return CloudKubernetesLauncher(source, egress=egress, cache=cache, cache_key=cache_key, **options)

@@ -17,6 +17,7 @@ launch, status check and cancel and gives it no shared cache, so each of them ta
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from orchestrator.domain.runner_types import K8sRunnerEksCluster
@@ -37,21 +38,14 @@ TRANSIENT: Final = frozenset({"CREATING", "UPDATING", "PENDING"})
 TOKEN_LIFETIME_SECONDS: Final = 14 * 60.0
 
 
+@dataclass(frozen=True, eq=False, repr=False)  # repr: the identity mints tokens
 class EksAccessSource:
     """An EKS cluster reached with the runner's IAM role (``cluster.auth``)."""
 
-    def __init__(
-        self,
-        target: LaunchTarget,
-        cluster: K8sRunnerEksCluster,
-        *,
-        identity: WorkloadIdentity,
-        clients: aws.AwsClients,
-    ) -> None:
-        self.target = target
-        self.cluster = cluster
-        self.identity = identity
-        self.clients = clients
+    target: LaunchTarget
+    cluster: K8sRunnerEksCluster
+    identity: WorkloadIdentity = field(kw_only=True)
+    clients: aws.AwsClients = field(kw_only=True)
 
     async def cluster_access(self) -> ExpiringAccess:
         name, region = self.cluster.name, self.cluster.region

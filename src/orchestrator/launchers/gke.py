@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Final
 
@@ -62,19 +63,13 @@ class _Supplier(identity_pool.SubjectTokenSupplier):
         return self._token
 
 
+@dataclass(frozen=True, eq=False, repr=False)  # repr: the identity mints tokens
 class GkeAccessSource:
     """Access to the GKE cluster of one ``kubernetes-gke`` runner (see the module docstring)."""
 
-    def __init__(
-        self,
-        configuration: K8sGkeRunnerConfiguration,
-        identity: WorkloadIdentity,
-        *,
-        endpoints: GoogleEndpoints | None = None,
-    ) -> None:
-        self.configuration = configuration
-        self.identity = identity
-        self.endpoints = endpoints or GoogleEndpoints()
+    configuration: K8sGkeRunnerConfiguration
+    identity: WorkloadIdentity
+    endpoints: GoogleEndpoints = field(default_factory=GoogleEndpoints, kw_only=True)
 
     @property
     def _cluster_path(self) -> str:
@@ -241,5 +236,5 @@ def gke_launcher(
     parsed = configuration_as(K8sGkeRunnerConfiguration, configuration)
     if parsed is None:
         return None
-    source = GkeAccessSource(parsed, identity, endpoints=endpoints)
+    source = GkeAccessSource(parsed, identity, endpoints=endpoints or GoogleEndpoints())
     return CloudKubernetesLauncher(source, egress=egress, cache=cache, cache_key=cache_key, **options)
