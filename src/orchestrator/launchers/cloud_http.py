@@ -1,7 +1,7 @@
 """What the ``requests``-based cloud sources (``gke``, ``aks``) share for their JSON API calls: a bearer
-request whose failure to connect is a retryable :class:`LaunchError` naming the API, the JSON object
-of a 200 answer, the ``error`` object of an error answer, and the error of an error answer's status. What the
-error says is the caller's: each cloud words its errors its own way.
+request whose failure to connect is a retryable :class:`LaunchError` naming the API, the JSON object of
+a 200 answer, the ``error`` object of an error answer, and :func:`refused`, which statuses of an error
+answer are final. What an error says is the caller's: each cloud words its errors its own way.
 """
 
 from __future__ import annotations
