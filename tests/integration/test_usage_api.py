@@ -256,3 +256,15 @@ async def test_usage__bad_periods_are_400_naming_the_parameter(org: Org) -> None
         f"/orgs/{org.id}/usage", params={"from": "2028-01-01", "to": "2029-01-01"}
     )
     assert 200 == leap_year.status_code, leap_year.text
+
+
+async def test_usage__the_openapi_document_defines_a_runner_minute_and_the_csv(
+    admin: httpx.AsyncClient,
+) -> None:
+    operation = (await admin.get("/openapi.json")).json()["paths"]["/orgs/{org_id}/usage"]["get"]
+
+    assert "from `launched_at`" in operation["description"]
+    assert "rounded half up to 2 decimals" in operation["description"]
+    assert {"application/json", "text/csv"} == set(operation["responses"]["200"]["content"])
+    assert {"from", "to", "format"} <= {parameter["name"] for parameter in operation["parameters"]}
+    assert {"400", "401", "404"} <= set(operation["responses"])
