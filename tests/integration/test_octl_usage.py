@@ -64,6 +64,7 @@ def _seed(octl: Octl, database_url: str) -> None:
 
 
 def test_get_usage__table_json_and_csv(octl: Octl, settings: ServerSettings) -> None:
+    assert settings.database_url is not None
     _seed(octl, settings.database_url)
 
     table = octl("get", "usage", *PERIOD)

@@ -110,7 +110,7 @@ def test_period__to_must_follow_from_within_366_days() -> None:
         with pytest.raises(InvalidInputError) as raised:
             usage.period(start, end, now=NOW)
         assert raised.value.message.startswith(message)
-    with pytest.raises(InvalidInputError, match="^from: 9999-12-01T00:00:00Z has no following month"):
+    with pytest.raises(InvalidInputError, match=r"^from: 9999-12-01T00:00:00Z has no following month"):
         usage.period("9999-12-01", None, now=NOW)
 
 
