@@ -48,8 +48,10 @@ import httpx
 import loadgen
 import yaml
 
+from orchestrator.dispatch import bundles
 from orchestrator.protocol import age
 from orchestrator.runner import engine as engines
+from orchestrator.secretbox import SecretBox, load_or_create_key
 
 ROOT = api.ROOT
 RESULTS_DIR = api.RESULTS_DIR
@@ -79,6 +81,7 @@ class Options:
     dispatch_deployments: int
     dispatch_envs: tuple[int, ...]
     only: str | None
+    results_dir: Path = RESULTS_DIR
 
 
 # --- the server ------------------------------------------------------------------------------------
@@ -445,10 +448,14 @@ class Overhead:
             metrics.get("num_tf_resources_changed"),
             metrics.get("num_tf_resources_removed"),
         ]
-        # The same compiled code, from the bundle the runner got, on a local backend.
-        bundle = self.server.data_dir / "objects" / "bundles" / ORG / f"{run.deployment_id}.tar.gz"
-        if not bundle.is_file():
-            raise api.BenchError(f"no bundle at {bundle} (is the object store the default file store?)")
+        # The same compiled code, from the bundle the runner got, on a local backend: stored sealed with
+        # the server key (dispatch/bundles.py), opened here with the key file of the server's data dir.
+        sealed = self.server.data_dir / "objects" / "bundles" / ORG / f"{run.deployment_id}.tar.gz.sealed"
+        if not sealed.is_file():
+            raise api.BenchError(f"no bundle at {sealed} (is the object store the default file store?)")
+        bundle = self.work / f"bundle-{n}.tar.gz"
+        box = SecretBox(load_or_create_key(self.server.data_dir))
+        bundle.write_bytes(bundles.opened(box, ORG, run.deployment_id, sealed.read_bytes()))
         for name, state, measure in (
             ("baseline", self.baseline_state, baseline_apply),
             ("runner_steps", self.steps_state, runner_steps),
@@ -721,7 +728,7 @@ def run_engine(engine: str, options: Options) -> None:
             flush=True,
         )
         server = DeployServer(data_dir=tmp / "data", database_url=None, bootstrap_token=bootstrap_token)
-        stack.callback(_keep_log, server, engine)
+        stack.callback(_keep_log, server, engine, options.results_dir)
         stack.callback(server.stop)
         server.start()
         client = stack.enter_context(httpx.Client(base_url=server.base_url, timeout=60))
@@ -774,14 +781,14 @@ def run_engine(engine: str, options: Options) -> None:
             "load_average_1_5_15_min_before": load_before,
             "load_average_1_5_15_min_after": load_after,
         },
-        "options": {k: v for k, v in options.__dict__.items() if k != "engines"},
+        "options": {k: v for k, v in options.__dict__.items() if k not in ("engines", "results_dir")},
         "targets": {"overhead_median_s": TARGET_OVERHEAD_MEDIAN_S, "dispatch_p99_ms": TARGET_DISPATCH_P99_MS},
         **result,
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / ("deploy.json" if engine == "embedded" else f"deploy-{engine}.json")
+    options.results_dir.mkdir(parents=True, exist_ok=True)
+    path = options.results_dir / ("deploy.json" if engine == "embedded" else f"deploy-{engine}.json")
     path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path}")
 
 
 def code_version() -> dict[str, Any]:
@@ -798,10 +805,10 @@ def code_version() -> dict[str, Any]:
     return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_src_files": changed}
 
 
-def _keep_log(server: DeployServer, engine: str) -> None:
+def _keep_log(server: DeployServer, engine: str, results_dir: Path) -> None:
     if server.log_path.exists():
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(server.log_path, RESULTS_DIR / f"deploy-{engine}-server.log")
+        results_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(server.log_path, results_dir / f"deploy-{engine}-server.log")
 
 
 def parse_options(argv: list[str] | None) -> Options:
@@ -825,6 +832,9 @@ def parse_options(argv: list[str] | None) -> Options:
         help="environments deploying at once, comma-separated: one dispatch phase each (default 1,4)",
     )
     parser.add_argument("--only", choices=["overhead", "dispatch"], help="run one part only")
+    parser.add_argument(
+        "--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and the server log go"
+    )
     args = parser.parse_args(argv)
     try:
         dispatch_envs = tuple(int(n) for n in str(args.dispatch_envs).split(","))
@@ -840,6 +850,7 @@ def parse_options(argv: list[str] | None) -> Options:
         dispatch_deployments=args.dispatch_deployments,
         dispatch_envs=dispatch_envs,
         only=args.only,
+        results_dir=args.results_dir,
     )
 
 

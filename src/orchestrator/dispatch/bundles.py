@@ -35,6 +35,12 @@ async def get(
     """The bundle (tar.gz) stored under ``key`` for that deployment; None when the object is gone.
     SealedValueError when it does not open with the server key (another key, another deployment's object)."""
     stored = await blobs.get(key)
-    if stored is None or not stored.startswith(SEALED_OBJECT_MAGIC):
-        return stored  # gone, or stored before bundles were sealed
+    return None if stored is None else opened(box, org_id, deployment_id, stored)
+
+
+def opened(box: SecretBox, org_id: str, deployment_id: uuid.UUID | str, stored: bytes) -> bytes:
+    """The bundle (tar.gz) of a stored object of that deployment: opened with the server key, or as it is
+    when stored before bundles were sealed. SealedValueError when it does not open."""
+    if not stored.startswith(SEALED_OBJECT_MAGIC):
+        return stored
     return box.open_bytes(stored, context=_context(org_id, deployment_id))
