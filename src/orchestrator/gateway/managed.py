@@ -247,7 +247,8 @@ async def claim(
     gateway = managed_gateway(request)
     settings = svc.settings
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + body.waitSeconds
+    # Bounded by the server's long poll limit too (PO_AGENT_FETCH_WAIT_SECONDS, 25 by default).
+    deadline = loop.time() + min(body.waitSeconds, settings.agent_fetch_wait_seconds)
     async with transaction(svc) as conn:
         record = await policy.authenticate(conn, token)
         wake = gateway.waker.ticket()
