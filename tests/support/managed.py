@@ -3,6 +3,10 @@ environments deploy on the managed pool (runner ``managed``) through a rule."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -65,3 +69,40 @@ async def deploy(org: Org, env_id: str) -> str:
     assert 201 == response.status_code, response.text
     deployment_id: str = response.json()["id"]
     return deployment_id
+
+
+def run_claimed(base_url: str, token: str, work_dir: Path, *, extra: dict[str, str], wait: int = 20) -> dict[str, Any]:
+    """A small managed runner: claim one deployment with ``token`` (waiting up to ``wait`` s), run
+    ``po-runner standard`` for it in ``work_dir`` with the claim's environment, RUNNER_GATEWAY_URL (the
+    orchestrator's base URL, as for every runner) and ``extra`` (the runner host's own settings: engine,
+    CLI config), then tell ``finished``. The claim's answer, with ``exitCode``."""
+    with httpx.Client(base_url=base_url, headers=bearer(token), timeout=wait + 30) as client:
+        claimed = client.post("/runner/claim", json={"waitSeconds": wait})
+        assert 200 == claimed.status_code, (claimed.status_code, claimed.text)
+        answer: dict[str, Any] = claimed.json()
+        run_dir = work_dir / answer["deployment"]["id"]
+        for sub in ("home", "tmp", "code"):
+            (run_dir / sub).mkdir(parents=True)
+        environment = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(run_dir / "home"),
+            "TMPDIR": str(run_dir / "tmp"),
+            **extra,
+            **answer["environment"],
+            "RUNNER_GATEWAY_URL": base_url,
+            "IAC_CODE_DIR": str(run_dir / "code"),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli.runner", "standard"],
+            env=environment,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        finished = client.post(
+            f"/runner/deployments/{answer['deployment']['id']}/finished", json={"exitCode": done.returncode}
+        )
+        assert 200 == finished.status_code, finished.text
+        answer["exitCode"] = done.returncode
+        answer["stderr"] = done.stderr.decode(errors="replace")[-3000:]
+        return answer
