@@ -310,6 +310,39 @@ async def prepare(settings: ServerSettings) -> None:
         close()
 
 
+def _managed_worker(
+    settings: ServerSettings,
+    engine: AsyncEngine,
+    notifier: Notifier,
+    managed: gateway_managed.ManagedGateway,
+) -> managed_policy.ManagedWorker | None:
+    """The managed runners' worker (lapsed leases, unclaimed timeouts, pruning); None when they are off."""
+    if not settings.managed_runners_enabled:
+        return None
+    return managed_policy.ManagedWorker(
+        engine=engine,
+        prune_after=timedelta(seconds=settings.managed_prune_after_seconds),
+        interval_seconds=min(5.0, settings.managed_lease_seconds / 4),
+        on_final=notifier.notify,
+        on_requeued=managed.waker.notify,
+    )
+
+
+def _managed_tasks(
+    worker: managed_policy.ManagedWorker | None, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    return [] if worker is None else [asyncio.create_task(worker.run(stop), name="managed-runners")]
+
+
+async def _prepare_rows(engine: AsyncEngine, box: SecretBox, settings: ServerSettings) -> None:
+    """Rows every start puts right: provider configurations sealed; with managed runners on, the pool's
+    runner ``managed`` in every organization."""
+    async with engine.begin() as conn:
+        await catalogue.seal_clear_provider_configurations(conn, box)
+        if settings.managed_runners_enabled:
+            await managed_store.ensure_pool_rows(conn, now=datetime.now(UTC))
+
+
 def _wake_all(dispatcher: Dispatcher, managed: gateway_managed.ManagedGateway) -> None:
     """A deployment was committed: the dispatcher looks for work, waiting managed claims look again."""
     dispatcher.wake()
@@ -401,11 +434,7 @@ def create_app(
                     "runners of the types GKE, EKS, AKS and ECS cannot authenticate",
                     issuer=issuer.issuer,
                 )
-            async with engine.begin() as conn:
-                await catalogue.seal_clear_provider_configurations(conn, box)
-                if settings.managed_runners_enabled:
-                    # Every organization sees the managed pool as its runner "managed".
-                    await managed_store.ensure_pool_rows(conn, now=datetime.now(UTC))
+            await _prepare_rows(engine, box, settings)
             token_key = deployment_tokens.token_key(key)
             notifier = Notifier()
             blobs = await open_blob_store(
@@ -482,17 +511,8 @@ def create_app(
                 outputs_retention=timedelta(seconds=settings.outputs_retention_seconds),
             )
             background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
-            if settings.managed_runners_enabled:
-                app.state.managed_worker = managed_policy.ManagedWorker(
-                    engine=engine,
-                    prune_after=timedelta(seconds=settings.managed_prune_after_seconds),
-                    interval_seconds=min(5.0, settings.managed_lease_seconds / 4),
-                    on_final=notifier.notify,
-                    on_requeued=managed_gateway.waker.notify,
-                )
-                background.append(
-                    asyncio.create_task(app.state.managed_worker.run(stop), name="managed-runners")
-                )
+            app.state.managed_worker = _managed_worker(settings, engine, notifier, managed_gateway)
+            background.extend(_managed_tasks(app.state.managed_worker, stop))
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             if settings.allow_local_runners and local.run_user is not None:

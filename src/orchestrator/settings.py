@@ -222,7 +222,9 @@ class ServerSettings(BaseSettings):
         default=15.0, gt=0, description="How often managed runners are told to send a heartbeat."
     )
     managed_prune_after_seconds: float = Field(
-        default=86400.0, gt=0, description="Managed runners not seen for this long are removed (never busy ones)."
+        default=86400.0,
+        gt=0,
+        description="Managed runners not seen for this long are removed (never busy ones).",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 

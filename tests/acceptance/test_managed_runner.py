@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.protocol import age
 from tests.support.managed import MANAGED_SECRET, run_claimed
 from tests.support.outages import ServerProcess
-from orchestrator.protocol import age
 from tests.support.stack import Stack, build_stack, demo_manifest
 
 pytestmark = pytest.mark.slow

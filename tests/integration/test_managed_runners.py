@@ -32,7 +32,6 @@ from tests.support.managed import (
 )
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 
-
 _KEY = agent_auth.generate_key_pair()[1]
 
 
@@ -75,13 +74,19 @@ def _worker(app: FastAPI, now: datetime, *, prune_after: float = 86400.0) -> pol
 # --- registration ---------------------------------------------------------------------------------------
 
 
-async def test_register__answers_a_token_stored_only_as_its_hash(app: FastAPI, runner_client: httpx.AsyncClient) -> None:
+async def test_register__answers_a_token_stored_only_as_its_hash(
+    app: FastAPI, runner_client: httpx.AsyncClient
+) -> None:
     response = await register(runner_client, "managed-0", ["docker", "gpu.large"])
     records = await _records(app)
 
     assert 201 == response.status_code, response.text
     body = response.json()
-    assert {"name": "managed-0", "pool": "managed", "tags": ["docker", "gpu.large", "managed"]}.items() <= body.items()
+    assert {
+        "name": "managed-0",
+        "pool": "managed",
+        "tags": ["docker", "gpu.large", "managed"],
+    }.items() <= body.items()
     assert {"leaseSeconds": 60, "heartbeatSeconds": 15}.items() <= body.items()
     assert str(uuid.UUID(body["runnerId"])) == body["runnerId"]
     assert [hashlib.sha256(body["token"].encode()).hexdigest()] == [r.token_hash for r in records]
@@ -125,9 +130,11 @@ async def test_managed_runners_off__routes_404_and_pool_hidden(
     settings: ServerSettings, runner_client: httpx.AsyncClient
 ) -> None:
     off = create_app(settings.model_copy(update={"managed_runner_secret": None}))
-    async with off.router.lifespan_context(off), api_client(off, None) as client, api_client(
-        off, BOOTSTRAP_TOKEN
-    ) as platform:
+    async with (
+        off.router.lifespan_context(off),
+        api_client(off, None) as client,
+        api_client(off, BOOTSTRAP_TOKEN) as platform,
+    ):
         await platform.post("/orgs", json={"id": "acme"})
         answer = await register(client, "managed-0")
         listed = await platform.get("/orgs/acme/runners")
@@ -158,7 +165,11 @@ async def test_pool__listed_in_every_organization_and_read_only(
             f"/orgs/{org.id}/runners",
             json={
                 "id": "managed",
-                "runner_configuration": {"type": "kubernetes-agent", "key": _KEY, "job": {"namespace": "n", "service_account": "sa"}},
+                "runner_configuration": {
+                    "type": "kubernetes-agent",
+                    "key": _KEY,
+                    "job": {"namespace": "n", "service_account": "sa"},
+                },
                 "state_storage_configuration": {"type": "kubernetes", "namespace": "n"},
             },
         ),
@@ -175,9 +186,9 @@ async def test_pool__listed_in_every_organization_and_read_only(
         "status": {"online": 1, "tags": ["docker", "managed"]},
     }.items() <= got.json().items()
     assert [403] * 5 == [r.status_code for r in refused]
-    assert {
-        "runner 'managed' is managed by the platform: it cannot be created, changed or deleted"
-    } == {r.json()["message"] for r in refused if r.status_code == 403}
+    assert {"runner 'managed' is managed by the platform: it cannot be created, changed or deleted"} == {
+        r.json()["message"] for r in refused if r.status_code == 403
+    }
     assert "managed by the platform" == still.json()["description"]
 
 
@@ -185,7 +196,11 @@ async def test_rules__required_tags_only_for_managed_and_checked(org: Org) -> No
     await managed_env(org, "dev")
     runner = {
         "id": "agent1",
-        "runner_configuration": {"type": "kubernetes-agent", "key": _KEY, "job": {"namespace": "n", "service_account": "sa"}},
+        "runner_configuration": {
+            "type": "kubernetes-agent",
+            "key": _KEY,
+            "job": {"namespace": "n", "service_account": "sa"},
+        },
         "state_storage_configuration": {"type": "kubernetes", "namespace": "n"},
     }
     await org.admin.post(f"/orgs/{org.id}/runners", json=runner)
@@ -288,7 +303,9 @@ async def test_heartbeat__renews_only_its_own_claim(
     await claim(runner_client, token)
     before = (await _records(app))[0].claim_lease_until
     await asyncio.sleep(0.05)
-    renewed = await runner_client.post("/runner/heartbeat", json={"deploymentId": deployment_id}, headers=bearer(token))
+    renewed = await runner_client.post(
+        "/runner/heartbeat", json={"deploymentId": deployment_id}, headers=bearer(token)
+    )
     other = await runner_client.post(
         "/runner/heartbeat", json={"deploymentId": str(uuid.uuid4())}, headers=bearer(token)
     )
@@ -316,11 +333,14 @@ async def test_lease__runs_out_before_the_bundle_was_fetched_the_deployment_is_q
 
     assert ("executing", "queued") == (row.status, row.dispatch_state)
     assert deployment_id == other.json()["deployment"]["id"]
-    assert 409 == (
-        await runner_client.post(
-            f"/runner/deployments/{deployment_id}/finished", json={"exitCode": 1}, headers=bearer(lost)
-        )
-    ).status_code
+    assert (
+        409
+        == (
+            await runner_client.post(
+                f"/runner/deployments/{deployment_id}/finished", json={"exitCode": 1}, headers=bearer(lost)
+            )
+        ).status_code
+    )
 
 
 async def test_lease__runs_out_after_the_bundle_was_fetched_the_deployment_fails(

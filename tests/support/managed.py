@@ -71,7 +71,9 @@ async def deploy(org: Org, env_id: str) -> str:
     return deployment_id
 
 
-def run_claimed(base_url: str, token: str, work_dir: Path, *, extra: dict[str, str], wait: int = 20) -> dict[str, Any]:
+def run_claimed(
+    base_url: str, token: str, work_dir: Path, *, extra: dict[str, str], wait: int = 20
+) -> dict[str, Any]:
     """A small managed runner: claim one deployment with ``token`` (waiting up to ``wait`` s), run
     ``po-runner standard`` for it in ``work_dir`` with the claim's environment, RUNNER_GATEWAY_URL (the
     orchestrator's base URL, as for every runner) and ``extra`` (the runner host's own settings: engine,

@@ -33,9 +33,11 @@ def test_settings__managed_runner_secret_from_its_seed_name(
 
 
 def test_settings__unset_or_empty_secret_means_off(tmp_path: Path) -> None:
-    dirs = {"data_dir": tmp_path / "data", "local_runs_dir": tmp_path / "runs"}
-    assert not ServerSettings(**dirs).managed_runners_enabled
-    assert not ServerSettings(**dirs, managed_runner_secret="").managed_runners_enabled
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    assert not ServerSettings(data_dir=data, local_runs_dir=runs).managed_runners_enabled
+    assert not ServerSettings(
+        data_dir=data, local_runs_dir=runs, managed_runner_secret=""
+    ).managed_runners_enabled
 
 
 def test_settings__short_secret_is_refused_with_its_length(tmp_path: Path) -> None:
@@ -44,7 +46,9 @@ def test_settings__short_secret_is_refused_with_its_length(tmp_path: Path) -> No
             data_dir=tmp_path / "data", local_runs_dir=tmp_path / "runs", managed_runner_secret="x" * 47
         )
 
-    assert "MANAGED_RUNNER_SECRET must be at least 48 characters (it has 47)" == caught.value.errors()[0]["msg"]
+    assert (
+        "MANAGED_RUNNER_SECRET must be at least 48 characters (it has 47)" == caught.value.errors()[0]["msg"]
+    )
 
 
 def test_serve__short_secret_refuses_to_start_without_printing_it(tmp_path: Path) -> None:

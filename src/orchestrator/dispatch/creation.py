@@ -320,6 +320,8 @@ async def create_destroy(
             "created_by": created_by,
             "metrics": dict(last.metrics),
             **_fresh(ctx, now),
-            **_managed(env.runner_id or last.runner_id, env.required_tags if env.runner_id else last.required_tags),
+            **_managed(
+                env.runner_id or last.runner_id, env.required_tags if env.runner_id else last.required_tags
+            ),
         },
     )

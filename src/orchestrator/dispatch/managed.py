@@ -92,9 +92,7 @@ def exited_message(name: str, exit_code: int) -> str:
     return f"managed runner '{name}': po-runner exited with code {exit_code} without reporting results"
 
 
-async def register(
-    conn: AsyncConnection, *, name: str, tags: list[str], now: datetime
-) -> Registered:
+async def register(conn: AsyncConnection, *, name: str, tags: list[str], now: datetime) -> Registered:
     """Register ``name`` (replacing its record): a new record and token. InvalidInputError naming the
     field for a bad name or tag."""
     check_name(name)
@@ -194,14 +192,19 @@ async def _lose_claim(
     if record.claim_used_at is None:
         if await store.requeue(conn, deployment_id, now=now):
             outcome.requeued.append(str(deployment_id))
-            log.info("managed claim lost before it began: queued again", deployment_id=str(deployment_id),
-                     runner=record.name)
+            log.info(
+                "managed claim lost before it began: queued again",
+                deployment_id=str(deployment_id),
+                runner=record.name,
+            )
         return outcome
     if await results_policy.fail(
         conn, deployment, lost_message(record.name, ran_out_at), now=now, code="RUNNER_LOST"
     ):
         outcome.failed.append(str(deployment_id))
-        log.info("managed claim lost: deployment failed", deployment_id=str(deployment_id), runner=record.name)
+        log.info(
+            "managed claim lost: deployment failed", deployment_id=str(deployment_id), runner=record.name
+        )
     return outcome
 
 
@@ -222,7 +225,9 @@ async def time_out_queued(conn: AsyncConnection, *, now: datetime, limit: int = 
     return failed
 
 
-async def prune(conn: AsyncConnection, *, now: datetime, after: timedelta, limit: int = 100) -> list[ManagedRunner]:
+async def prune(
+    conn: AsyncConnection, *, now: datetime, after: timedelta, limit: int = 100
+) -> list[ManagedRunner]:
     gone = await store.prune(conn, cutoff=now - after, limit=limit)
     for record in gone:
         log.info(
@@ -243,9 +248,7 @@ def claim_environment(deployment: Deployment, *, token_key: bytes) -> dict[str, 
         deployment_id=str(deployment.id),
         env_uuid=str(deployment.env_uuid),
         mode=RunnerMode(runner_mode(deployment.mode, deployment.plan_only)),
-        token=SecretStr(
-            deployment_tokens.deployment_token(token_key, deployment.org_id, str(deployment.id))
-        ),
+        token=SecretStr(deployment_tokens.deployment_token(token_key, deployment.org_id, str(deployment.id))),
         gateway_url="",
         encrypting_key=deployment.encrypted_outputs_recipient,
         encrypting_logs_key=deployment.encrypted_logs_recipient,

@@ -190,9 +190,7 @@ def _told(svc: Services, gateway: ManagedGateway, outcome: policy.LostClaims) ->
 @router.post("/register", status_code=201, response_model=RegisterOut)
 @openapi.may_answer(401, 404, 503)
 @openapi.never_answers(409)
-async def register(
-    body: RegisterBody, request: Request, svc: Services = Depends(services)
-) -> RegisterOut:
+async def register(body: RegisterBody, request: Request, svc: Services = Depends(services)) -> RegisterOut:
     """Register a managed runner with MANAGED_RUNNER_SECRET: its record (replacing one of the same name,
     whose token stops working) and its token, which every later call carries. 401 for a wrong secret; 404
     when managed runners are not enabled on this server."""

@@ -106,7 +106,9 @@ async def by_token_hash(conn: AsyncConnection, token_hash: str) -> ManagedRunner
     return _record(row) if row else None
 
 
-async def get(conn: AsyncConnection, record_id: uuid.UUID, *, for_update: bool = False) -> ManagedRunner | None:
+async def get(
+    conn: AsyncConnection, record_id: uuid.UUID, *, for_update: bool = False
+) -> ManagedRunner | None:
     stmt = sa.select(managed_runners).where(managed_runners.c.id == record_id)
     if for_update:
         stmt = stmt.with_for_update()
@@ -157,7 +159,9 @@ async def count_online(conn: AsyncConnection, *, since: datetime) -> tuple[int, 
 # --- claims ---------------------------------------------------------------------------------------------
 
 
-async def renew(conn: AsyncConnection, record_id: uuid.UUID, deployment_id: uuid.UUID, *, until: datetime) -> bool:
+async def renew(
+    conn: AsyncConnection, record_id: uuid.UUID, deployment_id: uuid.UUID, *, until: datetime
+) -> bool:
     result = await conn.execute(
         managed_runners.update()
         .where(managed_runners.c.id == record_id, managed_runners.c.claim_deployment_id == deployment_id)

@@ -2,8 +2,8 @@
 
 Security: the credentials a route needs are declared by documentation-only dependencies (:data:`API_TOKEN`,
 :data:`AGENT_TOKEN`, :data:`DEPLOYMENT_TOKEN`, :data:`STATE_CREDENTIALS`, :data:`MANAGED_RUNNER_TOKEN`)
-placed beside the code that checks them; they read nothing, so authentication stays where it is (``api.context``, ``gateway``) and
-answers as before. An operation without any says ``security: []``.
+placed beside the code that checks them; they read nothing, so authentication stays where it is
+(``api.context``, ``gateway``) and answers as before. An operation without any says ``security: []``.
 
 Error answers are derived per operation, in one place (:func:`error_statuses`), from what the route is:
 
