@@ -447,3 +447,26 @@ async def test_queued__times_out_without_a_claim(app: FastAPI, org: Org) -> None
 
     assert "failed" == got["status"]
     assert "deployment timeout" in got["status_message"]
+
+
+async def test_claim__a_deployment_token_opens_only_its_own_deployment(
+    org: Org, other_org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev")
+    await managed_env(other_org, "dev")
+    mine = await deploy(org, "dev")
+    theirs = await deploy(other_org, "dev")
+    token = await registered(runner_client, "managed-0")
+    environment = (await claim(runner_client, token)).json()["environment"]
+
+    def bundle(org_id: str, deployment_id: str) -> str:
+        return f"/runner-gateway/v1/orgs/{org_id}/runners/managed/deployments/{deployment_id}/bundle"
+
+    own = await runner_client.get(bundle(org.id, mine), headers={"X-Deployment-Token": environment["TOKEN"]})
+    other = await runner_client.get(
+        bundle(other_org.id, theirs), headers={"X-Deployment-Token": environment["TOKEN"]}
+    )
+
+    assert mine == environment["DEPLOYMENT_ID"]
+    assert 200 == own.status_code
+    assert (400, "the runner token is not valid") == (other.status_code, other.json()["message"])
