@@ -315,10 +315,10 @@ def _managed_worker(
     engine: AsyncEngine,
     notifier: Notifier,
     managed: gateway_managed.ManagedGateway,
-) -> managed_policy.ManagedWorker | None:
-    """The managed runners' worker (lapsed leases, unclaimed timeouts, pruning); None when they are off."""
-    if not settings.managed_runners_enabled:
-        return None
+) -> managed_policy.ManagedWorker:
+    """The managed runners' worker (lapsed leases, pruning, and the timeout of deployments no managed
+    runner claimed: it runs with managed runners off too, so that those of environments still linked to
+    the pool end)."""
     return managed_policy.ManagedWorker(
         engine=engine,
         prune_after=timedelta(seconds=settings.managed_prune_after_seconds),
@@ -326,12 +326,6 @@ def _managed_worker(
         on_final=notifier.notify,
         on_requeued=managed.waker.notify,
     )
-
-
-def _managed_tasks(
-    worker: managed_policy.ManagedWorker | None, stop: asyncio.Event
-) -> list[asyncio.Task[None]]:
-    return [] if worker is None else [asyncio.create_task(worker.run(stop), name="managed-runners")]
 
 
 async def _prepare_rows(engine: AsyncEngine, box: SecretBox, settings: ServerSettings) -> None:
@@ -512,7 +506,7 @@ def create_app(
             )
             background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
             app.state.managed_worker = _managed_worker(settings, engine, notifier, managed_gateway)
-            background.extend(_managed_tasks(app.state.managed_worker, stop))
+            background.append(asyncio.create_task(app.state.managed_worker.run(stop), name="managed-runners"))
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             if settings.allow_local_runners and local.run_user is not None:

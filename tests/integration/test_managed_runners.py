@@ -470,3 +470,19 @@ async def test_claim__a_deployment_token_opens_only_its_own_deployment(
     assert mine == environment["DEPLOYMENT_ID"]
     assert 200 == own.status_code
     assert (400, "the runner token is not valid") == (other.status_code, other.json()["message"])
+
+
+async def test_refresh_runner__links_to_the_pool_with_the_rules_tags(app: FastAPI, org: Org) -> None:
+    await managed_env(org, "dev", ["docker"])
+    url = f"/orgs/{org.id}/projects/shop/envs/dev/actions/refresh_runner"
+
+    dry = await org.admin.post(url, json={"dry_run": True})
+    linked = await org.admin.post(url, json={"dry_run": False})
+    again = await org.admin.post(url, json={"dry_run": False})
+    deployment_id = await deploy(org, "dev")
+
+    assert {"runner_id": "managed", "updated": True} == dry.json()
+    assert {"runner_id": "managed", "updated": True} == linked.json()
+    assert {"runner_id": "managed", "updated": False} == again.json()
+    row = await _deployment_row(app, deployment_id)
+    assert (["docker"], "queued") == (row.required_tags, row.dispatch_state)
