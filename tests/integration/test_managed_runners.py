@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +31,7 @@ from tests.support.managed import (
     register,
     registered,
 )
+from tests.support.octl import Octl, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 
 _KEY = agent_auth.generate_key_pair()[1]
@@ -486,3 +488,15 @@ async def test_refresh_runner__links_to_the_pool_with_the_rules_tags(app: FastAP
     assert {"runner_id": "managed", "updated": False} == again.json()
     row = await _deployment_row(app, deployment_id)
     assert (["docker"], "queued") == (row.required_tags, row.dispatch_state)
+
+
+def test_octl__lists_the_pool_and_cannot_delete_it(settings: ServerSettings, tmp_path: Path) -> None:
+    with serve(settings) as base_url:
+        octl = Octl(base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "octl.yaml")
+        listed = octl("get", "runners")
+        deleted = octl("delete", "runner", "managed")
+
+    assert 0 == listed.exit_code, listed.output
+    assert any("managed" in line and "managed by the platform" in line for line in listed.output.splitlines())
+    assert 0 != deleted.exit_code
+    assert "runner 'managed' is managed by the platform" in deleted.output
