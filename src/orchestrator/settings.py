@@ -216,10 +216,10 @@ class ServerSettings(BaseSettings):
         ),
     )
     managed_lease_seconds: float = Field(
-        default=60.0, gt=0, description="A managed runner's claim lasts this long after its last heartbeat."
+        default=60.0, ge=1, description="A managed runner's claim lasts this long after its last heartbeat."
     )
     managed_heartbeat_seconds: float = Field(
-        default=15.0, gt=0, description="How often managed runners are told to send a heartbeat."
+        default=15.0, ge=1, description="How often managed runners are told to send a heartbeat."
     )
     managed_prune_after_seconds: float = Field(
         default=86400.0,

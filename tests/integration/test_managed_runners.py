@@ -500,3 +500,16 @@ def test_octl__lists_the_pool_and_cannot_delete_it(settings: ServerSettings, tmp
     assert any("managed" in line and "managed by the platform" in line for line in listed.output.splitlines())
     assert 0 != deleted.exit_code
     assert "runner 'managed' is managed by the platform" in deleted.output
+
+
+async def test_pool__organizations_from_before_get_it_when_the_server_starts_with_the_secret(
+    settings: ServerSettings,
+) -> None:
+    off = create_app(settings.model_copy(update={"managed_runner_secret": None}))
+    async with off.router.lifespan_context(off), api_client(off, BOOTSTRAP_TOKEN) as platform:
+        assert 201 == (await platform.post("/orgs", json={"id": "early"})).status_code
+    on = create_app(settings)
+    async with on.router.lifespan_context(on), api_client(on, BOOTSTRAP_TOKEN) as platform:
+        listed = await platform.get("/orgs/early/runners")
+
+    assert ["managed"] == [r["id"] for r in listed.json()["items"]]

@@ -23,8 +23,10 @@ import structlog
 from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.dispatch import managed as policy
+from orchestrator.domain.deployments import Deployment
 from orchestrator.domain.managed import (
     MANAGED_RUNNER_ID,
     NOT_ENABLED_MESSAGE,
@@ -280,7 +282,7 @@ async def claim(
     return JSONResponse(answer.model_dump(mode="json"), headers={"Cache-Control": "no-store"})
 
 
-async def _claim(conn: Any, record: ManagedRunner, settings: ServerSettings) -> Any:
+async def _claim(conn: AsyncConnection, record: ManagedRunner, settings: ServerSettings) -> Deployment | None:
     try:
         return await policy.claim(conn, record, now=datetime.now(UTC), lease=_lease(settings))
     except ClaimRaceError:
