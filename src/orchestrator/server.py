@@ -35,6 +35,7 @@ from orchestrator.api import (
     resource_types,
     runner_rules,
     runners,
+    usage,
     well_known,
 )
 from orchestrator.api.context import api_token_key, hash_token
@@ -547,6 +548,7 @@ def create_app(
         modules.router,
         module_rules.router,
         deployments.router,
+        usage.router,
         gateway_deployments.router,
         gateway_commands.router,
         gateway_state.router,

@@ -26,13 +26,11 @@ import httpx
 import pytest
 import schemathesis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import HealthCheck, Phase, given
-from hypothesis import settings as hypothesis_settings
+from hypothesis import given
 from hypothesis.errors import HypothesisException
 from pydantic import SecretStr
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -44,6 +42,7 @@ from orchestrator.protocol import age, agent_auth
 from orchestrator.protocol.results import DEPLOYMENT_TOKEN_HEADER
 from orchestrator.settings import ServerSettings
 from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.schemathesis_runs import failures, repeatable
 from tests.support.stack import build_stack, demo_manifest, running_server
 
 if TYPE_CHECKING:
@@ -250,14 +249,7 @@ def _probe(
 ) -> None:
     known = seeds.parameters_for(operation.path)
 
-    @hypothesis_settings(
-        max_examples=MAX_EXAMPLES,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @repeatable(max_examples=MAX_EXAMPLES)
     @given(case=operation.as_strategy(generation_mode=mode))
     def probe(case: OpenApiCase) -> None:
         if mode is GenerationMode.POSITIVE and case.path_parameters:
@@ -298,12 +290,9 @@ def _check(
     operation: OpenApiOperation, mode: GenerationMode, case: OpenApiCase, response: Any, found: list[str]
 ) -> None:
     """Validate the answer; each failed check is noted in ``found`` (not raised: the run goes on)."""
-    try:
-        case.validate_response(response, checks=CHECKS)
-    except FailureGroup as group:
-        found.extend(_describe(operation, mode, response.status_code, f) for f in group.exceptions)
-    except Failure as failure:
-        found.append(_describe(operation, mode, response.status_code, failure))
+    found.extend(
+        _describe(operation, mode, response.status_code, f) for f in failures(case, response, CHECKS)
+    )
 
 
 def _names(operation: OpenApiOperation) -> list[str]:

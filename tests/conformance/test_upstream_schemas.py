@@ -26,11 +26,11 @@ import httpx
 import pytest
 import schemathesis
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from schemathesis import Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.core import NotSet
-from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.failures import Failure
 from schemathesis.core.result import Err
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -44,6 +44,7 @@ from orchestrator.settings import ServerSettings
 from tests.support.deployments import insert_deployment
 from tests.support.live_server import serve_in_thread
 from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.schemathesis_runs import failures, repeatable
 from tests.support.tools import tools_required
 
 if TYPE_CHECKING:
@@ -463,25 +464,13 @@ def _exercise(operation: OpenApiOperation, base_url: str, token: str, seed: Seed
     def check(case: OpenApiCase) -> None:
         response = case.call(base_url=base_url, headers=headers)
         findings.statuses.setdefault(name, []).append(response.status_code)
-        try:
-            case.validate_response(response, checks=CHECKS)
-        except FailureGroup as group:
-            for failure in group.exceptions:
-                findings.record(name, failure, case, response)
-        except Failure as failure:
+        for failure in failures(case, response, CHECKS):
             findings.record(name, failure, case, response)
 
     for body in EXPLICIT.get(name, []):
         check(operation.Case(path_parameters=fixed, body=body, media_type="application/json"))
 
-    @settings(
-        max_examples=MAX_EXAMPLES,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @repeatable(max_examples=MAX_EXAMPLES)
     @given(case=operation.as_strategy(path_parameters=fixed))
     def generated(case: OpenApiCase) -> None:
         check(case)

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from orchestrator.api.context import hash_token
 from orchestrator.store import orgs as org_store
 from orchestrator.store.schema import api_tokens
-from tests.support.orgs import BOOTSTRAP_TOKEN, Org
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, walk_pages
 
 
 async def test_healthz__answers_without_auth(admin: httpx.AsyncClient) -> None:
@@ -201,19 +201,21 @@ async def test_env_types__in_use_cannot_be_deleted(org: Org) -> None:
 async def test_paging__walks_every_item_once(org: Org) -> None:
     for i in range(7):
         await org.admin.post(f"/orgs/{org.id}/projects", json={"id": f"p{i}"})
-    seen: list[str] = []
-    token: str | None = None
-    while True:
-        params: dict[str, str | int] = {"per_page": 3}
-        if token:
-            params["page"] = token
-        page = (await org.admin.get(f"/orgs/{org.id}/projects", params=params)).json()
-        seen += [p["id"] for p in page["items"]]
-        token = page.get("next_page_token")
-        if not token:
-            break
+    seen = [p["id"] for p in await walk_pages(org.admin, f"/orgs/{org.id}/projects", 3)]
 
     assert [f"p{i}" for i in range(7)] == seen
+
+
+async def test_paging__tokens_walk_every_item_once(org: Org) -> None:
+    """Tokens page by their UUID: small pages give each once, in the order of one large page."""
+    for i in range(3):
+        await org.admin.post(f"/orgs/{org.id}/tokens", json={"role": "viewer", "description": f"t{i}"})
+    path = f"/orgs/{org.id}/tokens"
+
+    ids = [t["id"] for t in await walk_pages(org.admin, path, 2)]
+
+    assert len(ids) == 6  # the org's admin, deployer and viewer tokens, and these three
+    assert ids == [t["id"] for t in await walk_pages(org.admin, path, 100)]
 
 
 async def test_paging__bad_token_and_per_page(org: Org) -> None:

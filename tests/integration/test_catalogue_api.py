@@ -22,7 +22,7 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import module_providers as provider_store
 from orchestrator.store.schema import module_providers
-from tests.support.orgs import Org
+from tests.support.orgs import Org, walk_pages
 
 GIT_SOURCE = "git::https://github.com/acme/modules.git//postgres?ref=v1"
 
@@ -396,19 +396,34 @@ async def test_modules__versions_page_newest_first(org: Org) -> None:
     await _module(org)
     for i in range(4):
         await _ok(await org.admin.patch(f"/orgs/{org.id}/modules/pg", json={"description": f"v{i + 2}"}), 200)
-    seen: list[str | None] = []
-    token: str | None = None
-    while True:
-        params: dict[str, str | int] = {"per_page": 2}
-        if token:
-            params["page"] = token
-        page = (await org.admin.get(f"/orgs/{org.id}/modules/pg/versions", params=params)).json()
-        seen += [v.get("description") for v in page["items"]]
-        token = page.get("next_page_token")
-        if not token:
-            break
+    seen = [
+        v.get("description") for v in await walk_pages(org.admin, f"/orgs/{org.id}/modules/pg/versions", 2)
+    ]
 
     assert ["v5", "v4", "v3", "v2", None] == seen
+
+
+async def test_paging__composite_keys_walk_every_item_once(org: Org) -> None:
+    """Providers (type, id) and module rules (resource type, module, class, UUID) page by their whole key:
+    small pages give every item once, in the order of one large page."""
+    await _type(org)
+    await _type(org, "redis")
+    for provider_type, provider_id in [("aws", "pb"), ("google", "pa"), ("aws", "pa"), ("azurerm", "pa")]:
+        await _provider(org, provider_type, provider_id)
+    await _module(org)
+    await _module(org, "cache", "redis")
+    for resource_class in ["large", "small", "medium"]:
+        await _rule(org, resource_class=resource_class)
+        await _rule(org, "cache", resource_class=resource_class)
+    providers = f"/orgs/{org.id}/module-providers"
+    rules = f"/orgs/{org.id}/module-rules"
+
+    provider_keys = [(p["provider_type"], p["id"]) for p in await walk_pages(org.admin, providers, 3)]
+    rule_ids = [r["id"] for r in await walk_pages(org.admin, rules, 2)]
+
+    assert provider_keys == [("aws", "pa"), ("aws", "pb"), ("azurerm", "pa"), ("google", "pa")]
+    assert len(rule_ids) >= 6
+    assert rule_ids == [r["id"] for r in await walk_pages(org.admin, rules, 100)]
 
 
 async def test_modules__inline_source_needs_code_and_only_it_may_have_code(org: Org) -> None:

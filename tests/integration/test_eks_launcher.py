@@ -23,7 +23,8 @@ from orchestrator.domain.runner_types import K8sEksRunnerConfiguration
 from orchestrator.launchers import aws
 from orchestrator.launchers.base import Launcher, LaunchError, RunState, RunStatus, launched
 from orchestrator.launchers.egress import EgressPolicy
-from orchestrator.launchers.eks import CloudKubernetesLauncher, eks_launcher
+from orchestrator.launchers.eks import eks_launcher
+from orchestrator.launchers.kubernetes_cloud import CloudKubernetesLauncher
 from tests.support.aws_launcher import (
     CLUSTER,
     REGION,
@@ -154,7 +155,7 @@ async def test_eks_token__is_a_presigned_get_caller_identity_bound_to_the_cluste
 ) -> None:
     """The token is ``k8s-aws-v1.`` + base64url (no padding) of an STS URL signed for ``x-k8s-aws-id``:
     another cluster presenting it to STS (with its own name) is refused, so it opens only this cluster."""
-    access = await launcher(world, issuer, out_dir).source.access()
+    access = (await launcher(world, issuer, out_dir).source.cluster_access()).access
     assert access.token is not None and access.token.startswith("k8s-aws-v1.")
     url = base64.urlsafe_b64decode(access.token.removeprefix("k8s-aws-v1.") + "==").decode()
     query = parse_qs(urlsplit(url).query)
@@ -175,9 +176,8 @@ async def test_eks_token__is_a_presigned_get_caller_identity_bound_to_the_cluste
 async def test_launch__session_name_and_sts_region_from_the_configuration(
     world: EksWorld, issuer: TestIssuer, out_dir: Path
 ) -> None:
-    access = await launcher(
-        world, issuer, out_dir, session_name="deployments", sts_region="us-east-1"
-    ).source.access()
+    source = launcher(world, issuer, out_dir, session_name="deployments", sts_region="us-east-1").source
+    access = (await source.cluster_access()).access
     url = base64.urlsafe_b64decode(str(access.token).removeprefix("k8s-aws-v1.") + "==").decode()
 
     (session,) = world.aws.issued.values()
@@ -193,20 +193,40 @@ async def test_credentials__cached_per_runner_until_shortly_before_they_expire(
     issuer = TestIssuer(subject=subject("eks"))
     with eks_world(tmp_path, issuer, runner_ids=("eks", "eks-b")) as world:
         shared = clients(world.aws)
+        # A launcher per call, as the server makes them: the access is not cached between them.
         a = launcher(world, issuer, out_dir, shared=shared)
         handle = launched(await a.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
-        await a.status(handle)
-        await a.cancel(handle, grace_seconds=1)
+        await launcher(world, issuer, out_dir, shared=shared).status(handle)
+        await launcher(world, issuer, out_dir, shared=shared).cancel(handle, grace_seconds=1)
+        described_for_a = [c.action for c in world.aws.calls].count("DescribeCluster")
         assumed_for_a = len(world.aws.issued)
         b = launcher(world, same_issuer(issuer, subject("eks-b")), out_dir, shared=shared, runner_id="eks-b")
         await b.status(handle)
-        renewing = launcher(world, issuer, out_dir, shared=clients(world.aws, refresh_margin_seconds=7200))
-        await renewing.status(handle)
-        await renewing.status(handle)
+        renewing = clients(world.aws, refresh_margin_seconds=7200)
+        for _ in range(2):
+            await launcher(world, issuer, out_dir, shared=renewing).status(handle)
 
-    assert assumed_for_a == 1
+    assert (assumed_for_a, described_for_a) == (1, 3)
     subjects = [issued.subject for issued in world.aws.issued.values()]
     assert subjects == ["acme+eks", "acme+eks-b", "acme+eks", "acme+eks"]
+
+
+async def test_access__one_per_launcher_while_its_token_is_young(
+    world: EksWorld, issuer: TestIssuer, out_dir: Path
+) -> None:
+    """One launcher's calls share an access (one DescribeCluster, one token), kept 14 minutes from the
+    token's signing at most."""
+    eks = launcher(world, issuer, out_dir)
+    handle = launched(await eks.launch(make_spec(RUNNER, eks_configuration(out_dir)))).handle
+    await eks.status(handle)
+    await eks.cancel(handle, grace_seconds=1)
+    before = time.time()
+    fresh = await eks.source.cluster_access()
+    after = time.time()
+
+    assert [c.action for c in world.aws.calls].count("DescribeCluster") == 2
+    assert len(eks.cache) == 1
+    assert before + 14 * 60 <= fresh.expires_at <= after + 14 * 60
 
 
 # --- status and cancel ----------------------------------------------------------------------------------

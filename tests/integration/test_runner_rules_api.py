@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.orgs import Org, make_org
+from tests.support.orgs import Org, make_org, walk_pages
 from tests.support.rule_reference import reference
 
 RUNNER = yaml.safe_load((Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text())
@@ -48,6 +48,27 @@ async def test_rules__seed_example_empty_rule_matches_everything(org: Org) -> No
     assert {"runner_id": "my-runner", "project_id": "", "env_type_id": ""}.items() <= rule.json().items()
     assert {"runner_id": "my-runner", "updated": True} == refreshed.json()
     assert "my-runner" == env.json()["runner_id"]
+
+
+async def test_rules__pages_by_runner_and_uuid_give_each_rule_once(org: Org) -> None:
+    """Rules page by (runner id, UUID): small pages give each rule once, in the order of one large page."""
+    await setup_org(org.platform, org.id, ["r1", "r2"])
+    scopes = [
+        {"runner_id": "r2", "project_id": "shop"},
+        {"runner_id": "r1", "project_id": "blog"},
+        {"runner_id": "r1", "env_type_id": "development"},
+        {"runner_id": "r2", "env_type_id": "production"},
+        {"runner_id": "r1"},
+    ]
+    for scope in scopes:
+        created = await org.admin.post(f"/orgs/{org.id}/runner-rules", json=scope)
+        assert 201 == created.status_code, created.text
+    path = f"/orgs/{org.id}/runner-rules"
+
+    walked = await walk_pages(org.admin, path, 2)
+
+    assert [r["runner_id"] for r in walked] == ["r1", "r1", "r1", "r2", "r2"]
+    assert [r["id"] for r in walked] == [r["id"] for r in await walk_pages(org.admin, path, 100)]
 
 
 async def test_rules__duplicate_and_missing_references_conflict(org: Org) -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.store import deployments as deployment_store
 
@@ -72,3 +73,54 @@ async def insert_deployment(
             },
         )
     return str(deployment_id)
+
+
+async def insert_run(
+    conn: AsyncConnection,
+    org_id: str,
+    env: dict[str, Any],
+    *,
+    runner_id: str,
+    created_at: datetime,
+    launched_at: datetime | None,
+    completed_at: datetime | None = None,
+    exited_at: datetime | None = None,
+) -> uuid.UUID:
+    """A deployment of ``env`` (as the API answers it) with the given times, through the store, for usage
+    figures: final when ``completed_at`` is given, else executing (one per environment)."""
+    deployment_id = uuid.uuid4()
+    final = completed_at is not None
+    await deployment_store.insert(
+        conn,
+        {
+            "id": deployment_id,
+            "org_id": org_id,
+            "project_id": env["project_id"],
+            "env_id": env["id"],
+            "env_uuid": uuid.UUID(env["uuid"]),
+            "runner_id": runner_id,
+            "mode": "deploy",
+            "plan_only": False,
+            "status": "succeeded" if final else "executing",
+            "status_message": "deployment succeeded" if final else "Deploying...",
+            "manifest": {"workloads": {}},
+            "tf": "terraform {}",
+            "graph": [],
+            "bundle_key": f"bundles/{org_id}/{deployment_id}.tar.gz",
+            "runner_log_level": "info",
+            "request_digest": "0" * 64,
+            "created_by": "test",
+            "created_at": created_at,
+            "updated_at": completed_at or created_at,
+            "completed_at": completed_at,
+            "metrics": {"num_workloads": 0, "num_resource_nodes": 0},
+            # Never picked up by a dispatcher: done, or launched by nobody and never checked.
+            "dispatch_state": "done" if final else "launched",
+            "dispatch_attempts": 1,
+            "next_check_at": None if final else datetime(2999, 1, 1, tzinfo=UTC),
+            "launched_at": launched_at,
+            "exited_at": exited_at,
+            "timeout_at": datetime(2999, 1, 1, tzinfo=UTC),
+        },
+    )
+    return deployment_id

@@ -1,10 +1,11 @@
 """Organizations of the in-process app and their API clients: the platform admin's bootstrap token, an
 :class:`Org` with one client per role, and :func:`make_org` to create one (tests/conftest.py's ``org``
-and ``other_org`` fixtures use it)."""
+and ``other_org`` fixtures use it); :func:`walk_pages` follows a list's page tokens."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -43,3 +44,19 @@ async def make_org(app: FastAPI, platform: httpx.AsyncClient, org_id: str) -> Or
         assert created.status_code == 201, created.text
         clients[role] = api_client(app, created.json()["token"])
     return Org(id=org_id, clients=clients, platform=platform)
+
+
+async def walk_pages(client: httpx.AsyncClient, path: str, per_page: int) -> list[Any]:
+    """Every item of the list at ``path``, read ``per_page`` at a time by following its page tokens."""
+    items: list[Any] = []
+    token: str | None = None
+    while True:
+        params: dict[str, str | int] = {"per_page": per_page}
+        if token:
+            params["page"] = token
+        response = await client.get(path, params=params)
+        assert response.status_code == 200, response.text
+        items += response.json()["items"]
+        token = response.json().get("next_page_token")
+        if not token:
+            return items

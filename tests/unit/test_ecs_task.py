@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from orchestrator.domain.runner_types import ServerlessEcsRunnerConfiguration
-from orchestrator.launchers import aws
+from orchestrator.launchers import aws, base
 from orchestrator.launchers.base import RunState
 from orchestrator.launchers.ecs import (
     parse_handle,
@@ -140,4 +140,4 @@ def test_scrubbed__secrets_replaced_and_shortened() -> None:
     text = aws.scrubbed("token abc123 in\nthe message " + "x" * 400, ["abc123"])
 
     assert "abc123" not in text and "***" in text and "\n" not in text
-    assert len(text) == aws.MAX_MESSAGE
+    assert len(text) == base.MAX_QUOTED

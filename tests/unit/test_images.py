@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.launchers import ecs, eks, images, kubernetes, kubernetes_job, ssh
+from orchestrator.launchers import ecs, images, kubernetes, kubernetes_job, ssh
 from orchestrator.runner import standard
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
@@ -764,7 +764,8 @@ def test_default_image__ours_tagged_with_the_package_version() -> None:
     assert images.DEFAULT_SERVER_IMAGE == f"ghcr.io/platform-orchestrator/orchestrator:{PACKAGE_VERSION}"
     # Every launcher's default is that one (upstream's image is no default anywhere).
     assert kubernetes_job.DEFAULT_RUNNER_IMAGE == ssh.DEFAULT_RUNNER_IMAGE == images.DEFAULT_RUNNER_IMAGE
-    launchers = (ecs.EcsLauncher, kubernetes.KubernetesLauncher, eks.CloudKubernetesLauncher)
+    # The cloud Kubernetes types (GKE, EKS, AKS) run KubernetesLauncher on the access they obtain.
+    launchers = (ecs.EcsLauncher, kubernetes.KubernetesLauncher)
     for launcher in launchers:
         assert inspect.signature(launcher).parameters["image"].default == images.DEFAULT_RUNNER_IMAGE
     for path in (ROOT / "src").rglob("*.py"):

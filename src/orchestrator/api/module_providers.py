@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import Field, StringConstraints
 
 from orchestrator.api import schemas
 from orchestrator.api.catalogue_fields import NAME, Description
@@ -49,24 +49,13 @@ class ModuleProviderUpdateBody(schemas.Body):
     configuration: Annotated[dict[str, Any], Field(max_length=20)] | None = None
 
 
-class ModuleProviderSummaryOut(BaseModel):
+class ModuleProviderSummaryOut(schemas.EntityOut):
     org_id: str
     provider_type: str
     id: str
     description: str | None = schemas.optional()
     source: str
     created_at: datetime
-
-    @classmethod
-    def of(cls, p: catalogue.ModuleProvider) -> ModuleProviderSummaryOut:
-        return cls(
-            org_id=p.org_id,
-            provider_type=p.provider_type,
-            id=p.id,
-            description=p.description,
-            source=p.source,
-            created_at=p.created_at,
-        )
 
 
 class ModuleProviderOut(ModuleProviderSummaryOut):

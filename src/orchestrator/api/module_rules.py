@@ -46,7 +46,7 @@ class ModuleRuleCreateBody(schemas.Body):
         )
 
 
-class ModuleRuleOut(BaseModel):
+class ModuleRuleOut(schemas.EntityOut):
     org_id: str
     id: uuid.UUID
     module_id: str
@@ -57,21 +57,6 @@ class ModuleRuleOut(BaseModel):
     project_id: str | None = schemas.optional()
     env_type_id: str | None = schemas.optional()
     env_id: str | None = schemas.optional()
-
-    @classmethod
-    def of(cls, r: catalogue.ModuleRule) -> ModuleRuleOut:
-        return cls(
-            org_id=r.org_id,
-            id=r.id,
-            module_id=r.module_id,
-            created_at=r.created_at,
-            resource_type=r.resource_type,
-            resource_class=r.resource_class,
-            resource_id=r.resource_id,
-            project_id=r.project_id,
-            env_type_id=r.env_type_id,
-            env_id=r.env_id,
-        )
 
 
 class AvailableResourceTypeOptionOut(BaseModel):

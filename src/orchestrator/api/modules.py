@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from datetime import datetime
@@ -66,11 +67,8 @@ class CoProvisionIn(DependencyIn):
     copy_dependents_from_current: bool = False
 
     def request(self) -> ResourceRequest:
-        return ResourceRequest(
-            type=self.type,
-            resource_class=self.resource_class,
-            resource_id=self.resource_id,
-            params=self.params,
+        return dataclasses.replace(
+            super().request(),
             is_dependent_on_current=self.is_dependent_on_current,
             copy_dependents_from_current=self.copy_dependents_from_current,
         )
@@ -162,13 +160,13 @@ def _params(items: ModuleParams) -> dict[str, ModuleParam]:
     }
 
 
-class ModuleParamOut(BaseModel):
+class ModuleParamOut(schemas.EntityOut):
     type: str
     is_optional: bool
     description: str | None = schemas.optional()
 
 
-class ResourceRequestOut(BaseModel):
+class ResourceRequestOut(schemas.EntityOut):
     # FastAPI re-validates what it serialized by alias, so the alias must work both ways.
     model_config = ConfigDict(populate_by_name=True)
 
@@ -184,10 +182,7 @@ class CoProvisionOut(ResourceRequestOut):
 
 
 def params_out(params: dict[str, ModuleParam]) -> dict[str, ModuleParamOut]:
-    return {
-        name: ModuleParamOut(type=p.type, is_optional=p.is_optional, description=p.description)
-        for name, p in params.items()
-    }
+    return {name: ModuleParamOut.of(p) for name, p in params.items()}
 
 
 def _summary_fields(c: ModuleContent) -> dict[str, Any]:
@@ -230,23 +225,8 @@ class _ModuleCore(BaseModel):
             "module_params": params_out(c.module_params),
             "module_inputs": c.module_inputs,
             "module_source_code": c.module_source_code,
-            "dependencies": {
-                alias: ResourceRequestOut(
-                    type=d.type, resource_class=d.resource_class, resource_id=d.resource_id, params=d.params
-                )
-                for alias, d in c.dependencies.items()
-            },
-            "coprovisioned": [
-                CoProvisionOut(
-                    type=r.type,
-                    resource_class=r.resource_class,
-                    resource_id=r.resource_id,
-                    params=r.params,
-                    is_dependent_on_current=r.is_dependent_on_current,
-                    copy_dependents_from_current=r.copy_dependents_from_current,
-                )
-                for r in c.coprovisioned
-            ],
+            "dependencies": {alias: ResourceRequestOut.of(d) for alias, d in c.dependencies.items()},
+            "coprovisioned": [CoProvisionOut.of(r) for r in c.coprovisioned],
         }
 
 

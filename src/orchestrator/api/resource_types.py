@@ -6,14 +6,12 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel
 
 from orchestrator.api import schemas
 from orchestrator.api.catalogue_fields import Description, TypeId
 from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import catalogue as catalogue_changes
-from orchestrator.domain import catalogue
 from orchestrator.errors import NotFoundError, found
 from orchestrator.store import resource_types as type_store
 from orchestrator.web.services import Services, services, transaction
@@ -34,24 +32,13 @@ class ResourceTypeUpdateBody(schemas.Body):
     is_developer_accessible: bool | None = None
 
 
-class ResourceTypeOut(BaseModel):
+class ResourceTypeOut(schemas.EntityOut):
     id: str
     description: str | None = schemas.optional()
     output_schema: dict[str, Any]
     created_at: datetime
     built_in: bool
     is_developer_accessible: bool
-
-    @classmethod
-    def of(cls, t: catalogue.ResourceType) -> ResourceTypeOut:
-        return cls(
-            id=t.id,
-            description=t.description,
-            output_schema=t.output_schema,
-            created_at=t.created_at,
-            built_in=t.built_in,
-            is_developer_accessible=t.is_developer_accessible,
-        )
 
 
 @router.get(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Self, TypeVar
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
@@ -53,6 +53,16 @@ def optional(**kwargs: Any) -> Any:
     return Field(default=None, exclude_if=_is_none, json_schema_extra=_not_nullable, **kwargs)
 
 
+class EntityOut(BaseModel):
+    """An answer that shows a domain entity (a dataclass of ``domain``): each of its fields is the entity's
+    attribute of the same name, validated as the field declares. An answer that computes a field, or names
+    it otherwise, keeps an ``of`` of its own."""
+
+    @classmethod
+    def of(cls, entity: Any) -> Self:
+        return cls.model_validate(entity, from_attributes=True)
+
+
 class Body(BaseModel):
     """Request bodies are decoded strictly: an unknown field is an error naming it."""
 
@@ -69,7 +79,7 @@ class OrganizationCreateBody(Body):
     id_prefix: Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=15)] | None = None
 
 
-class OrganizationOut(BaseModel):
+class OrganizationOut(EntityOut):
     id: str
     uuid: UUID
     created_at: datetime
@@ -77,17 +87,6 @@ class OrganizationOut(BaseModel):
     updated_at: datetime
     status: str
     plan: str = "self-hosted"
-
-    @classmethod
-    def of(cls, org: entities.Organization) -> OrganizationOut:
-        return cls(
-            id=org.id,
-            uuid=org.uuid,
-            created_at=org.created_at,
-            created_by=org.created_by,
-            updated_at=org.updated_at,
-            status=org.status,
-        )
 
 
 OrgRole = Annotated[str, AfterValidator(lambda v: _one_of(v, [str(r) for r in ORG_ROLES]))]
@@ -105,24 +104,13 @@ class TokenCreateBody(Body):
     expires_at: datetime | None = None
 
 
-class TokenOut(BaseModel):
+class TokenOut(EntityOut):
     id: UUID
     role: str
     description: str
     prefix: str
     created_at: datetime
     expires_at: datetime | None
-
-    @classmethod
-    def of(cls, token: entities.ApiToken) -> TokenOut:
-        return cls(
-            id=token.id,
-            role=token.role,
-            description=token.description,
-            prefix=token.prefix,
-            created_at=token.created_at,
-            expires_at=token.expires_at,
-        )
 
 
 class TokenCreated(TokenOut):
@@ -139,20 +127,11 @@ class EnvironmentTypeUpdateBody(Body):
     display_name: Annotated[str, StringConstraints(max_length=60)]
 
 
-class EnvironmentTypeOut(BaseModel):
+class EnvironmentTypeOut(EntityOut):
     id: str
     uuid: UUID
     created_at: datetime
     display_name: str
-
-    @classmethod
-    def of(cls, env_type: entities.EnvironmentType) -> EnvironmentTypeOut:
-        return cls(
-            id=env_type.id,
-            uuid=env_type.uuid,
-            created_at=env_type.created_at,
-            display_name=env_type.display_name,
-        )
 
 
 class ProjectCreateBody(Body):
@@ -164,24 +143,13 @@ class ProjectUpdateBody(Body):
     display_name: DisplayName
 
 
-class ProjectOut(BaseModel):
+class ProjectOut(EntityOut):
     id: str
     uuid: UUID
     display_name: str
     created_at: datetime
     updated_at: datetime
     status: str
-
-    @classmethod
-    def of(cls, project: entities.Project) -> ProjectOut:
-        return cls(
-            id=project.id,
-            uuid=project.uuid,
-            display_name=project.display_name,
-            created_at=project.created_at,
-            updated_at=project.updated_at,
-            status=project.status,
-        )
 
 
 class EnvironmentCreateBody(Body):
@@ -194,7 +162,7 @@ class EnvironmentUpdateBody(Body):
     display_name: DisplayName
 
 
-class EnvironmentOut(BaseModel):
+class EnvironmentOut(EntityOut):
     id: str
     uuid: UUID
     project_id: str
@@ -206,22 +174,6 @@ class EnvironmentOut(BaseModel):
     status: str
     status_message: str | None = optional()
     runner_id: str | None = optional()
-
-    @classmethod
-    def of(cls, env: entities.Environment) -> EnvironmentOut:
-        return cls(
-            id=env.id,
-            uuid=env.uuid,
-            project_id=env.project_id,
-            project_uuid=env.project_uuid,
-            env_type_id=env.env_type_id,
-            display_name=env.display_name,
-            created_at=env.created_at,
-            updated_at=env.updated_at,
-            status=env.status,
-            status_message=env.status_message,
-            runner_id=env.runner_id,
-        )
 
 
 class RefreshRunnerBody(Body):

@@ -63,25 +63,21 @@ def router(issuer: str) -> APIRouter:
         published = await svc.issuer.published_keys()
         return JSONResponse(documents.jwks(published), headers={"Cache-Control": documents.CACHE_CONTROL})
 
+    served = (
+        (documents.DISCOVERY_PATH, openid_configuration, OpenIDConfiguration, "get_openid_configuration"),
+        (documents.JWKS_PATH, jwks, JsonWebKeySet, "get_jwks"),
+    )
     prefix = documents.path_prefix(issuer)
     for base in ["", prefix] if prefix else [""]:
         shown = not base
-        routes.add_api_route(
-            base + documents.DISCOVERY_PATH,
-            openid_configuration,
-            methods=["GET"],
-            response_model=OpenIDConfiguration,
-            responses=_CACHED,
-            operation_id="get_openid_configuration" if shown else None,
-            include_in_schema=shown,
-        )
-        routes.add_api_route(
-            base + documents.JWKS_PATH,
-            jwks,
-            methods=["GET"],
-            response_model=JsonWebKeySet,
-            responses=_CACHED,
-            operation_id="get_jwks" if shown else None,
-            include_in_schema=shown,
-        )
+        for path, endpoint, model, operation_id in served:
+            routes.add_api_route(
+                base + path,
+                endpoint,
+                methods=["GET"],
+                response_model=model,
+                responses=_CACHED,
+                operation_id=operation_id if shown else None,
+                include_in_schema=shown,
+            )
     return routes

@@ -546,3 +546,19 @@ class ApiClient:
             f"{self._deployment_path(org, deployment_id)}/actions/get-logs",
             headers={"DecryptKey": decrypt_key} if decrypt_key else None,
         ).text
+
+    # -- usage ----------------------------------------------------------------------------------------
+
+    def get_usage(self, org: str, *, start: str | None = None, end: str | None = None) -> JsonObject:
+        """Runner minutes of the organization from ``start`` to ``end`` (RFC 3339 or dates; the server's
+        defaults: the current calendar month, UTC)."""
+        return self._object("GET", f"/orgs/{_segment(org)}/usage", params={"from": start, "to": end})
+
+    def get_usage_csv(self, org: str, *, start: str | None = None, end: str | None = None) -> str:
+        """The same as CSV: a header row and one row per project and environment (RFC 4180)."""
+        return self._send(
+            "GET",
+            f"/orgs/{_segment(org)}/usage",
+            params={"from": start, "to": end, "format": "csv"},
+            headers={"Accept": "text/csv"},
+        ).text

@@ -79,6 +79,49 @@ def _check_size(value: dict[str, Any], limit: int, noun: str) -> None:
         raise ValueError(f"at most {limit} {noun} are allowed, got {len(value)}")
 
 
+def _named(limit: int, what: str, pattern: re.Pattern[str], noun: str, rule: str) -> AfterValidator:
+    """A mapping of at most ``limit`` entries (``what``) whose keys match ``pattern``; the error for a key
+    that does not names it as an invalid ``noun`` and says the ``rule``."""
+
+    def check(value: dict[str, Any]) -> dict[str, Any]:
+        _check_size(value, limit, what)
+        _check_keys(value, pattern, noun, rule)
+        return value
+
+    return AfterValidator(check)
+
+
+_RESOURCE_ALIASES: Final = _named(
+    MAX_RESOURCES_PER_WORKLOAD,
+    "resources per workload",
+    RESOURCE_ALIAS_PATTERN,
+    "resource alias",
+    "use letters, digits, '-' and single '_' between them, at most 63 characters",
+)
+_OUTPUT_NAMES: Final = _named(
+    MAX_OUTPUTS_PER_WORKLOAD,
+    "outputs per workload",
+    OUTPUT_NAME_PATTERN,
+    "output name",
+    "must start with a letter or '_' and hold only letters, digits, '_' and '-'",
+)
+_WORKLOAD_NAMES: Final = _named(
+    MAX_WORKLOADS,
+    "workloads",
+    WORKLOAD_NAME_PATTERN,
+    "workload name",
+    "use 2 to 63 lowercase letters, digits and '-', starting with a letter (it names the "
+    "workload's Terraform output) and ending with a letter or digit",
+)
+_SHARED_ALIASES: Final = _named(
+    MAX_SHARED,
+    "shared resources",
+    SHARED_ALIAS_PATTERN,
+    "shared resource alias",
+    "use 2 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+)
+
+
 class ManifestResource(BaseModel):
     """A resource to provision: its type, optional class (``default``) and id, and module params."""
 
@@ -99,8 +142,8 @@ class ManifestResource(BaseModel):
 class ManifestWorkload(BaseModel):
     model_config = _STRICT
 
-    resources: dict[str, ManifestResource] = Field(default_factory=dict)
-    outputs: dict[str, str] = Field(default_factory=dict)
+    resources: Annotated[dict[str, ManifestResource], _RESOURCE_ALIASES] = Field(default_factory=dict)
+    outputs: Annotated[dict[str, str], _OUTPUT_NAMES] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -114,63 +157,14 @@ class ManifestWorkload(BaseModel):
             del data["variables"]
         return data
 
-    @field_validator("resources")
-    @classmethod
-    def _resource_aliases(cls, value: dict[str, ManifestResource]) -> dict[str, ManifestResource]:
-        _check_size(value, MAX_RESOURCES_PER_WORKLOAD, "resources per workload")
-        _check_keys(
-            value,
-            RESOURCE_ALIAS_PATTERN,
-            "resource alias",
-            "use letters, digits, '-' and single '_' between them, at most 63 characters",
-        )
-        return value
-
-    @field_validator("outputs")
-    @classmethod
-    def _output_names(cls, value: dict[str, str]) -> dict[str, str]:
-        _check_size(value, MAX_OUTPUTS_PER_WORKLOAD, "outputs per workload")
-        _check_keys(
-            value,
-            OUTPUT_NAME_PATTERN,
-            "output name",
-            "must start with a letter or '_' and hold only letters, digits, '_' and '-'",
-        )
-        return value
-
 
 class Manifest(BaseModel):
     """What a deployment asks for. Build it with :func:`parse_manifest`."""
 
     model_config = _STRICT
 
-    workloads: dict[str, ManifestWorkload]
-    shared: dict[str, ManifestResource] = Field(default_factory=dict)
-
-    @field_validator("workloads")
-    @classmethod
-    def _workload_names(cls, value: dict[str, ManifestWorkload]) -> dict[str, ManifestWorkload]:
-        _check_size(value, MAX_WORKLOADS, "workloads")
-        _check_keys(
-            value,
-            WORKLOAD_NAME_PATTERN,
-            "workload name",
-            "use 2 to 63 lowercase letters, digits and '-', starting with a letter (it names the "
-            "workload's Terraform output) and ending with a letter or digit",
-        )
-        return value
-
-    @field_validator("shared")
-    @classmethod
-    def _shared_aliases(cls, value: dict[str, ManifestResource]) -> dict[str, ManifestResource]:
-        _check_size(value, MAX_SHARED, "shared resources")
-        _check_keys(
-            value,
-            SHARED_ALIAS_PATTERN,
-            "shared resource alias",
-            "use 2 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
-        )
-        return value
+    workloads: Annotated[dict[str, ManifestWorkload], _WORKLOAD_NAMES]
+    shared: Annotated[dict[str, ManifestResource], _SHARED_ALIASES] = Field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as JSON data (``class`` spelled as such, unset class and id left out)."""

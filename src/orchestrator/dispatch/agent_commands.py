@@ -25,6 +25,7 @@ from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.launchers import kubernetes_job
 from orchestrator.launchers.base import LaunchError
 from orchestrator.protocol import commands as protocol
+from orchestrator.protocol import problems
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import DeploymentResults
 from orchestrator.store import agent_commands as store
@@ -265,11 +266,8 @@ def _payload(model: type[BaseModel], event: protocol.EventEnvelope) -> Any:
     try:
         return model.model_validate(event.payload)
     except ValidationError as exc:
-        problems = [
-            {"field": "payload." + ".".join(str(p) for p in e["loc"]), "problem": e["msg"]}
-            for e in exc.errors(include_url=False, include_input=False)
-        ]
-        raise InvalidInputError(f"invalid {event.type} event", details={"errors": problems}) from exc
+        found = problems.of(exc, prefix="payload.")
+        raise InvalidInputError(f"invalid {event.type} event", details={"errors": found}) from exc
 
 
 def check_event(event: protocol.EventEnvelope) -> Any:

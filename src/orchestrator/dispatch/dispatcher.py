@@ -28,7 +28,7 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy.exc
@@ -129,31 +129,21 @@ class DispatchSettings:
     command_ttl_seconds: float = 24 * 3600.0
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Dispatcher:
-    def __init__(
-        self,
-        *,
-        engine: AsyncEngine,
-        box: SecretBox,
-        blobs: BlobStore,
-        token_key: bytes,
-        gateway_url: str,
-        launcher_for: LauncherFor,
-        on_final: Callable[[str], None],
-        settings: DispatchSettings | None = None,
-        on_command: CommandCommitted | None = None,
-    ) -> None:
-        self.engine = engine
-        self.box = box
-        self.blobs = blobs
-        self.token_key = token_key
-        self.gateway_url = gateway_url
-        self.launcher_for = launcher_for
-        self.on_final = on_final
-        self.settings = settings or DispatchSettings()
-        self.on_command = on_command
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._wake = asyncio.Event()
+    engine: AsyncEngine
+    box: SecretBox
+    blobs: BlobStore
+    token_key: bytes
+    gateway_url: str
+    launcher_for: LauncherFor
+    on_final: Callable[[str], None]
+    settings: DispatchSettings = field(default_factory=DispatchSettings)
+    on_command: CommandCommitted | None = None
+    owner: str = field(
+        init=False, default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    )
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     def wake(self) -> None:
         """Look for work now (a deployment was just committed)."""

@@ -46,24 +46,15 @@ class Deleted:
     keys: tuple[str, ...]
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class RetentionWorker:
-    def __init__(
-        self,
-        *,
-        engine: AsyncEngine,
-        blobs: BlobStore,
-        retention: timedelta,
-        interval_seconds: float,
-        outputs_retention: timedelta | None = None,
-        batch_size: int = 50,
-    ) -> None:
-        self.engine = engine
-        self.blobs = blobs
-        self.retention = retention
-        #: None: outputs are kept (tests of the objects alone).
-        self.outputs_retention = outputs_retention
-        self.interval_seconds = interval_seconds
-        self.batch_size = batch_size
+    engine: AsyncEngine
+    blobs: BlobStore
+    retention: timedelta
+    interval_seconds: float
+    #: None: outputs are kept (tests of the objects alone).
+    outputs_retention: timedelta | None = None
+    batch_size: int = 50
 
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until ``stop`` is set; errors are logged and the loop goes on."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
@@ -515,6 +515,17 @@ def read_runner_configuration(
 def runner_configuration_to_dict(config: RunnerConfiguration) -> dict[str, Any]:
     """The JSON form of a validated configuration: unset optional fields left out."""
     return config.model_dump(mode="json", exclude_none=True)
+
+
+_Configuration = TypeVar("_Configuration", bound=BaseModel)
+
+
+def configuration_as(model: type[_Configuration], configuration: object) -> _Configuration | None:
+    """A stored configuration read as ``model`` (one runner type's); None when it is not one."""
+    try:
+        return model.model_validate(configuration)
+    except pydantic.ValidationError:
+        return None
 
 
 # --- compatibility and launch ---------------------------------------------------------------------

@@ -21,6 +21,7 @@ from orchestrator.gateway.agent_gateway import agent_gateway
 from orchestrator.gateway.claim import MAX_ANSWER_BYTES
 from orchestrator.gateway.deployments import read_limited
 from orchestrator.protocol import commands as protocol
+from orchestrator.protocol import problems
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services, transaction
 
@@ -29,6 +30,7 @@ log = structlog.get_logger(__name__)
 router = APIRouter(prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}", tags=["Runner gateway"])
 
 _Model = TypeVar("_Model", bound=BaseModel)
+_Answer = TypeVar("_Answer", protocol.AckRequest, protocol.RetryRequest, protocol.RejectRequest)
 
 
 async def authenticated_agent(
@@ -51,12 +53,9 @@ def _parse(model: type[_Model], body: bytes, what: str) -> _Model:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        problems = [
-            {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
-        named = "; ".join(f"{p['field'] or 'body'}: {p['problem']}" for p in problems[:5])
-        raise InvalidInputError(f"invalid {what}: {named}", details={"errors": problems}) from exc
+        found = problems.of(exc)
+        named = "; ".join(f"{p['field'] or 'body'}: {p['problem']}" for p in found[:5])
+        raise InvalidInputError(f"invalid {what}: {named}", details={"errors": found}) from exc
 
 
 @router.post(
@@ -78,10 +77,19 @@ async def next_command(
     )
 
 
-def _receipt(request: Request, org_id: str, runner_id: str, command_id: str, text: str) -> receipts.Receipt:
-    return receipts.open_receipt(
-        agent_gateway(request).receipt_key, text, org_id=org_id, runner_id=runner_id, command_id=command_id
+async def _answer(
+    request: Request, model: type[_Answer], what: str, org_id: str, runner_id: str, command_id: str
+) -> tuple[_Answer, receipts.Receipt]:
+    """An agent's answer to a command (``what``: ack, retry or reject), and the receipt it carries, opened."""
+    body = _parse(model, await read_limited(request, MAX_ANSWER_BYTES, f"the {what}"), what)
+    receipt = receipts.open_receipt(
+        agent_gateway(request).receipt_key,
+        body.receipt,
+        org_id=org_id,
+        runner_id=runner_id,
+        command_id=command_id,
     )
+    return body, receipt
 
 
 @router.post(
@@ -94,8 +102,7 @@ async def ack_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
     """The command is done (the job exists): it is never delivered again."""
-    body = _parse(protocol.AckRequest, await read_limited(request, MAX_ANSWER_BYTES, "the ack"), "ack")
-    receipt = _receipt(request, org_id, runner_id, command_id, body.receipt)
+    _, receipt = await _answer(request, protocol.AckRequest, "ack", org_id, runner_id, command_id)
     async with transaction(svc) as conn:
         command = await policy.leased_command(conn, org_id, runner_id, command_id, attempt=receipt.attempt)
         await policy.ack(conn, command, now=datetime.now(UTC))
@@ -113,9 +120,7 @@ async def retry_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
     """Deliver the command again after ``delay_seconds`` (0..60)."""
-    raw = await read_limited(request, MAX_ANSWER_BYTES, "the retry")
-    body = _parse(protocol.RetryRequest, raw, "retry")
-    receipt = _receipt(request, org_id, runner_id, command_id, body.receipt)
+    body, receipt = await _answer(request, protocol.RetryRequest, "retry", org_id, runner_id, command_id)
     async with transaction(svc) as conn:
         command = await policy.leased_command(conn, org_id, runner_id, command_id, attempt=receipt.attempt)
         await policy.retry(conn, command, delay=timedelta(seconds=body.delay_seconds), now=datetime.now(UTC))
@@ -134,9 +139,7 @@ async def reject_command(
     org_id: str, runner_id: str, command_id: str, request: Request, svc: Services = Depends(services)
 ) -> Response:
     """Dead-letter the command: its deployment fails with ``reason``."""
-    raw = await read_limited(request, MAX_ANSWER_BYTES, "the reject")
-    body = _parse(protocol.RejectRequest, raw, "reject")
-    receipt = _receipt(request, org_id, runner_id, command_id, body.receipt)
+    body, receipt = await _answer(request, protocol.RejectRequest, "reject", org_id, runner_id, command_id)
     async with transaction(svc) as conn:
         command = await policy.leased_command(conn, org_id, runner_id, command_id, attempt=receipt.attempt)
         failed = await policy.reject(conn, command, reason=body.reason, now=datetime.now(UTC))

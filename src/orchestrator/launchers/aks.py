@@ -24,27 +24,25 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-import pydantic
 import requests
 import yaml
 from azure.core.exceptions import AzureError, ClientAuthenticationError, ServiceRequestError
 from azure.identity import ClientAssertionCredential
 
-from orchestrator.domain.runner_types import K8sAksRunnerConfiguration
-from orchestrator.launchers.base import WorkloadIdentity
+from orchestrator.domain.runner_types import K8sAksRunnerConfiguration, configuration_as
+from orchestrator.launchers.base import WorkloadIdentity, fail, shortened
 from orchestrator.launchers.cloud_endpoints import AKS_AAD_SERVER_APPLICATION, AzureEndpoints
+from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object, refused
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
     AccessCache,
     CloudKubernetesLauncher,
     ExpiringAccess,
-    fail,
     redacted,
-    shortened,
 )
 
 __all__ = ["ARM_API_VERSION", "TOKEN_EXCHANGE_AUDIENCE", "AksAccessSource", "aks_launcher"]
@@ -55,19 +53,13 @@ TOKEN_EXCHANGE_AUDIENCE: Final = "api://AzureADTokenExchange"
 ARM_API_VERSION: Final = "2024-05-01"
 
 
+@dataclass(frozen=True, eq=False, repr=False)  # repr: the identity mints tokens
 class AksAccessSource:
     """Access to the AKS cluster of one ``kubernetes-aks`` runner (see the module docstring)."""
 
-    def __init__(
-        self,
-        configuration: K8sAksRunnerConfiguration,
-        identity: WorkloadIdentity,
-        *,
-        endpoints: AzureEndpoints | None = None,
-    ) -> None:
-        self.configuration = configuration
-        self.identity = identity
-        self.endpoints = endpoints or AzureEndpoints()
+    configuration: K8sAksRunnerConfiguration
+    identity: WorkloadIdentity
+    endpoints: AzureEndpoints = field(default_factory=AzureEndpoints, kw_only=True)
 
     @property
     def _cluster_id(self) -> str:
@@ -160,43 +152,34 @@ class AksAccessSource:
     ) -> dict[str, Any]:
         url = f"{self.endpoints.resource_manager_url.rstrip('/')}{self._cluster_id}{action}"
         what = "list the user credentials of" if action else "read"
-        try:
-            response = session.request(
-                method,
-                url,
-                params={"api-version": ARM_API_VERSION},
-                headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                timeout=self.endpoints.timeout_seconds,
-            )
-        except requests.RequestException as exc:
-            fail(
-                f"cannot reach Azure Resource Manager at {self.endpoints.resource_manager_url}: "
-                f"{shortened(redacted(str(exc), secrets))}",
-                retryable=True,
-                cause=exc,
-            )
+        response = bearer_request(
+            session,
+            method,
+            url,
+            token=token,
+            timeout=self.endpoints.timeout_seconds,
+            api="Azure Resource Manager",
+            where=self.endpoints.resource_manager_url,
+            secrets=secrets,
+            params={"api-version": ARM_API_VERSION},
+        )
         if response.status_code == 200:
-            try:
-                body = response.json()
-            except ValueError as exc:
-                fail("Azure Resource Manager did not answer JSON", retryable=True, cause=exc)
-            if isinstance(body, dict):
-                return body
-            fail("Azure Resource Manager did not answer an object", retryable=True)
+            return json_object(
+                response,
+                not_json="Azure Resource Manager did not answer JSON",
+                not_object="Azure Resource Manager did not answer an object",
+            )
         code = response.status_code
         summary = shortened(redacted(_arm_error(response.text, code), secrets))
-        if code == 404:
-            fail(f"AKS cluster {self._cluster_id} not found: {summary}", retryable=False)
-        hint = ""
-        if code in (401, 403):
-            hint = (
+        refused(
+            code,
+            not_found=f"AKS cluster {self._cluster_id} not found: {summary}",
+            refusal=f"Azure Resource Manager refused to {what} AKS cluster {self._cluster_id}: {summary}",
+            denied=(
                 f" (app {self.configuration.auth.client_id} needs Microsoft.ContainerService/managedClusters/"
                 "read and listClusterUserCredential/action on it, e.g. the Azure Kubernetes Service Cluster "
                 "User Role; or give cluster.cluster_data)"
-            )
-        fail(
-            f"Azure Resource Manager refused to {what} AKS cluster {self._cluster_id}: {summary}{hint}",
-            retryable=code == 429 or code >= 500,
+            ),
         )
 
     def _kubeconfig_ca(self, credentials: dict[str, Any]) -> str:
@@ -217,11 +200,8 @@ class AksAccessSource:
 def _arm_error(body: str, code: int) -> str:
     """``403 AuthorizationFailed: message`` from an ARM error body ``{"error": {code, message}}``; any
     other body is not quoted."""
-    try:
-        error = json.loads(body).get("error") if body else None
-    except (ValueError, AttributeError):
-        error = None
-    if isinstance(error, dict) and isinstance(error.get("code"), str):
+    error = error_object(body)
+    if error is not None and isinstance(error.get("code"), str):
         message = error.get("message")
         text = f"{code} {error['code']}"
         return f"{text}: {message}" if isinstance(message, str) and message else text
@@ -239,9 +219,8 @@ def aks_launcher(
     **options: Any,
 ) -> CloudKubernetesLauncher | None:
     """The launcher of a ``kubernetes-aks`` runner; None for a configuration that is not one."""
-    try:
-        parsed = K8sAksRunnerConfiguration.model_validate(configuration)
-    except pydantic.ValidationError:
+    parsed = configuration_as(K8sAksRunnerConfiguration, configuration)
+    if parsed is None:
         return None
-    source = AksAccessSource(parsed, identity, endpoints=endpoints)
+    source = AksAccessSource(parsed, identity, endpoints=endpoints or AzureEndpoints())
     return CloudKubernetesLauncher(source, egress=egress, cache=cache, cache_key=cache_key, **options)

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import botocore
 import botocore.session
@@ -47,7 +47,7 @@ from botocore.exceptions import (
 from botocore.parsers import ResponseParserError
 
 from orchestrator.domain.runner_types import AwsTemporaryAuth
-from orchestrator.launchers.base import LaunchError, LaunchTarget, WorkloadIdentity
+from orchestrator.launchers.base import MAX_QUOTED, LaunchTarget, WorkloadIdentity, fail, shortened, transient
 
 __all__ = [
     "AUDIENCE",
@@ -86,8 +86,6 @@ RETRYABLE_CODES: Final = frozenset(
         "ServerException",
     }
 )
-#: Longest AWS error message quoted in an error.
-MAX_MESSAGE: Final = 300
 _MAX_CLIENTS: Final = 64
 
 
@@ -125,22 +123,13 @@ def default_session_name(org_id: str, runner_id: str) -> str:
     return f"{org_id}-{runner_id}"[:64]
 
 
-def fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
-    error = LaunchError(message)
-    error.retryable = retryable
-    raise error from cause
-
-
-def scrubbed(text: str, secrets: Iterable[str], *, limit: int = MAX_MESSAGE) -> str:
+def scrubbed(text: str, secrets: Iterable[str], *, limit: int = MAX_QUOTED) -> str:
     """``text`` shortened to one printable line of at most ``limit`` characters, every secret in it
     replaced."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    if len(cleaned) <= limit:
-        return cleaned
-    return cleaned[: limit - 1] + "…"
+    return shortened(text, limit)
 
 
 def error_code(exc: ClientError) -> str:
@@ -167,7 +156,7 @@ def answer_summary(exc: ClientError, secrets: Iterable[str] = ()) -> str:
 
 
 def is_retryable(exc: ClientError) -> bool:
-    return error_code(exc) in RETRYABLE_CODES or _status(exc) >= 500 or _status(exc) == 429
+    return error_code(exc) in RETRYABLE_CODES or transient(_status(exc))
 
 
 @contextlib.contextmanager

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, NoReturn, Protocol, runtime_checkable
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.protocol.launch import RunSpec
+
+#: Longest text of an answer (a cloud's, a host's) quoted in a launch error.
+MAX_QUOTED: Final = 300
 
 
 class RunState(StrEnum):
@@ -85,6 +88,24 @@ class LaunchError(OrchestratorError):
 
     #: False when retrying cannot help (bad configuration, permission denied).
     retryable: bool = True
+
+
+def fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
+    """Raise :class:`LaunchError` ``message`` with ``retryable`` set, from ``cause``."""
+    error = LaunchError(message)
+    error.retryable = retryable
+    raise error from cause
+
+
+def transient(status: int) -> bool:
+    """Whether an HTTP error answer of ``status`` may pass by itself (429, 5xx): asking again can help."""
+    return status == 429 or status >= 500
+
+
+def shortened(text: str, limit: int = MAX_QUOTED) -> str:
+    """Printable characters only, white space folded, at most ``limit`` of them: for quoting an answer."""
+    cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
 
 
 class Launcher(Protocol):

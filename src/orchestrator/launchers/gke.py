@@ -24,28 +24,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Final
 
 import google.auth.exceptions
-import pydantic
 import requests
 from google.auth import identity_pool
 from google.auth.transport.requests import Request
 
-from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration
-from orchestrator.launchers.base import WorkloadIdentity
+from orchestrator.domain.runner_types import K8sGkeRunnerConfiguration, configuration_as
+from orchestrator.launchers.base import WorkloadIdentity, fail, shortened, transient
 from orchestrator.launchers.cloud_endpoints import GoogleEndpoints
+from orchestrator.launchers.cloud_http import bearer_request, error_object, json_object, refused
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess
 from orchestrator.launchers.kubernetes_cloud import (
     AccessCache,
     CloudKubernetesLauncher,
     ExpiringAccess,
-    fail,
     redacted,
-    shortened,
 )
 
 __all__ = ["GkeAccessSource", "gke_launcher"]
@@ -65,19 +63,13 @@ class _Supplier(identity_pool.SubjectTokenSupplier):
         return self._token
 
 
+@dataclass(frozen=True, eq=False, repr=False)  # repr: the identity mints tokens
 class GkeAccessSource:
     """Access to the GKE cluster of one ``kubernetes-gke`` runner (see the module docstring)."""
 
-    def __init__(
-        self,
-        configuration: K8sGkeRunnerConfiguration,
-        identity: WorkloadIdentity,
-        *,
-        endpoints: GoogleEndpoints | None = None,
-    ) -> None:
-        self.configuration = configuration
-        self.identity = identity
-        self.endpoints = endpoints or GoogleEndpoints()
+    configuration: K8sGkeRunnerConfiguration
+    identity: WorkloadIdentity
+    endpoints: GoogleEndpoints = field(default_factory=GoogleEndpoints, kw_only=True)
 
     @property
     def _cluster_path(self) -> str:
@@ -144,7 +136,7 @@ class GkeAccessSource:
                 f"IAM refused to impersonate the service account {auth.gcp_service_account}: "
                 f"{shortened(redacted(summary, secrets))} (the pool's principal for this runner needs "
                 "roles/iam.workloadIdentityUser on it)",
-                retryable=retryable or code == 429 or code >= 500,
+                retryable=retryable or transient(code),
                 cause=exc,
             )
         fail(
@@ -155,40 +147,32 @@ class GkeAccessSource:
 
     def _read_cluster(self, session: requests.Session, token: str, secrets: list[str]) -> dict[str, Any]:
         url = f"{self.endpoints.container_api_url.rstrip('/')}/v1/{self._cluster_path}"
-        try:
-            response = session.get(
-                url,
-                headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                timeout=self.endpoints.timeout_seconds,
-            )
-        except requests.RequestException as exc:
-            fail(
-                f"cannot reach the GKE API at {self.endpoints.container_api_url}: "
-                f"{shortened(redacted(str(exc), secrets))}",
-                retryable=True,
-                cause=exc,
-            )
+        response = bearer_request(
+            session,
+            "GET",
+            url,
+            token=token,
+            timeout=self.endpoints.timeout_seconds,
+            api="the GKE API",
+            where=self.endpoints.container_api_url,
+            secrets=secrets,
+        )
         if response.status_code == 200:
-            try:
-                cluster = response.json()
-            except ValueError as exc:
-                fail("the GKE API did not answer JSON for the cluster", retryable=True, cause=exc)
-            if isinstance(cluster, dict):
-                return cluster
-            fail("the GKE API did not answer a cluster object", retryable=True)
+            return json_object(
+                response,
+                not_json="the GKE API did not answer JSON for the cluster",
+                not_object="the GKE API did not answer a cluster object",
+            )
         code, summary = _google_error(response.text, status=response.status_code)
         summary = shortened(redacted(summary, secrets))
-        if code == 404:
-            fail(f"GKE cluster {self._cluster_path} not found: {summary}", retryable=False)
-        hint = ""
-        if code in (401, 403):
-            hint = (
+        refused(
+            code,
+            not_found=f"GKE cluster {self._cluster_path} not found: {summary}",
+            refusal=f"the GKE API refused to read cluster {self._cluster_path}: {summary}",
+            denied=(
                 f" (the service account {self.configuration.cluster.auth.gcp_service_account} needs "
                 "container.clusters.get on it, e.g. roles/container.clusterViewer)"
-            )
-        fail(
-            f"the GKE API refused to read cluster {self._cluster_path}: {summary}{hint}",
-            retryable=code == 429 or code >= 500,
+            ),
         )
 
     def _access(self, cluster: dict[str, Any], token: str) -> ClusterAccess:
@@ -224,11 +208,8 @@ def _private_endpoint(cluster: dict[str, Any]) -> Any:
 def _google_error(body: str, *, status: int | None = None) -> tuple[int, str]:
     """(code, "403 PERMISSION_DENIED: message") from a Google API error body ``{"error": {code, status,
     message}}``; any other body is not quoted."""
-    try:
-        error = json.loads(body).get("error") if body else None
-    except (ValueError, AttributeError):
-        error = None
-    if isinstance(error, dict):
+    error = error_object(body)
+    if error is not None:
         code = error.get("code")
         code = code if isinstance(code, int) else (status or 0)
         parts = [str(code), str(error.get("status") or "")]
@@ -252,9 +233,8 @@ def gke_launcher(
     **options: Any,
 ) -> CloudKubernetesLauncher | None:
     """The launcher of a ``kubernetes-gke`` runner; None for a configuration that is not one."""
-    try:
-        parsed = K8sGkeRunnerConfiguration.model_validate(configuration)
-    except pydantic.ValidationError:
+    parsed = configuration_as(K8sGkeRunnerConfiguration, configuration)
+    if parsed is None:
         return None
-    source = GkeAccessSource(parsed, identity, endpoints=endpoints)
+    source = GkeAccessSource(parsed, identity, endpoints=endpoints or GoogleEndpoints())
     return CloudKubernetesLauncher(source, egress=egress, cache=cache, cache_key=cache_key, **options)

@@ -47,7 +47,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, NoReturn, cast
+from typing import Any, Final, cast
 
 import anyio
 import httpcore2
@@ -62,7 +62,7 @@ from lightkube.types import CascadeType
 
 from orchestrator.domain.runner_types import K8sRunnerJobConfig, K8sRunnerK8sCluster
 from orchestrator.launchers import kubernetes_job
-from orchestrator.launchers.base import Launched, LaunchError, RunState, RunStatus
+from orchestrator.launchers.base import Launched, LaunchError, RunState, RunStatus, fail
 from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy
 from orchestrator.protocol.launch import RunSpec
 
@@ -132,7 +132,7 @@ class ClusterAccess:
                     context, _pem(self.client_certificate_data), _pem(self.client_key_data)
                 )
         except (ssl.SSLError, ValueError) as exc:
-            _fail(f"the cluster's TLS configuration is unusable: {exc}", retryable=False, cause=exc)
+            fail(f"the cluster's TLS configuration is unusable: {exc}", retryable=False, cause=exc)
         return context
 
 
@@ -161,12 +161,6 @@ def parse_handle(handle: str) -> tuple[str, str]:
     if kind != "k8s" or not namespace or not name:
         raise ValueError(f"not a Kubernetes run handle: {handle}")
     return namespace, name
-
-
-def _fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
-    error = LaunchError(message)
-    error.retryable = retryable
-    raise error from cause
 
 
 def _is_certificate_problem(exc: BaseException) -> bool:
@@ -363,7 +357,7 @@ class KubernetesLauncher:
                 if self.api.proxy_url:
                     self.egress.check_url(self.api.proxy_url, plain_http=True)
             except EgressDeniedError as exc:
-                _fail(f"the Kubernetes API of this runner is not reachable: {exc.message}", retryable=False)
+                fail(f"the Kubernetes API of this runner is not reachable: {exc.message}", retryable=False)
         if self._ssl is None:
             self._ssl = self.api.ssl_context()
         if self.egress is None:
@@ -378,22 +372,22 @@ class KubernetesLauncher:
         try:
             yield
         except ApiError as exc:
-            _fail(
+            fail(
                 f"the Kubernetes API refused to {action}: {answer_summary(exc)}",
                 retryable=_status_code(exc) not in NOT_RETRYABLE,
                 cause=exc,
             )
         except EgressDeniedError as exc:
-            _fail(f"cannot {action}: {exc.message}", retryable=False, cause=exc)
+            fail(f"cannot {action}: {exc.message}", retryable=False, cause=exc)
         except httpx2.HTTPError as exc:
-            _fail(
+            fail(
                 f"cannot {action}: the Kubernetes API at {self.api.server} is unreachable: {exc}",
                 retryable=not _is_certificate_problem(exc),
                 cause=exc,
             )
         except ValueError as exc:
             # Not JSON, or JSON that is not the object asked for (lightkube's decoding): never quoted.
-            _fail(
+            fail(
                 f"cannot {action}: {self.api.server} did not answer like a Kubernetes API",
                 retryable=True,
                 cause=exc,
@@ -407,7 +401,7 @@ class KubernetesLauncher:
         except pydantic.ValidationError as exc:
             # Without the input values: a pod template may hold secrets.
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            _fail(
+            fail(
                 f"invalid job configuration of runner '{spec.runner_id}': {problems}",
                 retryable=False,
                 cause=exc,
@@ -481,7 +475,7 @@ class KubernetesLauncher:
                     Job, kubernetes_job.job_name(spec), namespace=namespace, cascade=CascadeType.BACKGROUND
                 )
             hint = "the orchestrator needs create, get and update on secrets in this namespace"
-            _fail(f"{error.message} ({hint})", retryable=False, cause=error)
+            fail(f"{error.message} ({hint})", retryable=False, cause=error)
 
     async def status(self, handle: str) -> RunStatus:
         namespace, name = parse_handle(handle)
@@ -603,7 +597,7 @@ def _job_object(manifest: dict[str, Any], runner_id: str) -> Job:
     except ValueError as exc:  # msgspec.ValidationError: "Expected `str | null`, got `int` - at `$.a.b`"
         problem, _, where = str(exc).partition(" - at ")
         field = where.strip("`").replace("$.spec.template.", "job.pod_template.", 1).removeprefix("$.")
-        _fail(
+        fail(
             f"invalid job configuration of runner '{runner_id}': the Job it makes is not a Kubernetes Job: "
             + (f"{field}: {problem}" if field else problem),
             retryable=False,

@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, Protocol
 
 from lightkube import ApiError
 
@@ -40,15 +40,11 @@ __all__ = [
     "ClusterAccessSource",
     "ExpiringAccess",
     "access_key",
-    "fail",
     "redacted",
-    "shortened",
 ]
 
 #: An access is exchanged again this long before its token expires.
 REFRESH_MARGIN_SECONDS: Final = 120.0
-#: Longest text of a cloud's answer quoted in an error.
-MAX_QUOTED: Final = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +115,9 @@ class AccessCache:
 
 class CloudKubernetesLauncher:
     """A :class:`KubernetesLauncher` on a fresh access from ``source`` for each call. ``options`` go to
-    the Kubernetes launcher (``image``, ``scheduling_delay_seconds``, ``token_in_secret``)."""
+    the Kubernetes launcher (``image``, ``scheduling_delay_seconds``, ``token_in_secret``);
+    ``hint_on_unauthorized`` is appended to a launch's or cancel's 401 from the cluster (how the cloud
+    maps the identity to a Kubernetes user)."""
 
     def __init__(
         self,
@@ -128,12 +126,14 @@ class CloudKubernetesLauncher:
         egress: EgressPolicy | None,
         cache: AccessCache | None = None,
         cache_key: str = "",
+        hint_on_unauthorized: str | None = None,
         **options: Any,
     ) -> None:
         self.source = source
         self.egress = egress
         self.cache = cache if cache is not None else AccessCache()
         self.cache_key = cache_key
+        self.hint_on_unauthorized = hint_on_unauthorized
         self.options = options
 
     async def _kubernetes(self) -> KubernetesLauncher:
@@ -145,7 +145,7 @@ class CloudKubernetesLauncher:
         try:
             return await kubernetes.launch(spec)
         except LaunchError as exc:
-            self._forget_if_unauthorized(exc)
+            self._unauthorized(exc)
             raise
 
     async def status(self, handle: str) -> RunStatus:
@@ -165,24 +165,25 @@ class CloudKubernetesLauncher:
         try:
             await kubernetes.cancel(handle, grace_seconds=grace_seconds)
         except LaunchError as exc:
-            self._forget_if_unauthorized(exc)
+            self._unauthorized(exc)
             raise
 
-    def _forget_if_unauthorized(self, exc: BaseException) -> None:
+    def _unauthorized(self, exc: LaunchError) -> None:
+        """On the cluster's 401: forget the access, and raise ``exc`` with the hint when there is one."""
         cause = exc.__cause__
-        response = cause.response if isinstance(cause, ApiError) else None
-        if response is not None and response.status_code == 401:
-            self.cache.forget(self.cache_key)
+        if not isinstance(cause, ApiError):
+            return
+        code = cause.response.status_code if cause.response is not None else cause.status.code
+        if code != 401:
+            return
+        self.cache.forget(self.cache_key)
+        if self.hint_on_unauthorized:
+            hinted = LaunchError(f"{exc.message} ({self.hint_on_unauthorized})")
+            hinted.retryable = exc.retryable
+            raise hinted from cause
 
 
 # --- for the sources ----------------------------------------------------------------------------------
-
-
-def fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
-    """Raise :class:`LaunchError` with ``retryable`` set."""
-    error = LaunchError(message)
-    error.retryable = retryable
-    raise error from cause
 
 
 def redacted(text: str, secrets: list[str]) -> str:
@@ -191,9 +192,3 @@ def redacted(text: str, secrets: list[str]) -> str:
         if secret:
             text = text.replace(secret, "[redacted]")
     return text
-
-
-def shortened(text: str, limit: int = MAX_QUOTED) -> str:
-    """Printable characters only, at most ``limit`` of them: for quoting a cloud's answer."""
-    cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"

@@ -23,7 +23,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -97,6 +97,7 @@ def send(pids: Iterable[int], signum: signal.Signals) -> None:
             os.kill(pid, signum)
 
 
+@dataclass(eq=False, repr=False)
 class RunProcesses:
     """Stopping one run: each process gets SIGTERM at most once (a second interrupt makes Terraform exit
     at once, losing the state it was about to save), then SIGKILL once the grace period is over.
@@ -105,19 +106,12 @@ class RunProcesses:
     the set of signalled pids only grows, and a pid signalled twice with SIGTERM is what it prevents.
     """
 
-    def __init__(
-        self,
-        leader: int,
-        started: int,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.leader = leader
-        self.started = started
-        self._sleep = sleep
-        self._clock = clock
-        self._terminated: set[int] = set()
+    leader: int
+    started: int
+    _: KW_ONLY
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    _terminated: set[int] = field(init=False, default_factory=set)
 
     def members(self) -> list[int]:
         return members(self.leader, self.started)
@@ -141,25 +135,25 @@ class RunProcesses:
 
     def wait_gone(self, timeout_seconds: float, *, leader_only: bool = False) -> bool:
         """Wait until no process of the run is left (or only until the leader is gone); False on timeout."""
-        deadline = self._clock() + timeout_seconds
+        deadline = self.clock() + timeout_seconds
         while True:
             left = self.leader_alive() if leader_only else bool(self.members())
             if not left:
                 return True
-            if self._clock() >= deadline:
+            if self.clock() >= deadline:
                 return False
-            self._sleep(0.1)
+            self.sleep(0.1)
 
     def stop(self, grace_seconds: float) -> None:
         """SIGTERM (the leader, or the orphans once it is gone), wait up to ``grace_seconds`` for the whole
         run to end, then SIGKILL whatever is left, and wait for it to go."""
-        deadline = self._clock() + grace_seconds
+        deadline = self.clock() + grace_seconds
         self.terminate()
-        while self.members() and self._clock() < deadline:
+        while self.members() and self.clock() < deadline:
             # The leader may exit during the grace period, leaving orphans that never got a signal.
             if not self.leader_alive():
                 self.terminate()
-            self._sleep(0.1)
+            self.sleep(0.1)
         if self.members():
             self.kill()
             self.wait_gone(5.0)

@@ -36,7 +36,7 @@ import structlog
 
 from orchestrator.domain.runner_types import VmRunnerConfiguration, VmRunnerJob, VmSshConnection
 from orchestrator.launchers import images, ssh_scripts
-from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
+from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState, fail
 from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy
 from orchestrator.launchers.ssh_scripts import Handle
 from orchestrator.protocol.launch import RunSpec
@@ -69,12 +69,6 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for part in sorted((p for p in parts if len(p) >= MIN_REDACTED_LENGTH), key=len, reverse=True):
         text = text.replace(part, REDACTED)
     return text
-
-
-def _fail(message: str, *, retryable: bool, cause: BaseException | None = None) -> NoReturn:
-    error = LaunchError(message)
-    error.retryable = retryable
-    raise error from cause
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,30 +146,30 @@ class SshLauncher:
         try:
             found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
-            _fail(f"cannot resolve the SSH host {host}: {exc.strerror or exc}", retryable=True, cause=exc)
+            fail(f"cannot resolve the SSH host {host}: {exc.strerror or exc}", retryable=True, cause=exc)
         addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
         if not addresses:
-            _fail(f"the SSH host {host} resolves to no address", retryable=True)
+            fail(f"the SSH host {host} resolves to no address", retryable=True)
         if self.egress is not None:
             try:
                 for address in addresses:
                     self.egress.check_address(host, address)
             except EgressDeniedError as exc:
-                _fail(f"the SSH host of this runner is not reachable: {exc.message}", retryable=False)
+                fail(f"the SSH host of this runner is not reachable: {exc.message}", retryable=False)
         return addresses
 
     def _keys(self) -> tuple[asyncssh.SSHKey, asyncssh.SSHKey]:
         try:
             pinned = asyncssh.import_public_key(self.connection.host_public_key)
         except (asyncssh.KeyImportError, ValueError) as exc:
-            _fail(
+            fail(
                 "the runner's connection.host_public_key is not an SSH public key", retryable=False, cause=exc
             )
         try:
             key = asyncssh.import_private_key(self.connection.private_key)
         except (asyncssh.KeyImportError, ValueError) as exc:
             # Never the key, nor asyncssh's text about it.
-            _fail(
+            fail(
                 "the runner's connection.private_key is not an unencrypted SSH private key",
                 retryable=False,
                 cause=exc,
@@ -213,7 +207,7 @@ class SshLauncher:
             except asyncssh.HostKeyNotVerifiable as exc:
                 await self._host_key_mismatch(address, pinned, exc)
             except asyncssh.PermissionDenied as exc:
-                _fail(
+                fail(
                     f"{where} refused the runner's connection.private_key: public key authentication "
                     f"failed (is its public key in ~{self.connection.username}/.ssh/authorized_keys?)",
                     retryable=False,
@@ -238,7 +232,7 @@ class SshLauncher:
                     await conn.wait_closed()
             return
         assert last is not None
-        _fail(f"cannot connect to {where} over SSH: {_describe(last)}", retryable=True, cause=last)
+        fail(f"cannot connect to {where} over SSH: {_describe(last)}", retryable=True, cause=last)
 
     async def _offered_key(self, address: str) -> asyncssh.SSHKey | None:
         """The host key the server presents to any client (for the message of a mismatch)."""
@@ -264,7 +258,7 @@ class SshLauncher:
             if offered is not None
             else "it presents another key"
         )
-        _fail(
+        fail(
             f"the SSH host key of {self.connection.host}:{self.connection.port} does not match the runner's "
             f"connection.host_public_key ({pinned.get_algorithm()} {pinned.get_fingerprint()}; {presented}): "
             "the orchestrator does not connect (update connection.host_public_key if the host's key "
@@ -289,9 +283,9 @@ class SshLauncher:
                 timeout=timeout_seconds or self.command_timeout_seconds,
             )
         except (TimeoutError, asyncssh.TimeoutError) as exc:
-            _fail(f"a command on {self.connection.where} did not finish in time", retryable=True, cause=exc)
+            fail(f"a command on {self.connection.where} did not finish in time", retryable=True, cause=exc)
         except (OSError, asyncssh.Error) as exc:
-            _fail(
+            fail(
                 f"the SSH connection to {self.connection.where} broke: {_describe(exc)}",
                 retryable=True,
                 cause=exc,
@@ -304,7 +298,7 @@ class SshLauncher:
         environment = {**job.environment, **job.secrets, **spec.runner_environment()}
         bad = ssh_scripts.check_names(environment)
         if bad:
-            _fail(
+            fail(
                 f"job.environment or job.secrets of runner '{spec.runner_id}' set "
                 f"{', '.join(sorted(bad))}, which runs over SSH cannot get (names starting with "
                 f"'{ssh_scripts.RESERVED_PREFIX}' and IFS are the launch script's own)",
@@ -325,7 +319,7 @@ class SshLauncher:
         if answer is None:
             stderr = redact(str(done.stderr or "").strip(), secrets)
             last = stderr.splitlines()[-1] if stderr else f"exit code {done.exit_status}"
-            _fail(
+            fail(
                 f"the launch script did not run on {self.connection.where}: {last} (its login shell must "
                 "run `sh -c`)",
                 retryable=False,
@@ -339,7 +333,7 @@ class SshLauncher:
         )
         if answer.word in ("started", "adopted"):
             if not answer.text.startswith("/") or not answer.text.endswith(f"/{spec.deployment_id}"):
-                _fail(
+                fail(
                     f"the launch on {self.connection.where} answered an unusable run directory",
                     retryable=False,
                 )
@@ -374,7 +368,7 @@ class SshLauncher:
         message, retryable = messages.get(
             answer.word, (f"the launch on {where} answered {answer.word}", True)
         )
-        _fail(message, retryable=retryable)
+        fail(message, retryable=retryable)
 
     def _own(self, handle: Handle) -> str | None:
         """Why the run of ``handle`` is not this launcher's to see (another host or login), or None."""
@@ -503,7 +497,7 @@ def _job(data: object, runner_id: str) -> VmRunnerJob:
         return VmRunnerJob.model_validate(data or {})
     except ValueError as exc:
         # Without the input: the job holds secrets.
-        _fail(f"invalid job configuration of runner '{runner_id}'", retryable=False, cause=exc)
+        fail(f"invalid job configuration of runner '{runner_id}'", retryable=False, cause=exc)
 
 
 def _describe(exc: BaseException) -> str:

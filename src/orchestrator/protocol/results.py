@@ -15,6 +15,7 @@ from urllib.parse import quote, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator import errors
+from orchestrator.protocol import problems
 
 MiB: Final = 1024 * 1024
 
@@ -147,11 +148,9 @@ def parse_results(body: bytes) -> DeploymentResults:
     try:
         return DeploymentResults.model_validate_json(body)
     except ValidationError as exc:
-        problems = [
-            {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
-        raise errors.InvalidInputError("invalid deployment results", details={"errors": problems}) from exc
+        raise errors.InvalidInputError(
+            "invalid deployment results", details={"errors": problems.of(exc)}
+        ) from exc
 
 
 def runner_path(org_id: str, runner_id: str, *, base_path: str = GATEWAY_BASE_PATH) -> str:

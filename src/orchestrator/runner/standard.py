@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -132,25 +132,18 @@ def _execute(
     return results.DeploymentResults(status=results.ResultStatus.FAILURE, error=error)
 
 
+@dataclass(eq=False, repr=False)
 class _Deployment:
     """The steps of one run, sharing settings, gateway, log and (once known) the IaC command line."""
 
-    def __init__(
-        self,
-        settings: RunnerSettings,
-        *,
-        gateway: gateway_client.GatewayClient,
-        sink: logs.LogBuffer,
-        log: logs.RunnerLogger,
-        environ: Mapping[str, str],
-    ) -> None:
-        self.settings = settings
-        self.gateway = gateway
-        self.sink = sink
-        self.log = log
-        self.environ = environ
-        self.started_at = datetime.now(UTC)
-        self.cli: iac.IacCli | None = None
+    settings: RunnerSettings
+    _: KW_ONLY
+    gateway: gateway_client.GatewayClient
+    sink: logs.LogBuffer
+    log: logs.RunnerLogger
+    environ: Mapping[str, str]
+    started_at: datetime = field(init=False, default_factory=lambda: datetime.now(UTC))
+    cli: iac.IacCli | None = field(init=False, default=None)
 
     @staticmethod
     def _http_backend(code_dir: Path) -> bool:

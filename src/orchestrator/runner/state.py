@@ -116,31 +116,19 @@ def lock_owner() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class StateRescue:
     """Saves the ``errored.tfstate`` a failed command left in ``code_dir``; see the module docstring."""
 
-    def __init__(
-        self,
-        *,
-        cli: iac.IacCli,
-        gateway: gateway_client.GatewayClient,
-        log: logs.RunnerLogger,
-        env_uuid: str | None,
-        deployment_id: str,
-        retry_seconds: float,
-        started_at: datetime,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.cli = cli
-        self.gateway = gateway
-        self.log = log
-        self.env_uuid = env_uuid
-        self.deployment_id = deployment_id
-        self.retry_seconds = retry_seconds
-        self.started_at = started_at
-        self._sleep = sleep
-        self._clock = clock
+    cli: iac.IacCli
+    gateway: gateway_client.GatewayClient
+    log: logs.RunnerLogger
+    env_uuid: str | None
+    deployment_id: str
+    retry_seconds: float
+    started_at: datetime
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
 
     def rescue(self, code_dir: Path, *, http_backend: bool) -> str | None:
         """Save the errored state, if there is one: the words for the deployment's message, else None."""
@@ -148,7 +136,7 @@ class StateRescue:
         if not path.is_file():
             return None
         self.log.error("Terraform could not save its state; saving errored.tfstate", path=str(path))
-        deadline = self._clock() + self.retry_seconds
+        deadline = self.clock() + self.retry_seconds
         if http_backend:
             return self._hand_over(path, deadline, why=None)
         pushed, why = self._push(path, deadline)
@@ -171,7 +159,7 @@ class StateRescue:
                 self.env_uuid,
                 self.deployment_id,
                 path.read_bytes(),
-                retry_seconds=max(0.0, deadline - self._clock()),
+                retry_seconds=max(0.0, deadline - self.clock()),
             )
         except (errors.OrchestratorError, OSError) as exc:
             # Also a TerminatedError (the runner is being stopped): the file stays, the launcher keeps it.
@@ -212,10 +200,10 @@ class StateRescue:
             if _REFUSED in text:
                 return False, _last_error(output)
             delay = min(2.0 ** min(attempt - 1, 10), MAX_PUSH_BACKOFF_SECONDS)
-            if self._clock() + delay >= deadline:
+            if self.clock() + delay >= deadline:
                 return False, _last_error(output)
             self.log.warning("`state push` failed; retrying", attempt=attempt, delay_seconds=delay)
-            self._sleep(delay)
+            self.sleep(delay)
 
     def _ours(self, lock: LockInfo) -> bool:
         """A lock this run's engine took: its user and host, taken after the run started."""

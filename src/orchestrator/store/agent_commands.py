@@ -20,6 +20,7 @@ import sqlalchemy.exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator.store.rows import inserted
 from orchestrator.store.schema import agent_commands, agent_event_inbox, agent_presence, runners
 
 #: PostgreSQL NOTIFY channel on which a committed change to a runner's queue is announced to every replica
@@ -82,12 +83,7 @@ def _command(row: sa.Row[tuple[object, ...]]) -> AgentCommand:
 
 async def insert(conn: AsyncConnection, values: dict[str, Any]) -> bool:
     """Enqueue a command; False if a command of that id exists already (nothing changed)."""
-    try:
-        async with conn.begin_nested():
-            await conn.execute(agent_commands.insert().values(values))
-    except sqlalchemy.exc.IntegrityError:
-        return False
-    return True
+    return await inserted(conn, agent_commands.insert().values(values))
 
 
 async def get(conn: AsyncConnection, command_id: str, *, for_update: bool = False) -> AgentCommand | None:
@@ -258,21 +254,17 @@ async def record_event(
     now: datetime,
 ) -> bool:
     """Note an event as applied; False if it was applied before (then apply nothing)."""
-    try:
-        async with conn.begin_nested():
-            await conn.execute(
-                agent_event_inbox.insert().values(
-                    org_id=org_id,
-                    runner_id=runner_id,
-                    event_id=event_id,
-                    type=event_type,
-                    deployment_id=deployment_id,
-                    received_at=now,
-                )
-            )
-    except sqlalchemy.exc.IntegrityError:
-        return False
-    return True
+    return await inserted(
+        conn,
+        agent_event_inbox.insert().values(
+            org_id=org_id,
+            runner_id=runner_id,
+            event_id=event_id,
+            type=event_type,
+            deployment_id=deployment_id,
+            received_at=now,
+        ),
+    )
 
 
 async def count_events(conn: AsyncConnection, org_id: str, runner_id: str) -> int:

@@ -13,6 +13,7 @@ import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.deployments import Deployment, DispatchState, Status
+from orchestrator.domain.usage import Run
 from orchestrator.errors import ConflictError
 from orchestrator.store.pages import Page, newest_first, newest_key, to_page
 from orchestrator.store.schema import deployments, envs
@@ -124,6 +125,24 @@ async def list_page(
         stmt = stmt.where(deployments.c.status.in_(list(statuses)))
     stmt = newest_first(stmt, deployments.c.created_at, deployments.c.id, after, limit)
     return to_page([_deployment(r) for r in (await conn.execute(stmt)).all()], limit, newest_key)
+
+
+async def usage_runs(conn: AsyncConnection, org_id: str, start: datetime, end: datetime) -> list[Run]:
+    """What ``domain.usage`` reads of the organization's deployments that count in ``[start, end)``: those
+    created in it, and those launched before its end whose run had not ended by its start (still
+    executing, or completed and exited, whichever is set, after ``start``). One query, on the
+    ``(org_id, created_at)`` index; the minutes are ``domain.usage``'s."""
+    c = deployments.c
+    ran_into = sa.and_(
+        c.launched_at.is_not(None),
+        c.launched_at < end,
+        sa.or_(c.completed_at.is_(None), c.completed_at > start),
+        sa.or_(c.exited_at.is_(None), c.exited_at > start),
+    )
+    stmt = sa.select(
+        c.project_id, c.env_id, c.runner_id, c.created_at, c.launched_at, c.completed_at, c.exited_at
+    ).where(c.org_id == org_id, c.created_at < end, sa.or_(c.created_at >= start, ran_into))
+    return [Run(**row._mapping) for row in (await conn.execute(stmt)).all()]
 
 
 # --- results ------------------------------------------------------------------------------------------

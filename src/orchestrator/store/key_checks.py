@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator.store.rows import inserted
 from orchestrator.store.schema import key_checks
 
 SERVER_KEY = "server"
@@ -28,11 +28,7 @@ async def record_once(
     stored = await get(conn, key_id)
     if stored is not None:
         return stored
-    try:
-        async with conn.begin_nested():
-            await conn.execute(key_checks.insert().values(id=key_id, check_value=check_value, created_at=now))
-    except sqlalchemy.exc.IntegrityError:
-        pass
+    await inserted(conn, key_checks.insert().values(id=key_id, check_value=check_value, created_at=now))
     recorded = await get(conn, key_id)
     assert recorded is not None
     return recorded

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.catalogue import ModuleProvider
-from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import created_now, insert_row
 from orchestrator.store.schema import module_providers
 
@@ -99,12 +99,8 @@ async def list_providers(
     stmt = module_providers.select().where(module_providers.c.org_id == org_id)
     if provider_type is not None:
         stmt = stmt.where(module_providers.c.provider_type == provider_type)
-    rows = (
-        await conn.execute(
-            paged(stmt, [module_providers.c.provider_type, module_providers.c.id], after, limit)
-        )
-    ).all()
-    return to_page([_provider(r) for r in rows], limit, lambda p: (p.provider_type, p.id))
+    key = [module_providers.c.provider_type, module_providers.c.id]
+    return await fetch_page(conn, stmt, key, after, limit, _provider)
 
 
 async def update_provider(

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.catalogue import ModuleRule
 from orchestrator.domain.module_rules import Placement, RuleScope
 from orchestrator.errors import InvalidInputError
-from orchestrator.store.pages import Page, to_page
+from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import first_values, insert_row, org_row
 from orchestrator.store.schema import module_rules
 
@@ -91,18 +91,11 @@ async def list_rules(
         module_rules.c.resource_class,
         module_rules.c.id,
     )
-    if after is not None:
-        try:
-            bound = (after[0], after[1], after[2], uuid.UUID(after[3]))
-        except (ValueError, IndexError) as exc:
-            raise InvalidInputError("page: invalid page token") from exc
-        stmt = stmt.where(
-            sa.tuple_(*key) > sa.tuple_(*(sa.literal(v, c.type) for c, v in zip(key, bound, strict=True)))
-        )
-    rows = (await conn.execute(stmt.order_by(*key).limit(limit + 1))).all()
-    return to_page(
-        [_rule(r) for r in rows], limit, lambda r: (r.resource_type, r.module_id, r.resource_class, str(r.id))
-    )
+    try:
+        after_key = (after[0], after[1], after[2], uuid.UUID(after[3])) if after is not None else None
+    except (ValueError, IndexError) as exc:
+        raise InvalidInputError("page: invalid page token") from exc
+    return await fetch_page(conn, stmt, key, after_key, limit, _rule)
 
 
 async def rule_ids_of_module(

@@ -23,7 +23,7 @@ from orchestrator.domain.catalogue import (
     mentions_type,
 )
 from orchestrator.store.errors import conflict_on_integrity
-from orchestrator.store.pages import Page, newest_first, newest_key, paged, to_page
+from orchestrator.store.pages import Page, fetch_page, newest_first, newest_key, to_page
 from orchestrator.store.rows import entity, first_values
 from orchestrator.store.schema import module_versions, modules
 
@@ -196,8 +196,7 @@ async def list_modules(
     stmt = modules.select().where(modules.c.org_id == org_id)
     if resource_type is not None:
         stmt = stmt.where(modules.c.resource_type == resource_type)
-    rows = (await conn.execute(paged(stmt, [modules.c.id], after, limit))).all()
-    return to_page([_module(r) for r in rows], limit, lambda m: (m.id,))
+    return await fetch_page(conn, stmt, [modules.c.id], after, limit, _module)
 
 
 async def update_module(conn: AsyncConnection, current: Module, content: ModuleContent) -> Module:

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.entities import ApiToken, Organization
 from orchestrator.errors import InvalidInputError
-from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import created_now, entity, insert_row
 from orchestrator.store.schema import api_tokens, orgs
 
@@ -43,8 +43,7 @@ async def list_orgs(
     stmt = orgs.select()
     if only is not None:
         stmt = stmt.where(orgs.c.id == only)
-    rows = (await conn.execute(paged(stmt, [orgs.c.id], after, limit))).all()
-    return to_page([_org(r) for r in rows], limit, lambda o: (o.id,))
+    return await fetch_page(conn, stmt, [orgs.c.id], after, limit, _org)
 
 
 def _token(row: sa.Row[tuple[object, ...]]) -> ApiToken:
@@ -114,8 +113,7 @@ async def list_tokens(
         after_key = (uuid.UUID(after[0]),) if after else None
     except ValueError as exc:
         raise InvalidInputError("page: invalid page token") from exc
-    rows = (await conn.execute(paged(stmt, [api_tokens.c.id], after_key, limit))).all()
-    return to_page([_token(r) for r in rows], limit, lambda t: (str(t.id),))
+    return await fetch_page(conn, stmt, [api_tokens.c.id], after_key, limit, _token)
 
 
 async def delete_token(conn: AsyncConnection, org_id: str, token_id: uuid.UUID) -> bool:

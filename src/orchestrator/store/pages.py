@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.errors import InvalidInputError
 
@@ -65,3 +66,18 @@ def to_page(items: list[T], limit: int, key: Any) -> Page[T]:
         items = items[:limit]
         return Page(items=items, next_key=tuple(str(v) for v in key(items[-1])))
     return Page(items=items, next_key=None)
+
+
+async def fetch_page(
+    conn: AsyncConnection,
+    stmt: sa.Select[Any],
+    key_columns: Sequence[sa.ColumnElement[Any]],
+    after: tuple[Any, ...] | None,
+    limit: int,
+    item: Callable[[sa.Row[Any]], T],
+) -> Page[T]:
+    """The rows of ``stmt`` after ``after`` in the order of the key columns (:func:`paged`), each as
+    ``item``; the next page starts after the last row's key columns."""
+    rows = (await conn.execute(paged(stmt, key_columns, after, limit))).all()
+    page = to_page(rows, limit, lambda row: tuple(row._mapping[column] for column in key_columns))
+    return Page(items=[item(row) for row in page.items], next_key=page.next_key)

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.entities import Environment, EnvironmentType, Project
 from orchestrator.errors import ConflictError
 from orchestrator.store.errors import conflict_on_integrity
-from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import created_now, insert_row, org_row
 from orchestrator.store.schema import env_types, envs, projects, runner_rules
 
@@ -44,8 +44,7 @@ async def list_env_types(
     conn: AsyncConnection, org_id: str, *, after: tuple[str, ...] | None, limit: int
 ) -> Page[EnvironmentType]:
     stmt = env_types.select().where(env_types.c.org_id == org_id)
-    rows = (await conn.execute(paged(stmt, [env_types.c.id], after, limit))).all()
-    return to_page([_env_type(r) for r in rows], limit, lambda t: (t.id,))
+    return await fetch_page(conn, stmt, [env_types.c.id], after, limit, _env_type)
 
 
 async def update_env_type(
@@ -104,8 +103,7 @@ async def list_projects(
     conn: AsyncConnection, org_id: str, *, after: tuple[str, ...] | None, limit: int
 ) -> Page[Project]:
     stmt = projects.select().where(projects.c.org_id == org_id)
-    rows = (await conn.execute(paged(stmt, [projects.c.id], after, limit))).all()
-    return to_page([_project(r) for r in rows], limit, lambda p: (p.id,))
+    return await fetch_page(conn, stmt, [projects.c.id], after, limit, _project)
 
 
 async def update_project(
@@ -208,8 +206,7 @@ async def list_envs(
         stmt = stmt.where(envs.c.project_id == project_id)
     if env_type_ids:
         stmt = stmt.where(envs.c.env_type_id.in_(env_type_ids))
-    rows = (await conn.execute(paged(stmt, [envs.c.project_id, envs.c.id], after, limit))).all()
-    return to_page([_env(r) for r in rows], limit, lambda e: (e.project_id, e.id))
+    return await fetch_page(conn, stmt, [envs.c.project_id, envs.c.id], after, limit, _env)
 
 
 async def update_env(

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.catalogue import ResourceType
 from orchestrator.store.errors import conflict_on_integrity
-from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import created_now, insert_row, org_row
 from orchestrator.store.schema import resource_types
 
@@ -68,8 +68,7 @@ async def list_resource_types(
     conn: AsyncConnection, org_id: str, *, after: tuple[str, ...] | None, limit: int
 ) -> Page[ResourceType]:
     stmt = resource_types.select().where(resource_types.c.org_id == org_id)
-    rows = (await conn.execute(paged(stmt, [resource_types.c.id], after, limit))).all()
-    return to_page([_resource_type(r) for r in rows], limit, lambda t: (t.id,))
+    return await fetch_page(conn, stmt, [resource_types.c.id], after, limit, _resource_type)
 
 
 async def update_resource_type(

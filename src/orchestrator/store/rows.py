@@ -1,6 +1,6 @@
 """Reading and writing rows: a row as the domain dataclass of its table, the row of an id in an
-organization, the timestamps of a new row, an insert that answers 409 on a taken key, the first values of
-a column."""
+organization, the timestamps of a new row, an insert that answers 409 on a taken key, an insert that
+tells whether its key was free, the first values of a column."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.store.errors import conflict_on_integrity
@@ -43,6 +44,17 @@ async def insert_row(
     with conflict_on_integrity(conflict):
         await conn.execute(table.insert().values(values))
     return _as(cls, values, {})
+
+
+async def inserted(conn: AsyncConnection, insert: sa.Insert) -> bool:
+    """Run ``insert`` in a savepoint; False when a unique key is taken (nothing inserted, the
+    transaction goes on)."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(insert)
+    except sqlalchemy.exc.IntegrityError:
+        return False
+    return True
 
 
 async def org_row(conn: AsyncConnection, table: sa.Table, org_id: str, object_id: object) -> Row | None:

@@ -14,7 +14,7 @@ from orchestrator.domain.deployments import Status
 from orchestrator.domain.entities import Runner, RunnerRule
 from orchestrator.errors import ConflictError, InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
-from orchestrator.store.pages import Page, paged, to_page
+from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import created_now, entity, insert_row, org_row
 from orchestrator.store.schema import deployments, env_types, envs, projects, runner_rules, runners
 
@@ -87,8 +87,7 @@ async def list_runners(
         stmt = stmt.where(runners.c.type != hidden_type)
     if runner_type is not None:
         stmt = stmt.where(runners.c.type == runner_type)
-    rows = (await conn.execute(paged(stmt, [runners.c.id], after, limit))).all()
-    return to_page([_runner(r) for r in rows], limit, lambda r: (r.id,))
+    return await fetch_page(conn, stmt, [runners.c.id], after, limit, _runner)
 
 
 async def update_runner(
@@ -262,10 +261,9 @@ async def list_rules(
         after_key = (after[0], uuid.UUID(after[1])) if after else None
     except (ValueError, IndexError) as exc:
         raise InvalidInputError("page: invalid page token") from exc
-    rows = (
-        await conn.execute(paged(stmt, [runner_rules.c.runner_id, runner_rules.c.id], after_key, limit))
-    ).all()
-    return to_page([_rule(r) for r in rows], limit, lambda r: (r.runner_id, str(r.id)))
+    return await fetch_page(
+        conn, stmt, [runner_rules.c.runner_id, runner_rules.c.id], after_key, limit, _rule
+    )
 
 
 async def delete_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> bool:

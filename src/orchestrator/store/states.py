@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator.store.rows import inserted
 from orchestrator.store.schema import tf_state_locks, tf_states
 
 
@@ -87,22 +87,18 @@ async def try_lock(
 ) -> dict[str, Any] | None:
     """Take the lock; None on success, else the holder's row (``lock_id``, ``info``, ``deployment_id``).
     The primary key arbitrates races."""
-    try:
-        async with conn.begin_nested():
-            await conn.execute(
-                tf_state_locks.insert().values(
-                    env_uuid=env_uuid,
-                    org_id=org_id,
-                    lock_id=lock_id,
-                    info=info,
-                    deployment_id=deployment_id,
-                    created_at=now,
-                )
-            )
-    except sqlalchemy.exc.IntegrityError:
-        holder = await get_lock(conn, env_uuid)
-        return holder if holder else {"lock_id": "", "info": {}, "deployment_id": None}
-    return None
+    lock = tf_state_locks.insert().values(
+        env_uuid=env_uuid,
+        org_id=org_id,
+        lock_id=lock_id,
+        info=info,
+        deployment_id=deployment_id,
+        created_at=now,
+    )
+    if await inserted(conn, lock):
+        return None
+    holder = await get_lock(conn, env_uuid)
+    return holder if holder else {"lock_id": "", "info": {}, "deployment_id": None}
 
 
 async def release_held_by(conn: AsyncConnection, env_uuid: uuid.UUID, deployment_id: uuid.UUID) -> bool:

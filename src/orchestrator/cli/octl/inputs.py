@@ -100,16 +100,26 @@ def read_source(flag: str, value: str, stdin: TextIO) -> str:
     if value == "-":
         return stdin.read()
     if value.startswith("@"):
-        path = Path(value[1:]).expanduser()
-        if not value[1:]:
-            raise InputError(f"{flag}: '@' must be followed by a file name")
-        try:
-            return path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"{flag}: cannot read '{path}': {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{flag}: '{path}' is not UTF-8 text") from exc
+        return read_file(flag, file_path(flag, value))
     return value
+
+
+def file_path(flag: str, value: str) -> Path:
+    """The file an ``@FILE`` value of ``flag`` names (``~`` expanded)."""
+    if not value[1:]:
+        raise InputError(f"{flag}: '@' must be followed by a file name")
+    return Path(value[1:]).expanduser()
+
+
+def read_file(flag: str, path: Path, *, text: str = "UTF-8 text") -> str:
+    """The UTF-8 text of the file ``flag`` names; an error naming ``flag`` if it cannot be read or is not
+    ``text``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{flag}: cannot read '{path}': {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{flag}: '{path}' is not {text}") from exc
 
 
 def parse_document(flag: str, text: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.cli.octl import inputs
 from orchestrator.cli.octl.inputs import InputError
 from orchestrator.protocol import age
 
@@ -64,15 +65,7 @@ def read_identity(flag: str, value: str) -> str:
     """The identity a ``--key`` value gives: the key, or ``@FILE`` holding it (``age-keygen`` format)."""
     text = value
     if value.startswith("@"):
-        path = Path(value[1:]).expanduser()
-        if not value[1:]:
-            raise InputError(f"{flag}: '@' must be followed by a file name")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"{flag}: cannot read '{path}': {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{flag}: '{path}' is not a text file") from exc
+        text = inputs.read_file(flag, inputs.file_path(flag, value), text="a text file")
     lines = [line.strip() for line in text.splitlines()]
     found = [line for line in lines if line and not line.startswith("#")]
     if len(found) != 1 or not found[0].upper().startswith(IDENTITY_PREFIX):

@@ -25,13 +25,7 @@ def read(source: str, stdin: TextIO) -> dict[str, Any]:
         text, name = stdin.read(), "standard input"
     else:
         path = Path(source).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"MANIFEST: cannot read '{path}': {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(f"MANIFEST: '{path}' is not UTF-8 text") from exc
-        name = str(path)
+        text, name = inputs.read_file("MANIFEST", path), str(path)
     return parse(text, name)
 
 

@@ -17,6 +17,7 @@ from orchestrator.cli.octl.commands import (
     runner_rules,
     runners,
     tokens,
+    usage,
     verbs,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "runner_rules",
     "runners",
     "tokens",
+    "usage",
     "verbs",
 ]

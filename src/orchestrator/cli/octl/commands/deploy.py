@@ -16,7 +16,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import update_wrapper
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +55,8 @@ LOG_FETCH_DELAY_SECONDS = 0.5
 class RunOptions:
     """How to create and follow one deployment (the flags ``deploy`` and ``rollback`` share)."""
 
+    plan_only: bool
+    runner_logs_level: str
     dry_run: bool
     no_wait: bool
     show_logs: bool
@@ -62,8 +65,15 @@ class RunOptions:
 
 
 def run_options(func: F) -> F:
-    """The flags ``deploy`` and ``rollback`` share."""
-    options = (
+    """The flags ``deploy`` and ``rollback`` share; the command gets them as ``options``."""
+
+    def command(*args: Any, **kwargs: Any) -> Any:
+        # Each flag's parameter is named as its RunOptions field.
+        options = RunOptions(**{flag.name: kwargs.pop(flag.name) for flag in fields(RunOptions)})
+        return func(*args, options=options, **kwargs)
+
+    wrapped: Any = update_wrapper(command, func)
+    flags = (
         click.option("--plan-only", is_flag=True, help="Only plan: show what would change, change nothing."),
         click.option(
             "--dry-run",
@@ -100,9 +110,9 @@ def run_options(func: F) -> F:
         ),
         org_option,
     )
-    for option in reversed(options):
-        func = option(func)
-    return func
+    for flag in reversed(flags):
+        wrapped = flag(wrapped)
+    return wrapped  # type: ignore[no-any-return]
 
 
 @click.command("deploy")
@@ -116,13 +126,7 @@ def deploy(
     project_id: str,
     env_id: str,
     source: str,
-    plan_only: bool,
-    dry_run: bool,
-    no_wait: bool,
-    runner_logs_level: str,
-    show_logs: bool,
-    save_keys: Path | None,
-    out: str,
+    options: RunOptions,
 ) -> None:
     """Deploy MANIFEST (a YAML or JSON file, or - for stdin) to environment ENV of PROJECT.
 
@@ -144,10 +148,6 @@ def deploy(
     except InputError as exc:
         raise UsageFailure(str(exc)) from exc
     body: JsonObject = {"project_id": project_id, "env_id": env_id, "mode": "deploy", "manifest": document}
-    if plan_only:
-        body["plan_only"] = True
-    body["runner_log_level"] = runner_logs_level
-    options = RunOptions(dry_run=dry_run, no_wait=no_wait, show_logs=show_logs, save_keys=save_keys, out=out)
     run(session, body, options)
 
 
@@ -162,13 +162,7 @@ def rollback(
     project_id: str,
     env_id: str,
     target_id: uuid.UUID,
-    plan_only: bool,
-    dry_run: bool,
-    no_wait: bool,
-    runner_logs_level: str,
-    show_logs: bool,
-    save_keys: Path | None,
-    out: str,
+    options: RunOptions,
 ) -> None:
     """Deploy the manifest of an earlier DEPLOYMENT of ENV again (mode rollback).
 
@@ -180,11 +174,7 @@ def rollback(
         "env_id": env_id,
         "mode": "rollback",
         "rollback_to_deployment_id": str(target_id),
-        "runner_log_level": runner_logs_level,
     }
-    if plan_only:
-        body["plan_only"] = True
-    options = RunOptions(dry_run=dry_run, no_wait=no_wait, show_logs=show_logs, save_keys=save_keys, out=out)
     run(session, body, options)
 
 
@@ -194,9 +184,12 @@ def run(session: Session, body: JsonObject, options: RunOptions) -> None:
     outputs_key, logs_key = keys.KeyPair.generate(), keys.KeyPair.generate()
     body = {
         **body,
+        "runner_log_level": options.runner_logs_level,
         "encrypted_outputs_recipient": outputs_key.recipient,
         "encrypted_logs_recipient": logs_key.recipient,
     }
+    if options.plan_only:
+        body["plan_only"] = True
     if options.dry_run:
         body["is_dry_run"] = True
     org = session.org()

@@ -8,7 +8,7 @@ import click
 
 from orchestrator.cli.octl import keys, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list
+from orchestrator.cli.octl.commands.common import emit_list, reads_org
 from orchestrator.cli.octl.inputs import InputError
 from orchestrator.cli.octl.output import field
 from orchestrator.cli.octl.session import OperationFailure, Session, UsageFailure, org_option, pass_session
@@ -46,9 +46,7 @@ MODES = ("deploy", "rollback", "destroy")
 @click.option(
     "--mode", "modes", multiple=True, type=click.Choice(MODES), help="Only these modes (repeatable)."
 )
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_deployments(
     session: Session,
     project_id: str | None,
@@ -67,9 +65,7 @@ def get_deployments(
 
 @verbs.get.command("deployment")
 @click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_deployment(session: Session, deployment_id: uuid.UUID, out: str) -> None:
     """Show a deployment (alias: dep; -o yaml or json for its manifest, metrics and error)."""
     output.emit(session.client().get_deployment(session.org(), str(deployment_id)), out, DEPLOYMENT)

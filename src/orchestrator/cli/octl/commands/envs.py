@@ -9,12 +9,11 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
 from orchestrator.cli.octl.session import (
     OperationFailure,
     Session,
-    input_options,
     org_option,
     pass_session,
 )
@@ -47,10 +46,7 @@ def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
 @verbs.create.command("env")
 @click.argument("project_id", metavar="PROJECT")
 @click.argument("env_id", metavar="ENV")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_env(
     session: Session,
     project_id: str,
@@ -68,9 +64,7 @@ def create_env(
 @verbs.get.command("env")
 @click.argument("project_id", metavar="PROJECT")
 @click.argument("env_id", metavar="ENV")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_env(session: Session, project_id: str, env_id: str, out: str) -> None:
     """Show environment ENV of PROJECT, with the runner it is linked to."""
     output.emit(session.client().get_env(session.org(), project_id, env_id), out, ENV)
@@ -79,9 +73,7 @@ def get_env(session: Session, project_id: str, env_id: str, out: str) -> None:
 @verbs.get.command("envs")
 @click.argument("project_id", metavar="[PROJECT]", required=False)
 @click.option("--env-type", "env_type_id", metavar="ENV_TYPE", help="Only environments of this type.")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_envs(session: Session, project_id: str | None, env_type_id: str | None, out: str) -> None:
     """List the environments of PROJECT, or of the whole organization."""
     org = session.org()
@@ -93,10 +85,7 @@ def get_envs(session: Session, project_id: str | None, env_type_id: str | None, 
 @verbs.update.command("env")
 @click.argument("project_id", metavar="PROJECT")
 @click.argument("env_id", metavar="ENV")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_env(
     session: Session,
     project_id: str,

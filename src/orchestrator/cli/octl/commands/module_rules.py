@@ -13,12 +13,11 @@ import click
 
 from orchestrator.cli.octl import output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, writes_org
 from orchestrator.cli.octl.output import field
 from orchestrator.cli.octl.session import (
     Session,
     UsageFailure,
-    input_options,
     org_option,
     pass_session,
 )
@@ -37,10 +36,7 @@ MODULE_RULE = (
 
 
 @verbs.create.command("module-rule")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_module_rule(session: Session, body: dict[str, Any], out: str) -> None:
     """Create a module rule (aliases: rule, rl).
 
@@ -58,9 +54,7 @@ def create_module_rule(session: Session, body: dict[str, Any], out: str) -> None
 
 @verbs.get.command("module-rule")
 @click.argument("rule_id", metavar="UUID", type=click.UUID)
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_module_rule(session: Session, rule_id: uuid.UUID, out: str) -> None:
     """Show module rule UUID (aliases: rule, rl)."""
     output.emit(session.client().get_module_rule(session.org(), str(rule_id)), out, MODULE_RULE)
@@ -73,9 +67,7 @@ def get_module_rule(session: Session, rule_id: uuid.UUID, out: str) -> None:
 @click.option(
     "--env", "env_id", metavar="ENV", help="Only the rules effective in this environment (with --project)."
 )
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_module_rules(
     session: Session,
     module_id: str | None,

@@ -13,9 +13,9 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
+from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 MODULE = (
     field("Id", "id"),
@@ -36,10 +36,7 @@ MODULE_VERSION = (
 
 @verbs.create.command("module")
 @click.argument("module_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_module(
     session: Session,
     module_id: str,
@@ -60,9 +57,7 @@ def create_module(
 
 @verbs.get.command("module")
 @click.argument("module_id", metavar="ID")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_module(session: Session, module_id: str, out: str) -> None:
     """Show module ID (alias: mod; -o yaml or json for its whole definition)."""
     output.emit(session.client().get_module(session.org(), module_id), out, MODULE)
@@ -70,9 +65,7 @@ def get_module(session: Session, module_id: str, out: str) -> None:
 
 @verbs.get.command("modules")
 @click.option("--type", "resource_type", metavar="TYPE", help="Only the modules of this resource type.")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_modules(session: Session, resource_type: str | None, out: str) -> None:
     """List the modules of the organization (alias: mods)."""
     org = session.org()
@@ -82,10 +75,7 @@ def get_modules(session: Session, resource_type: str | None, out: str) -> None:
 
 @verbs.update.command("module")
 @click.argument("module_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_module(
     session: Session,
     module_id: str,
@@ -116,9 +106,7 @@ def delete_module(session: Session, module_id: str) -> None:
 
 @verbs.get.command("module-versions")
 @click.argument("module_id", metavar="MODULE")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_module_versions(session: Session, module_id: str, out: str) -> None:
     """List the versions of MODULE."""
     versions = session.client().list_module_versions(session.org(), module_id)
@@ -128,9 +116,7 @@ def get_module_versions(session: Session, module_id: str, out: str) -> None:
 @verbs.get.command("module-version")
 @click.argument("module_id", metavar="MODULE")
 @click.argument("version_id", metavar="VERSION", type=click.UUID)
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_module_version(session: Session, module_id: str, version_id: uuid.UUID, out: str) -> None:
     """Show version VERSION of MODULE (-o yaml or json for its whole definition)."""
     version = session.client().get_module_version(session.org(), module_id, str(version_id))

@@ -8,9 +8,9 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
+from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 PROJECT = (
     field("Id", "id"),
@@ -23,10 +23,7 @@ ENV_TYPE = (field("Id", "id"), field("DisplayName", "display_name"), field("Crea
 
 @verbs.create.command("project")
 @click.argument("project_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_project(
     session: Session,
     project_id: str,
@@ -42,18 +39,14 @@ def create_project(
 
 @verbs.get.command("project")
 @click.argument("project_id", metavar="ID")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_project(session: Session, project_id: str, out: str) -> None:
     """Show project ID."""
     output.emit(session.client().get_project(session.org(), project_id), out, PROJECT)
 
 
 @verbs.get.command("projects")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_projects(session: Session, out: str) -> None:
     """List the projects of the organization."""
     org = session.org()
@@ -62,10 +55,7 @@ def get_projects(session: Session, out: str) -> None:
 
 @verbs.update.command("project")
 @click.argument("project_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_project(
     session: Session,
     project_id: str,
@@ -93,10 +83,7 @@ def delete_project(session: Session, project_id: str, delete_rules: bool) -> Non
 
 @verbs.create.command("env-type")
 @click.argument("env_type_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_env_type(
     session: Session,
     env_type_id: str,
@@ -112,18 +99,14 @@ def create_env_type(
 
 @verbs.get.command("env-type")
 @click.argument("env_type_id", metavar="ID")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_env_type(session: Session, env_type_id: str, out: str) -> None:
     """Show environment type ID."""
     output.emit(session.client().get_env_type(session.org(), env_type_id), out, ENV_TYPE)
 
 
 @verbs.get.command("env-types")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_env_types(session: Session, out: str) -> None:
     """List the environment types of the organization."""
     org = session.org()
@@ -137,10 +120,7 @@ def get_env_types(session: Session, out: str) -> None:
 
 @verbs.update.command("env-type")
 @click.argument("env_type_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_env_type(
     session: Session,
     env_type_id: str,

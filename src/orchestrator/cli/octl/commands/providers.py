@@ -12,9 +12,9 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
+from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 PROVIDER_SUMMARY = (
     field("ProviderType", "provider_type"),
@@ -40,10 +40,7 @@ def _named(provider_type: str, provider_id: str) -> str:
 @verbs.create.command("provider")
 @click.argument("provider_type", metavar="TYPE")
 @click.argument("provider_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_provider(
     session: Session,
     provider_type: str,
@@ -66,9 +63,7 @@ def create_provider(
 @verbs.get.command("provider")
 @click.argument("provider_type", metavar="TYPE")
 @click.argument("provider_id", metavar="ID")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_provider(session: Session, provider_type: str, provider_id: str, out: str) -> None:
     """Show module provider TYPE ID (alias: mp; -o yaml or json for its configuration)."""
     provider = session.client().get_module_provider(session.org(), provider_type, provider_id)
@@ -77,9 +72,7 @@ def get_provider(session: Session, provider_type: str, provider_id: str, out: st
 
 @verbs.get.command("providers")
 @click.option("--type", "provider_type", metavar="TYPE", help="Only the providers of this type, e.g. aws.")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_providers(session: Session, provider_type: str | None, out: str) -> None:
     """List the module providers of the organization (alias: mps)."""
     org = session.org()
@@ -90,10 +83,7 @@ def get_providers(session: Session, provider_type: str | None, out: str) -> None
 @verbs.update.command("provider")
 @click.argument("provider_type", metavar="TYPE")
 @click.argument("provider_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_provider(
     session: Session,
     provider_type: str,

@@ -9,9 +9,9 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import Column, field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
+from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 RESOURCE_TYPE = (
     field("Id", "id"),
@@ -38,10 +38,7 @@ AVAILABLE_RESOURCE_TYPE = (
 
 @verbs.create.command("resource-type")
 @click.argument("type_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_resource_type(
     session: Session,
     type_id: str,
@@ -62,18 +59,14 @@ def create_resource_type(
 
 @verbs.get.command("resource-type")
 @click.argument("type_id", metavar="ID")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_resource_type(session: Session, type_id: str, out: str) -> None:
     """Show resource type ID (alias: rt; -o yaml or json for its output schema)."""
     output.emit(session.client().get_resource_type(session.org(), type_id), out, RESOURCE_TYPE)
 
 
 @verbs.get.command("resource-types")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_resource_types(session: Session, out: str) -> None:
     """List the resource types of the organization (alias: rts)."""
     org = session.org()
@@ -87,10 +80,7 @@ def get_resource_types(session: Session, out: str) -> None:
 
 @verbs.update.command("resource-type")
 @click.argument("type_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_resource_type(
     session: Session,
     type_id: str,
@@ -119,9 +109,7 @@ def delete_resource_type(session: Session, type_id: str) -> None:
 @click.argument("project_id", metavar="PROJECT")
 @click.argument("env_id", metavar="ENV")
 @click.option("--all", "include_all", is_flag=True, help="Also the types developers may not request.")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_available_resource_types(
     session: Session, project_id: str, env_id: str, include_all: bool, out: str
 ) -> None:

@@ -12,9 +12,9 @@ import click
 
 from orchestrator.cli.octl import output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, writes_org
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
+from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 RUNNER_RULE = (
     field("Id", "id"),
@@ -26,10 +26,7 @@ RUNNER_RULE = (
 
 
 @verbs.create.command("runner-rule")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_runner_rule(session: Session, body: dict[str, Any], out: str) -> None:
     """Create a runner rule (alias: rrl).
 
@@ -46,9 +43,7 @@ def create_runner_rule(session: Session, body: dict[str, Any], out: str) -> None
 
 @verbs.get.command("runner-rule")
 @click.argument("rule_id", metavar="UUID", type=click.UUID)
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_runner_rule(session: Session, rule_id: uuid.UUID, out: str) -> None:
     """Show runner rule UUID."""
     output.emit(session.client().get_runner_rule(session.org(), str(rule_id)), out, RUNNER_RULE)
@@ -60,9 +55,7 @@ def get_runner_rule(session: Session, rule_id: uuid.UUID, out: str) -> None:
 @click.option(
     "--env-type", "env_type_id", metavar="ENV_TYPE", help="Only the rules effective for this env type."
 )
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_runner_rules(
     session: Session, runner_id: str | None, project_id: str | None, env_type_id: str | None, out: str
 ) -> None:

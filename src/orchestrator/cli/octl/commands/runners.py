@@ -8,9 +8,9 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, require_changes
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import Column, field
-from orchestrator.cli.octl.session import Session, input_options, org_option, pass_session
+from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 #: Upstream ``RunnerSummary`` columns (the list answers only the two ``type`` fields of the configurations).
 RUNNER_SUMMARY = (
@@ -34,10 +34,7 @@ RUNNER_GOT = (*RUNNER, field("Launchable", "status.launchable"))
 
 @verbs.create.command("runner")
 @click.argument("runner_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_runner(
     session: Session,
     runner_id: str,
@@ -59,9 +56,7 @@ def create_runner(
 
 @verbs.get.command("runner")
 @click.argument("runner_id", metavar="ID")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_runner(session: Session, runner_id: str, out: str) -> None:
     """Show runner ID (-o yaml or json for its whole configuration), and whether this orchestrator can
     launch its deployments (a warning says why not)."""
@@ -73,9 +68,7 @@ def get_runner(session: Session, runner_id: str, out: str) -> None:
 
 
 @verbs.get.command("runners")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_runners(session: Session, out: str) -> None:
     """List the runners of the organization."""
     org = session.org()
@@ -86,10 +79,7 @@ def get_runners(session: Session, out: str) -> None:
 
 @verbs.update.command("runner")
 @click.argument("runner_id", metavar="ID")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def update_runner(
     session: Session,
     runner_id: str,

@@ -9,12 +9,11 @@ import click
 
 from orchestrator.cli.octl import output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list
+from orchestrator.cli.octl.commands.common import emit_list, reads_org, writes_org
 from orchestrator.cli.octl.output import field
 from orchestrator.cli.octl.session import (
     ApiFailure,
     Session,
-    input_options,
     org_option,
     pass_session,
 )
@@ -30,10 +29,7 @@ TOKEN = (
 
 
 @verbs.create.command("token")
-@input_options
-@output.out_option("yaml")
-@org_option
-@pass_session
+@writes_org
 def create_token(session: Session, body: dict[str, Any], out: str) -> None:
     """Create an API token (keys: role (admin, deployer or viewer), description, expires_at).
 
@@ -49,9 +45,7 @@ def create_token(session: Session, body: dict[str, Any], out: str) -> None:
 
 @verbs.get.command("token")
 @click.argument("token_id", metavar="ID", type=click.UUID)
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_token(session: Session, token_id: uuid.UUID, out: str) -> None:
     """Show token ID (never its secret)."""
     org = session.org()
@@ -62,9 +56,7 @@ def get_token(session: Session, token_id: uuid.UUID, out: str) -> None:
 
 
 @verbs.get.command("tokens")
-@output.out_option("table")
-@org_option
-@pass_session
+@reads_org
 def get_tokens(session: Session, out: str) -> None:
     """List the API tokens of the organization (never their secrets)."""
     org = session.org()
