@@ -42,6 +42,7 @@ from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
 from orchestrator.dispatch import catalogue, creation, retention
+from orchestrator.dispatch import managed as managed_policy
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import (
     K8sAksRunnerConfiguration,
@@ -53,6 +54,7 @@ from orchestrator.domain.runner_types import (
 from orchestrator.errors import ConfigurationError
 from orchestrator.gateway import commands as gateway_commands
 from orchestrator.gateway import deployments as gateway_deployments
+from orchestrator.gateway import managed as gateway_managed
 from orchestrator.gateway import receipts
 from orchestrator.gateway import state as gateway_state
 from orchestrator.gateway.agent_gateway import AgentGateway
@@ -68,6 +70,7 @@ from orchestrator.secretbox import KEY_FILE_NAME, SecretBox, decode_key, key_che
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
 from orchestrator.store import db, key_checks, listener, migrate
+from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
@@ -308,6 +311,39 @@ async def prepare(settings: ServerSettings) -> None:
         close()
 
 
+def _managed_worker(
+    settings: ServerSettings,
+    engine: AsyncEngine,
+    notifier: Notifier,
+    managed: gateway_managed.ManagedGateway,
+) -> managed_policy.ManagedWorker:
+    """The managed runners' worker (lapsed leases, pruning, and the timeout of deployments no managed
+    runner claimed: it runs with managed runners off too, so that those of environments still linked to
+    the pool end)."""
+    return managed_policy.ManagedWorker(
+        engine=engine,
+        prune_after=timedelta(seconds=settings.managed_prune_after_seconds),
+        interval_seconds=min(5.0, settings.managed_lease_seconds / 4),
+        on_final=notifier.notify,
+        on_requeued=managed.waker.notify,
+    )
+
+
+async def _prepare_rows(engine: AsyncEngine, box: SecretBox, settings: ServerSettings) -> None:
+    """Rows every start puts right: provider configurations sealed; with managed runners on, the pool's
+    runner ``managed`` in every organization."""
+    async with engine.begin() as conn:
+        await catalogue.seal_clear_provider_configurations(conn, box)
+        if settings.managed_runners_enabled:
+            await managed_store.ensure_pool_rows(conn, now=datetime.now(UTC))
+
+
+def _wake_all(dispatcher: Dispatcher, managed: gateway_managed.ManagedGateway) -> None:
+    """A deployment was committed: the dispatcher looks for work, waiting managed claims look again."""
+    dispatcher.wake()
+    managed.waker.notify()
+
+
 def stop_long_polls(app: FastAPI) -> None:
     """The server is stopping: open long polls answer now (agents' ``commands/next`` 204,
     ``wait-for-complete`` 408: call again) instead of holding the shutdown for their whole wait."""
@@ -317,6 +353,9 @@ def stop_long_polls(app: FastAPI) -> None:
     gateway: AgentGateway | None = getattr(app.state, "agent_gateway", None)
     if gateway is not None:
         gateway.stop_polls()
+    managed: gateway_managed.ManagedGateway | None = getattr(app.state, "managed_gateway", None)
+    if managed is not None:
+        managed.stop_polls()
 
 
 class Server(uvicorn.Server):
@@ -390,8 +429,7 @@ def create_app(
                     "runners of the types GKE, EKS, AKS and ECS cannot authenticate",
                     issuer=issuer.issuer,
                 )
-            async with engine.begin() as conn:
-                await catalogue.seal_clear_provider_configurations(conn, box)
+            await _prepare_rows(engine, box, settings)
             token_key = deployment_tokens.token_key(key)
             notifier = Notifier()
             blobs = await open_blob_store(
@@ -399,6 +437,7 @@ def create_app(
                 data_dir=settings.data_dir,
                 endpoint_url=settings.object_store_endpoint,
             )
+            managed_gateway = app.state.managed_gateway
             agent_gateway = AgentGateway(
                 settings=settings, receipt_key=receipts.receipt_key(key), on_final=notifier.notify
             )
@@ -438,7 +477,7 @@ def create_app(
                     timeout=timedelta(seconds=settings.deployment_timeout_seconds),
                     box=box,
                 ),
-                wake_dispatcher=dispatcher.wake,
+                wake_dispatcher=partial(_wake_all, dispatcher, managed_gateway),
                 issuer=issuer,
             )
             app.state.dispatcher = dispatcher
@@ -467,6 +506,8 @@ def create_app(
                 outputs_retention=timedelta(seconds=settings.outputs_retention_seconds),
             )
             background.append(asyncio.create_task(app.state.retention.run(stop), name="object-retention"))
+            app.state.managed_worker = _managed_worker(settings, engine, notifier, managed_gateway)
+            background.append(asyncio.create_task(app.state.managed_worker.run(stop), name="managed-runners"))
             if run_dispatcher:
                 worker = asyncio.create_task(dispatcher.run(stop), name="dispatcher")
             if settings.allow_local_runners and local.run_user is not None:
@@ -492,6 +533,7 @@ def create_app(
         docs_url=None,  # served by api.docs, from the package's own assets
         redoc_url=None,
     )
+    app.state.managed_gateway = gateway_managed.ManagedGateway(settings=settings)
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
     # Agents' long polls skip the rest of the stack while they wait.
@@ -510,6 +552,7 @@ def create_app(
         gateway_deployments.router,
         gateway_commands.router,
         gateway_state.router,
+        gateway_managed.router,
         well_known.router(settings.resolved_public_url),
     )
     # Outermost of ours: text no database can hold is refused before anything reads it (authentication

@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.blobs.location import parse_object_store_url
@@ -28,6 +29,10 @@ def default_local_runs_dir() -> Path:
     """Working directories of local runs: in the system temp dir, one per server user, outside the data
     dir (which the run user must not reach)."""
     return Path(tempfile.gettempdir()) / f"platform-orchestrator-runs-{os.geteuid()}"
+
+
+#: The shortest MANAGED_RUNNER_SECRET the server starts with.
+MANAGED_RUNNER_SECRET_MIN_LENGTH = 48
 
 
 class ServerSettings(BaseSettings):
@@ -200,7 +205,47 @@ class ServerSettings(BaseSettings):
     aws_ecs_url: str | None = Field(
         default=None, description="Endpoint of the ECS API (tasks). Default: ECS's regional one."
     )
+    # Managed runners (``po-runner managed``): the platform's own runners, serving every organization.
+    managed_runner_secret: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MANAGED_RUNNER_SECRET", "managed_runner_secret"),
+        description=(
+            "MANAGED_RUNNER_SECRET (no PO_ prefix, seed 004's name): the shared secret managed runners "
+            "register with (at least 48 characters); it only mints per-runner tokens. Unset: managed "
+            "runners are off."
+        ),
+    )
+    managed_lease_seconds: float = Field(
+        default=60.0, ge=1, description="A managed runner's claim lasts this long after its last heartbeat."
+    )
+    managed_heartbeat_seconds: float = Field(
+        default=15.0, ge=1, description="How often managed runners are told to send a heartbeat."
+    )
+    managed_prune_after_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Managed runners not seen for this long are removed (never busy ones).",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
+
+    @field_validator("managed_runner_secret")
+    @classmethod
+    def _check_managed_runner_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        length = len(value.get_secret_value())
+        if length < MANAGED_RUNNER_SECRET_MIN_LENGTH:
+            # Never the value: only its length.
+            raise PydanticCustomError(
+                "managed_runner_secret_too_short",
+                "MANAGED_RUNNER_SECRET must be at least {minimum} characters (it has {length})",
+                {"minimum": MANAGED_RUNNER_SECRET_MIN_LENGTH, "length": length},
+            )
+        return value
+
+    @property
+    def managed_runners_enabled(self) -> bool:
+        return self.managed_runner_secret is not None
 
     @field_validator("listen")
     @classmethod

@@ -73,6 +73,8 @@ KNOWN_REQUESTS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("POST /orgs/{org_id}/deployments", {"Idempotency-Key": IDEMPOTENCY_KEY}, DEPLOY_REQUEST),
 ]
 AGENT_ROUTES = "/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}"
+#: Managed runners are on: their routes are probed with a registered runner's token.
+MANAGED_SECRET = secrets.token_urlsafe(48)
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Seeds:
     deployment_token: str = ""
     #: The agent runner's private key: each of its requests gets a fresh JWT (each is accepted once).
     agent_key: Ed25519PrivateKey | None = None
+    #: A registered managed runner's token.
+    managed_token: str = ""
 
     def parameters_for(self, path: str) -> dict[str, str]:
         chosen = dict(self.path_parameters)
@@ -108,6 +112,8 @@ def seeds(settings: ServerSettings, tmp_path: Path) -> Iterator[Seeds]:
                 # The agent runner has nothing to deliver: its long polls end soon (204).
                 "agent_fetch_wait_seconds": 0.2,
                 "encryption_key": SecretStr(base64.b64encode(SERVER_KEY).decode()),
+                # Its claim long polls end as soon as the agents' do.
+                "managed_runner_secret": SecretStr(MANAGED_SECRET),
             }
         )
 
@@ -156,6 +162,8 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
         "state_storage_configuration": {"type": "kubernetes", "namespace": "po"},
     }
     executing = _agent_deployment(client, org, agent)
+    registered = client.post("/runner/register", json={"managedSecret": MANAGED_SECRET, "name": "probe-0"})
+    assert 201 == registered.status_code, registered.text
     token_key = deployment_tokens.token_key(SERVER_KEY)
     return Seeds(
         base_url=base_url,
@@ -186,6 +194,7 @@ def _seed(client: httpx.Client, base_url: str, deployment: dict[str, Any]) -> Se
         },
         deployment_token=deployment_tokens.deployment_token(token_key, org, executing["id"]),
         agent_key=agent_auth.load_private_key(private_pem),
+        managed_token=registered.json()["token"],
     )
 
 
@@ -211,6 +220,8 @@ def _credentials(operation: OpenApiOperation, seeds: Seeds) -> dict[str, str]:
     if "AgentJWT" in schemes and seeds.agent_key is not None:
         token = agent_auth.sign(seeds.agent_key, seeds.path_parameters["org_id"], AGENT_RUNNER)
         return {"Authorization": f"Bearer {token}"}
+    if "ManagedRunnerToken" in schemes:
+        return {"Authorization": f"Bearer {seeds.managed_token}"}
     if "DeploymentToken" in schemes:
         return {DEPLOYMENT_TOKEN_HEADER: seeds.deployment_token}
     if "StateBasicAuth" in schemes:

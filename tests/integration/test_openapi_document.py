@@ -19,6 +19,7 @@ SCHEMES = {
     "AgentJWT": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
     "DeploymentToken": {"type": "apiKey", "in": "header", "name": "X-Deployment-Token"},
     "StateBasicAuth": {"type": "http", "scheme": "basic"},
+    "ManagedRunnerToken": {"type": "http", "scheme": "bearer"},
 }
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
@@ -62,6 +63,8 @@ async def test_openapi__each_operation_names_its_credentials(document: dict[str,
             return "StateBasicAuth"
         if "/commands/" in path or path.endswith("/events"):
             return "AgentJWT"
+        if path.startswith("/runner/"):
+            return "ManagedRunnerToken"
         return "DeploymentToken"
 
     found = {(method, path): op["security"] for method, path, op in operations(document)}
@@ -74,6 +77,8 @@ async def test_openapi__each_operation_names_its_credentials(document: dict[str,
         "/docs",
         "/.well-known/openid-configuration",
         "/.well-known/jwks",
+        # Managed runners register with the shared secret in the body: it only mints their token.
+        "/runner/register",
     } == public
     assert {} == {
         key: security
@@ -116,6 +121,9 @@ async def test_openapi__statuses_follow_what_the_route_does(document: dict[str, 
     assert "409" not in codes("delete", "/orgs/{org_id}/tokens/{token_id}")
     assert [] == [(m, p) for m, p, op in operations(document) if m == "GET" and "409" in op["responses"]]
     assert {"200"} == codes("get", "/healthz")
+    # Managed runners: 404 when not enabled; a wrong secret 401; registering replaces, never conflicts.
+    assert {"201", "400", "401", "404", "413", "503"} == codes("post", "/runner/register")
+    assert {"200", "204", "400", "401", "404", "409", "413", "503"} == codes("post", "/runner/claim")
 
 
 async def test_openapi__documented_400_is_what_validation_answers(org: Org, document: dict[str, Any]) -> None:

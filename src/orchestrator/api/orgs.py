@@ -13,6 +13,7 @@ from orchestrator.api.context import MANAGE, READ, Principal, hash_token, princi
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain.roles import Role
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError, found
+from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services, transaction
@@ -37,6 +38,9 @@ async def create_org(
     org_id = body.id or f"{body.id_prefix or 'org-'}{secrets.token_hex(4)}"
     async with transaction(svc) as conn:
         org = await org_store.create_org(conn, org_id=org_id, created_by=caller.token_id)
+        if svc.settings.managed_runners_enabled:
+            # Every organization sees the managed pool as its runner "managed".
+            await managed_store.ensure_pool_rows(conn, now=datetime.now(UTC), org_id=org_id)
     return schemas.OrganizationOut.of(org)
 
 

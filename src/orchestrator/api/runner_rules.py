@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, Query, Response
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
-from orchestrator.errors import NotFoundError, found
+from orchestrator.domain.managed import MANAGED_RUNNER_ID, check_tags
+from orchestrator.errors import InvalidInputError, NotFoundError, found
 from orchestrator.store import runners as store
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services, transaction
@@ -22,6 +23,14 @@ router = APIRouter(tags=["RunnerRule"])
 async def create_rule(
     org_id: str, body: schemas.RunnerRuleCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> schemas.RunnerRuleOut:
+    required_tags = None
+    if body.required_tags:
+        if body.runner_id != MANAGED_RUNNER_ID:
+            raise InvalidInputError(
+                f"required_tags: only a rule for runner '{MANAGED_RUNNER_ID}' may require tags",
+                details={"errors": [{"field": "required_tags", "message": "only with runner_id managed"}]},
+            )
+        required_tags = check_tags(body.required_tags, field="required_tags")
     async with transaction(svc) as conn:
         rule = await store.create_rule(
             conn,
@@ -29,6 +38,7 @@ async def create_rule(
             runner_id=body.runner_id,
             project_id=body.project_id or None,
             env_type_id=body.env_type_id or None,
+            required_tags=required_tags,
         )
     return schemas.RunnerRuleOut.of(rule)
 

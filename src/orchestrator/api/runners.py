@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -14,6 +14,11 @@ from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import entities
+from orchestrator.domain.managed import (
+    MANAGED_RUNNER_ID,
+    MANAGED_RUNNER_TYPE,
+    READ_ONLY_MESSAGE,
+)
 from orchestrator.domain.runner_requests import RunnerCreateBody, RunnerUpdateBody, apply_runner_patch
 from orchestrator.domain.runner_secrets import split_secrets
 from orchestrator.domain.runner_types import (
@@ -33,6 +38,7 @@ from orchestrator.launchers.egress import EgressDeniedError, EgressPolicy, is_ip
 from orchestrator.secretbox import SecretBox
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as command_store
+from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import runners as store
 from orchestrator.web.services import Services, services, transaction
 
@@ -107,6 +113,15 @@ class RunnerLaunchabilityOut(BaseModel):
     )
 
 
+class RunnerManagedStatusOut(BaseModel):
+    """The status of the managed pool (runner ``managed``, ours): its runners online now."""
+
+    online: int = Field(
+        description="How many managed runners were seen within the last PO_MANAGED_LEASE_SECONDS."
+    )
+    tags: list[str] = Field(description="The tags the managed runners online carry, together.")
+
+
 class RunnerOut(BaseModel):
     org_id: str
     id: str
@@ -116,15 +131,17 @@ class RunnerOut(BaseModel):
     #: Sensitive values are answered as "SECRET".
     runner_configuration: dict[str, Any]
     state_storage_configuration: dict[str, Any]
-    #: "orchestrator" when the orchestrator launches runs itself, "agent" when an agent in the target does.
+    #: "orchestrator" when the orchestrator launches runs itself, "agent" when an agent in the target does,
+    #: "platform" for the managed pool (runner ``managed``).
     launched_by: str
     #: Read-only: an agent's runner's presence (always); whether the orchestrator can launch the others
     #: (GET only).
-    status: RunnerStatusOut | RunnerLaunchabilityOut | None = schemas.optional(
+    status: RunnerStatusOut | RunnerLaunchabilityOut | RunnerManagedStatusOut | None = schemas.optional(
         description=(
             "Read-only. For a runner an agent launches (`launched_by: agent`): `last_seen_at`, on every "
-            "answer. For the others, on GET only: `launchable` and, when false, `message` (see "
-            "RunnerLaunchabilityOut); the answers to create and update leave it out."
+            "answer. For the managed pool (`launched_by: platform`): `online` and `tags`. For the others, "
+            "on GET only: `launchable` and, when false, `message` (see RunnerLaunchabilityOut); the "
+            "answers to create and update leave it out."
         )
     )
 
@@ -134,7 +151,11 @@ class RunnerOut(BaseModel):
             **_runner_fields(runner),
             runner_configuration=runner.configuration,
             state_storage_configuration=runner.state_configuration,
-            launched_by=launched_by(runner.type, runner.configuration),
+            launched_by=(
+                "platform"
+                if runner.type == MANAGED_RUNNER_TYPE
+                else launched_by(runner.type, runner.configuration)
+            ),
         )
 
 
@@ -158,7 +179,11 @@ async def _answer(
     server's ``settings`` (GET), whether this orchestrator can launch the runs of any other, and why not
     (``launchers.availability``, which the dispatcher's launcher choice reads too)."""
     answer = RunnerOut.of(runner)
-    if answer.launched_by == "agent":
+    if runner.type == MANAGED_RUNNER_TYPE and settings is not None:
+        since = datetime.now(UTC) - timedelta(seconds=settings.managed_lease_seconds)
+        online, tags = await managed_store.count_online(conn, since=since)
+        answer.status = RunnerManagedStatusOut(online=online, tags=tags)
+    elif answer.launched_by == "agent":
         last_seen = await command_store.last_seen(conn, runner.org_id, runner.id)
         answer.status = RunnerStatusOut(last_seen_at=last_seen)
     elif settings is not None:
@@ -267,6 +292,17 @@ def _check_ssh_egress(policy: EgressPolicy, connection: VmSshConnection) -> None
         ) from exc
 
 
+def _check_not_managed(runner_id: str) -> None:
+    """The managed pool is the platform's: no organization's token (admin or not) changes it."""
+    if runner_id == MANAGED_RUNNER_ID:
+        raise ForbiddenError(READ_ONLY_MESSAGE)
+
+
+def _hidden_type(settings: ServerSettings) -> str | None:
+    """The managed pool's rows are not shown while managed runners are off."""
+    return None if settings.managed_runners_enabled else MANAGED_RUNNER_TYPE
+
+
 def _storage_dict(storage: BaseModel) -> dict[str, Any]:
     return storage.model_dump(mode="json", exclude_none=True)
 
@@ -281,6 +317,7 @@ async def get_compatibility() -> CompatibilityOut:
 async def create_runner(
     org_id: str, body: RunnerCreateBody, caller: Principal = MANAGE, svc: Services = Depends(services)
 ) -> RunnerWrittenOut:
+    _check_not_managed(body.id)
     _check_allowed(svc.settings, body.runner_configuration, caller)
     public, secrets = split_secrets(runner_configuration_to_dict(body.runner_configuration))
     _check_egress(svc.settings, body.runner_configuration)
@@ -309,7 +346,12 @@ async def list_runners(
 ) -> schemas.PageOf[RunnerSummaryOut]:
     async with svc.reader.connect() as conn:
         result = await store.list_runners(
-            conn, org_id, runner_type=by_runner_type, after=page.after, limit=page.limit
+            conn,
+            org_id,
+            runner_type=by_runner_type,
+            after=page.after,
+            limit=page.limit,
+            hidden_type=_hidden_type(svc.settings),
         )
     return page_out(result, RunnerSummaryOut.of)
 
@@ -324,7 +366,7 @@ async def get_runner(
     the agent was last seen."""
     async with svc.reader.connect() as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
-        if runner is None:
+        if runner is None or runner.type == _hidden_type(svc.settings):
             raise NotFoundError(f"runner '{runner_id}' not found")
         return await _answer(conn, runner, settings=svc.settings)
 
@@ -340,6 +382,7 @@ async def update_runner(
     """``runner_configuration`` is merged onto the stored one as a JSON Merge Patch (RFC 7396): ``type``
     may be left out, ``null`` removes a key, lists replace; ``state_storage_configuration`` replaces the
     stored one."""
+    _check_not_managed(runner_id)
     async with transaction(svc) as conn:
         runner = await store.get_runner(conn, org_id, runner_id)
         if runner is None:
@@ -382,6 +425,7 @@ async def update_runner(
 async def delete_runner(
     org_id: str, runner_id: str, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> Response:
+    _check_not_managed(runner_id)
     async with transaction(svc) as conn:
         if not await store.delete_runner(conn, org_id, runner_id):
             raise NotFoundError(f"runner '{runner_id}' not found")

@@ -189,6 +189,16 @@ class RunnerRuleCreateBody(Body):
     runner_id: Annotated[str, Field(min_length=1)]
     project_id: str | None = None
     env_type_id: str | None = None
+    #: Ours: only with runner_id ``managed``; the tags a managed runner must carry to run the deployments
+    #: of the environments this rule links.
+    required_tags: list[str] | None = Field(
+        default=None,
+        description=(
+            "Ours (managed runners): only with `runner_id: managed`. Each tag matches "
+            "`[a-z0-9][a-z0-9.-]{0,62}`; a managed runner claims a deployment of an environment linked "
+            "through this rule only if it carries all of them."
+        ),
+    )
 
 
 class RunnerRuleOut(BaseModel):
@@ -198,6 +208,9 @@ class RunnerRuleOut(BaseModel):
     project_id: str = ""
     env_type_id: str = ""
     created_at: datetime
+    required_tags: list[str] | None = optional(
+        description="Ours (managed runners): the tags a managed runner must carry; left out when none."
+    )
 
     @classmethod
     def of(cls, rule: entities.RunnerRule) -> RunnerRuleOut:
@@ -208,4 +221,5 @@ class RunnerRuleOut(BaseModel):
             project_id=rule.project_id or "",
             env_type_id=rule.env_type_id or "",
             created_at=rule.created_at,
+            required_tags=rule.required_tags or None,
         )

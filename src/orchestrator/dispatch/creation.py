@@ -28,6 +28,7 @@ from orchestrator.domain.deployments import (
     Status,
 )
 from orchestrator.domain.entities import Environment, Runner
+from orchestrator.domain.managed import MANAGED_RUNNER_ID
 from orchestrator.domain.module_rules import Placement
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.secretbox import SecretBox
@@ -125,6 +126,14 @@ def _fresh(ctx: Context, now: datetime) -> dict[str, Any]:
     }
 
 
+def _managed(runner_id: str, required_tags: list[str] | None) -> dict[str, Any]:
+    """A deployment of the managed pool waits, queued, for a managed runner carrying its environment's
+    required tags to claim it; the dispatcher never launches it."""
+    if runner_id != MANAGED_RUNNER_ID:
+        return {"required_tags": None}
+    return {"dispatch_state": DispatchState.QUEUED, "required_tags": required_tags or None}
+
+
 def state_url(public_url: str, org_id: str, env_uuid: uuid.UUID) -> str:
     return f"{public_url}/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}/state"
 
@@ -191,6 +200,9 @@ async def create(
         if existing is not None:
             return Created(deployment=existing, new=False)
     runner = await _linked_runner(conn, env, dry_run=request.is_dry_run)
+    if env.runner_id is None and not request.is_dry_run:
+        # Just linked: read the link's required tags too.
+        env = await project_store.get_env(conn, org_id, env.project_id, env.id) or env
     manifest_data = await _manifest_and_reference(conn, org_id, env, request)
     manifest = compiler.parse_manifest(manifest_data)
     catalogue = await env_catalogue.load_env_catalogue(
@@ -263,6 +275,7 @@ async def create(
             "created_by": request.created_by,
             "metrics": dict(compiled.metrics),
             **_fresh(ctx, now),
+            **_managed(runner.id, env.required_tags),
         },
     )
     return Created(deployment=deployment, new=True)
@@ -307,5 +320,8 @@ async def create_destroy(
             "created_by": created_by,
             "metrics": dict(last.metrics),
             **_fresh(ctx, now),
+            **_managed(
+                env.runner_id or last.runner_id, env.required_tags if env.runner_id else last.required_tags
+            ),
         },
     )

@@ -49,6 +49,7 @@ from orchestrator.domain.deployments import (
     runner_mode,
     with_launch_note,
 )
+from orchestrator.domain.managed import MANAGED_RUNNER_ID, is_managed_handle
 from orchestrator.domain.runner_secrets import restore_secrets
 from orchestrator.domain.runner_types import launched_by
 from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
@@ -305,6 +306,10 @@ class Dispatcher:
         log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
 
     async def _launch(self, deployment: Deployment) -> None:
+        if deployment.runner_id == MANAGED_RUNNER_ID:
+            # Never launched here: a managed runner claims it (dispatch.managed).
+            await self._release(deployment, dispatch_state=DispatchState.QUEUED)
+            return
         if deployment.timeout_at <= datetime.now(UTC):
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
@@ -375,8 +380,8 @@ class Dispatcher:
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             await self._cancel(deployment)
             return
-        if agent_policy.is_agent_handle(deployment.handle):
-            # Agent runs are never polled: only the deployment timeout is enforced here.
+        if agent_policy.is_agent_handle(deployment.handle) or is_managed_handle(deployment.handle):
+            # Agent and managed runs are never polled: only the deployment timeout is enforced here.
             await self._release(deployment, next_check_at=deployment.timeout_at)
             return
         try:
@@ -450,7 +455,11 @@ class Dispatcher:
 
     async def _cancel(self, deployment: Deployment) -> None:
         """Stop a failed deployment's run, if this server launched one; a failure is only logged."""
-        if deployment.handle is None or agent_policy.is_agent_handle(deployment.handle):
+        if (
+            deployment.handle is None
+            or agent_policy.is_agent_handle(deployment.handle)
+            or is_managed_handle(deployment.handle)
+        ):
             return
         try:
             found = await self._spec(deployment)

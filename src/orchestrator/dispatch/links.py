@@ -33,7 +33,10 @@ async def refresh_runner(
     rule = select_rule(rules.items, project_id=project_id, env_type_id=env.env_type_id)
     if rule is None:
         raise ConflictError("no matching runner found for the supplied environment")
-    updated = rule.runner_id != env.runner_id
+    tags = rule.required_tags or None
+    updated = rule.runner_id != env.runner_id or tags != (env.required_tags or None)
     if updated and not dry_run:
-        await project_store.update_env(conn, org_id, project_id, env_id, runner_id=rule.runner_id)
+        await project_store.update_env(
+            conn, org_id, project_id, env_id, runner_id=rule.runner_id, required_tags=tags
+        )
     return RefreshResult(runner_id=rule.runner_id, updated=updated)

@@ -36,6 +36,8 @@ class Mode(StrEnum):
 
 class DispatchState(StrEnum):
     PENDING = "pending"
+    #: Runner ``managed``: waiting for a managed runner to claim it (the dispatcher never launches it).
+    QUEUED = "queued"
     LAUNCHED = "launched"
     DONE = "done"
 
@@ -108,6 +110,8 @@ class Deployment:
     #: What the launcher said about how it launched the run (``launchers.base.Launched.note``), told in
     #: the status message while the deployment executes and after it ended.
     launch_note: str | None
+    #: Runner ``managed``: the tags the managed runner that claims it must carry; None: none.
+    required_tags: list[str] | None = None
     launched_at: datetime | None
     next_check_at: datetime | None
     exited_at: datetime | None

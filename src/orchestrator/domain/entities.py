@@ -67,6 +67,8 @@ class Environment:
     runner_id: str | None
     created_at: datetime
     updated_at: datetime
+    #: With runner ``managed``: the tags its managed runner must carry (the linking rule's); None: none.
+    required_tags: list[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,3 +93,5 @@ class RunnerRule:
     project_id: str | None
     env_type_id: str | None
     created_at: datetime
+    #: Only with runner ``managed``: the tags its managed runner must carry; None: none.
+    required_tags: list[str] | None = None

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+from orchestrator.domain.managed import MANAGED_RUNNER_ID
 from orchestrator.errors import InvalidInputError
 
-#: The runner id of the platform's managed pool: a deployment on it "ran on managed runners".
-MANAGED_RUNNER_ID = "managed"
 #: The longest period one request may ask for.
 MAX_PERIOD = timedelta(days=366)
 _CENT = Decimal("0.01")
@@ -186,7 +185,7 @@ def summarize(runs: Iterable[Run], within: Period, *, now: datetime) -> Usage:
             continue
         row = sums.setdefault((run.project_id, run.env_id), _Sums())
         row.deployments += int(created)
-        if run.runner_id == MANAGED_RUNNER_ID:
+        if run.runner_id == MANAGED_RUNNER_ID:  # the platform's pool: "ran on managed runners"
             row.managed += spent
         else:
             row.self_hosted += spent

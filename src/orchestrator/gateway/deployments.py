@@ -25,6 +25,7 @@ from orchestrator import deployment_tokens
 from orchestrator.dispatch import bundles, errored_states
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
+from orchestrator.domain.managed import MANAGED_RUNNER_ID
 from orchestrator.errors import (
     ConflictError,
     InvalidInputError,
@@ -34,6 +35,7 @@ from orchestrator.errors import (
 )
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
+from orchestrator.store import managed_runners as managed_store
 from orchestrator.web import input_checks, openapi
 from orchestrator.web.services import Services, services, transaction
 
@@ -120,6 +122,11 @@ async def _authorize(
     )
     if deployment.runner_id != runner_id:
         raise NotFoundError(f"deployment '{deployment_id}' not found")
+    if deployment.runner_id == MANAGED_RUNNER_ID and deployment.status == Status.EXECUTING:
+        # The managed runner's po-runner has begun: a lease running out now fails the deployment instead
+        # of queueing it again (dispatch.managed).
+        async with transaction(svc) as conn:
+            await managed_store.mark_used(conn, deployment_id, now=datetime.now(UTC))
     return deployment
 
 

@@ -72,9 +72,19 @@ async def get_runner_secret(conn: AsyncConnection, org_id: str, runner_id: str) 
 
 
 async def list_runners(
-    conn: AsyncConnection, org_id: str, *, runner_type: str | None, after: tuple[str, ...] | None, limit: int
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    runner_type: str | None,
+    after: tuple[str, ...] | None,
+    limit: int,
+    hidden_type: str | None = None,
 ) -> Page[Runner]:
+    """A page of the organization's runners, without those of ``hidden_type`` (the managed pool's row
+    while managed runners are off)."""
     stmt = sa.select(*_RUNNER_COLUMNS).where(runners.c.org_id == org_id)
+    if hidden_type is not None:
+        stmt = stmt.where(runners.c.type != hidden_type)
     if runner_type is not None:
         stmt = stmt.where(runners.c.type == runner_type)
     return await fetch_page(conn, stmt, [runners.c.id], after, limit, _runner)
@@ -172,7 +182,13 @@ def _rule(row: sa.Row[tuple[object, ...]]) -> RunnerRule:
 
 
 async def create_rule(
-    conn: AsyncConnection, *, org_id: str, runner_id: str, project_id: str | None, env_type_id: str | None
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    runner_id: str,
+    project_id: str | None,
+    env_type_id: str | None,
+    required_tags: list[str] | None = None,
 ) -> RunnerRule:
     """Insert a rule; 409 when its runner, project or env type is missing or the match is taken."""
     named = (
@@ -200,6 +216,7 @@ async def create_rule(
         "runner_id": runner_id,
         "project_id": project_id,
         "env_type_id": env_type_id,
+        "required_tags": required_tags,
         "created_at": datetime.now(UTC),
     }
     return await insert_row(

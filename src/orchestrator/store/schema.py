@@ -122,6 +122,8 @@ envs = sa.Table(
     sa.Column("status", sa.String(20), nullable=False),
     sa.Column("status_message", sa.String(1000), nullable=True),
     sa.Column("runner_id", sa.String(64), nullable=True),
+    # The tags a managed runner must carry, copied from the rule that linked the environment (NULL: none).
+    sa.Column("required_tags", JSONType, nullable=True),
     _ts("created_at"),
     _ts("updated_at"),
     sa.ForeignKeyConstraint(
@@ -143,6 +145,8 @@ runner_rules = sa.Table(
     sa.Column("runner_id", sa.String(64), nullable=False),
     sa.Column("project_id", sa.String(64), nullable=True),
     sa.Column("env_type_id", sa.String(64), nullable=True),
+    # Only with runner "managed": the tags a managed runner must carry (NULL: none).
+    sa.Column("required_tags", JSONType, nullable=True),
     _ts("created_at"),
     sa.ForeignKeyConstraint(["org_id", "runner_id"], ["runners.org_id", "runners.id"], ondelete="CASCADE"),
     sa.ForeignKeyConstraint(["org_id", "project_id"], ["projects.org_id", "projects.id"], ondelete="CASCADE"),
@@ -311,6 +315,8 @@ deployments = sa.Table(
     # The environment's lifecycle id: state is keyed by it, and a recreated environment starts afresh.
     sa.Column("env_uuid", sa.Uuid(), nullable=False),
     sa.Column("runner_id", sa.String(64), nullable=False),
+    # Runner "managed": the tags the managed runner that claims it must carry (its environment's; NULL: none).
+    sa.Column("required_tags", JSONType, nullable=True),
     sa.Column("mode", sa.String(20), nullable=False),
     sa.Column("plan_only", sa.Boolean(), nullable=False),
     sa.Column("rollback_to_deployment_id", sa.Uuid(), nullable=True),
@@ -512,3 +518,30 @@ signing_keys = sa.Table(
     # From when it signs (published before, so that relying parties' cached JWKS already hold it).
     _ts("signs_from"),
 )
+
+
+# Managed runners (``po-runner managed``): the platform's own runners, one pool serving every organization
+# (runner id ``managed`` in each). A record per runner name; a registration of the same name replaces it.
+# The token is stored only as its SHA-256. The claim: the deployment the runner holds and until when
+# (renewed by heartbeats), and when its deployment token was first used at the gateway.
+managed_runners = sa.Table(
+    "managed_runners",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("name", sa.String(63), nullable=False, unique=True),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("tags", JSONType, nullable=False),
+    _ts("registered_at"),
+    _ts("last_seen_at"),
+    sa.Column(
+        "claim_deployment_id",
+        sa.Uuid(),
+        sa.ForeignKey("deployments.id", ondelete="SET NULL"),
+        nullable=True,
+        unique=True,
+    ),
+    _ts("claim_lease_until", nullable=True),
+    _ts("claim_used_at", nullable=True),
+)
+sa.Index("ix_managed_runners_last_seen", managed_runners.c.last_seen_at)
+sa.Index("ix_managed_runners_claim_lease", managed_runners.c.claim_lease_until)

@@ -1,9 +1,9 @@
 """What ``/openapi.json`` says beyond FastAPI's defaults: who may call each operation, and its error answers.
 
 Security: the credentials a route needs are declared by documentation-only dependencies (:data:`API_TOKEN`,
-:data:`AGENT_TOKEN`, :data:`DEPLOYMENT_TOKEN`, :data:`STATE_CREDENTIALS`) placed beside the code that
-checks them; they read nothing, so authentication stays where it is (``api.context``, ``gateway``) and
-answers as before. An operation without any says ``security: []``.
+:data:`AGENT_TOKEN`, :data:`DEPLOYMENT_TOKEN`, :data:`STATE_CREDENTIALS`, :data:`MANAGED_RUNNER_TOKEN`)
+placed beside the code that checks them; they read nothing, so authentication stays where it is
+(``api.context``, ``gateway``) and answers as before. An operation without any says ``security: []``.
 
 Error answers are derived per operation, in one place (:func:`error_statuses`), from what the route is:
 
@@ -40,6 +40,7 @@ __all__ = [
     "AGENT_TOKEN",
     "API_TOKEN",
     "DEPLOYMENT_TOKEN",
+    "MANAGED_RUNNER_TOKEN",
     "STATE_CREDENTIALS",
     "install",
     "json_body",
@@ -123,6 +124,12 @@ DEPLOYMENT_TOKEN: Final = DocumentedCredentials(
         description="The token of one deployment, given to the runner that executes it.",
     ),
     "DeploymentToken",
+)
+MANAGED_RUNNER_TOKEN: Final = DocumentedCredentials(
+    HTTPBearer(
+        description="A managed runner's token, minted by POST /runner/register (never the shared secret)."
+    ),
+    "ManagedRunnerToken",
 )
 STATE_CREDENTIALS: Final = DocumentedCredentials(
     HTTPBase(

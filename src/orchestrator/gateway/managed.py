@@ -1,0 +1,309 @@
+"""The managed runners' routes (seed 004): ``/runner/register``, ``/runner/heartbeat``, ``/runner/claim``
+(a long poll) and ``/runner/deployments/{id}/finished``.
+
+Only ``register`` takes MANAGED_RUNNER_SECRET; it mints a per-runner token that every later call carries
+(``Authorization: Bearer``), and that the server keeps only as its SHA-256. An unknown, replaced or pruned
+token is 401 "register again"; the secret is never accepted there. The policy is ``dispatch.managed``.
+
+A waiting claim holds no database connection: it waits on :class:`ClaimWaker`, woken when a deployment is
+committed on this server (``Services.wake_dispatcher``) or queued again, and looks again every
+``PO_AGENT_POLL_FALLBACK_SECONDS`` (deployments committed by another replica, leases running out) with a
+cheap read first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Depends, Request, Response, Security
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.dispatch import managed as policy
+from orchestrator.domain.deployments import Deployment
+from orchestrator.domain.managed import (
+    MANAGED_RUNNER_ID,
+    NOT_ENABLED_MESSAGE,
+    SECRET_INVALID_MESSAGE,
+    TOKEN_INVALID_MESSAGE,
+)
+from orchestrator.errors import ConflictError, NotFoundError, UnauthenticatedError
+from orchestrator.settings import ServerSettings
+from orchestrator.store import managed_runners as store
+from orchestrator.store.managed_runners import ClaimRaceError, ManagedRunner
+from orchestrator.web import openapi
+from orchestrator.web.services import Services, services, transaction
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter(prefix="/runner", tags=["Managed runners"])
+
+#: The longest claim long poll a runner may ask for.
+MAX_WAIT_SECONDS = 25
+
+
+class ClaimWaker:
+    """Wakes every waiting claim (any runner may claim any queued deployment its tags allow)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def ticket(self) -> asyncio.Event:
+        """Take this before looking for a deployment: a ``notify`` from then on sets it."""
+        return self._event
+
+    def notify(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+
+@dataclass(kw_only=True)
+class ManagedGateway:
+    """What the routes share: the waker, and whether the server is stopping."""
+
+    settings: ServerSettings
+    waker: ClaimWaker = field(default_factory=ClaimWaker)
+    stopping: bool = False
+
+    def stop_polls(self) -> None:
+        self.stopping = True
+        self.waker.notify()
+
+
+def managed_gateway(request: Request) -> ManagedGateway:
+    gateway: ManagedGateway = request.app.state.managed_gateway
+    return gateway
+
+
+# --- wire -----------------------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RegisterBody(_Body):
+    managedSecret: Annotated[str, Field(min_length=1, max_length=1024)]  # noqa: N815 (seed 004's name)
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    tags: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
+        default_factory=list
+    )
+
+
+class RegisterOut(BaseModel):
+    runnerId: str  # noqa: N815
+    name: str
+    #: The runner's token: every later call carries it (Authorization: Bearer); stored only hashed.
+    token: str
+    pool: str
+    tags: list[str]
+    leaseSeconds: int  # noqa: N815
+    heartbeatSeconds: int  # noqa: N815
+
+
+class HeartbeatBody(_Body):
+    deploymentId: uuid.UUID | None = None  # noqa: N815
+
+
+class TimingOut(BaseModel):
+    leaseSeconds: int  # noqa: N815
+    heartbeatSeconds: int  # noqa: N815
+
+
+class ClaimBody(_Body):
+    waitSeconds: Annotated[int, Field(ge=0, le=MAX_WAIT_SECONDS)] = 0  # noqa: N815
+
+
+class ClaimedDeployment(BaseModel):
+    id: str
+    orgId: str  # noqa: N815
+    projectId: str  # noqa: N815
+    envId: str  # noqa: N815
+
+
+class ClaimOut(BaseModel):
+    deployment: ClaimedDeployment
+    leaseSeconds: int  # noqa: N815
+    #: What ``po-runner standard`` needs, without RUNNER_GATEWAY_URL (the runner adds it from RUNNER_URL).
+    environment: dict[str, str]
+
+
+class FinishedBody(_Body):
+    exitCode: int = Field(ge=-1024, le=1024)  # noqa: N815
+
+
+# --- helpers --------------------------------------------------------------------------------------------
+
+
+def _enabled(svc: Services) -> None:
+    if not svc.settings.managed_runners_enabled:
+        raise NotFoundError(NOT_ENABLED_MESSAGE)
+
+
+def _bearer(request: Request) -> str:
+    value = request.headers.get("authorization") or ""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise UnauthenticatedError(TOKEN_INVALID_MESSAGE)
+    return token.strip()
+
+
+@openapi.may_answer(404)
+async def managed_runner_token(
+    request: Request,
+    svc: Services = Depends(services),
+    _documented: None = Security(openapi.MANAGED_RUNNER_TOKEN),
+) -> str:
+    """The runner token the request carries (checked by the route, in its transaction)."""
+    _enabled(svc)
+    return _bearer(request)
+
+
+TOKEN = Depends(managed_runner_token)
+
+
+def _timing(settings: ServerSettings) -> dict[str, int]:
+    return {
+        "leaseSeconds": int(settings.managed_lease_seconds),
+        "heartbeatSeconds": int(settings.managed_heartbeat_seconds),
+    }
+
+
+def _lease(settings: ServerSettings) -> timedelta:
+    return timedelta(seconds=settings.managed_lease_seconds)
+
+
+def _told(svc: Services, gateway: ManagedGateway, outcome: policy.LostClaims) -> None:
+    for deployment_id in outcome.failed:
+        svc.notifier.notify(deployment_id)
+    if outcome.requeued:
+        gateway.waker.notify()
+
+
+# --- routes ---------------------------------------------------------------------------------------------
+
+
+@router.post("/register", status_code=201, response_model=RegisterOut)
+@openapi.may_answer(401, 404, 503)
+@openapi.never_answers(409)
+async def register(body: RegisterBody, request: Request, svc: Services = Depends(services)) -> RegisterOut:
+    """Register a managed runner with MANAGED_RUNNER_SECRET: its record (replacing one of the same name,
+    whose token stops working) and its token, which every later call carries. 401 for a wrong secret; 404
+    when managed runners are not enabled on this server."""
+    _enabled(svc)
+    assert svc.settings.managed_runner_secret is not None
+    if not policy.secret_matches(svc.settings.managed_runner_secret, body.managedSecret):
+        log.warning("managed runner registration refused: wrong secret", name=body.name[:63])
+        raise UnauthenticatedError(SECRET_INVALID_MESSAGE)
+    async with transaction(svc) as conn:
+        registered = await policy.register(conn, name=body.name, tags=body.tags, now=datetime.now(UTC))
+    _told(svc, managed_gateway(request), registered.outcome)
+    log.info(
+        "managed runner registered",
+        name=registered.record.name,
+        runner_id=str(registered.record.id),
+        tags=registered.record.tags,
+        replaced=registered.replaced is not None,
+    )
+    return RegisterOut(
+        runnerId=str(registered.record.id),
+        name=registered.record.name,
+        token=registered.token,
+        pool=MANAGED_RUNNER_ID,
+        tags=registered.record.tags,
+        **_timing(svc.settings),
+    )
+
+
+@router.post("/heartbeat", response_model=TimingOut)
+async def heartbeat(body: HeartbeatBody, token: str = TOKEN, svc: Services = Depends(services)) -> TimingOut:
+    """The runner is alive; with `deploymentId` (its claim), that claim's lease is renewed. 409 if the
+    runner does not hold that deployment (its lease ran out, or it was replaced)."""
+    async with transaction(svc) as conn:
+        record = await policy.authenticate(conn, token)
+        await policy.heartbeat(
+            conn, record, body.deploymentId, now=datetime.now(UTC), lease=_lease(svc.settings)
+        )
+    return TimingOut(**_timing(svc.settings))
+
+
+@router.post(
+    "/claim",
+    response_model=ClaimOut,
+    responses={204: {"description": "Nothing was claimable within the wait: call again."}},
+)
+async def claim(
+    body: ClaimBody, request: Request, token: str = TOKEN, svc: Services = Depends(services)
+) -> Any:
+    """Claim the oldest queued deployment (of any organization) on runner `managed` whose required tags
+    the runner carries, waiting up to `waitSeconds` (long poll); 204 when none came. 409 while the runner
+    holds a claim."""
+    gateway = managed_gateway(request)
+    settings = svc.settings
+    loop = asyncio.get_running_loop()
+    # Bounded by the server's long poll limit too (PO_AGENT_FETCH_WAIT_SECONDS, 25 by default).
+    deadline = loop.time() + min(body.waitSeconds, settings.agent_fetch_wait_seconds)
+    async with transaction(svc) as conn:
+        record = await policy.authenticate(conn, token)
+        wake = gateway.waker.ticket()
+        claimed = await _claim(conn, record, settings)
+    while claimed is None:
+        remaining = deadline - loop.time()
+        if remaining <= 0 or gateway.stopping:
+            return Response(status_code=204)
+        try:
+            async with asyncio.timeout(min(remaining, settings.agent_poll_fallback_seconds)):
+                await wake.wait()
+        except TimeoutError:
+            pass
+        if await request.is_disconnected():
+            return Response(status_code=204)
+        wake = gateway.waker.ticket()
+        async with svc.reader.connect() as conn:
+            if not await store.any_queued(conn):
+                continue
+        async with transaction(svc) as conn:
+            record = await policy.authenticate(conn, token)
+            claimed = await _claim(conn, record, settings)
+    log.info("managed deployment claimed", deployment_id=str(claimed.id), runner=record.name)
+    answer = ClaimOut(
+        deployment=ClaimedDeployment(
+            id=str(claimed.id), orgId=claimed.org_id, projectId=claimed.project_id, envId=claimed.env_id
+        ),
+        leaseSeconds=int(settings.managed_lease_seconds),
+        environment=policy.claim_environment(claimed, token_key=svc.token_key),
+    )
+    return JSONResponse(answer.model_dump(mode="json"), headers={"Cache-Control": "no-store"})
+
+
+async def _claim(conn: AsyncConnection, record: ManagedRunner, settings: ServerSettings) -> Deployment | None:
+    try:
+        return await policy.claim(conn, record, now=datetime.now(UTC), lease=_lease(settings))
+    except ClaimRaceError:
+        raise ConflictError(
+            f"managed runner '{record.name}' claimed another deployment at the same time"
+        ) from None
+
+
+@router.post("/deployments/{deployment_id}/finished", response_model=dict[str, Any])
+async def finished(
+    deployment_id: uuid.UUID,
+    body: FinishedBody,
+    token: str = TOKEN,
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    """The runner's po-runner for its claimed deployment exited with `exitCode`: the claim is released;
+    a deployment that recorded no results fails, naming the runner and the exit code. 409 if the runner
+    does not hold the deployment."""
+    async with transaction(svc) as conn:
+        record = await policy.authenticate(conn, token)
+        ended = await policy.finished(conn, record, deployment_id, body.exitCode, now=datetime.now(UTC))
+    if ended:
+        svc.notifier.notify(str(deployment_id))
+    return {}
