@@ -114,8 +114,8 @@ class Running:
         await self.client.aclose()
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def until(condition: Callable[[], bool], what: str, within: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
     while not condition():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
@@ -133,6 +133,10 @@ def probe(tmp_path: Path, deployment: str, **env: str) -> Queued:
         **env,
     }
     return Queued(id=deployment, environment=environment)
+
+
+def removed(directory: str) -> bool:
+    return not Path(directory).exists()
 
 
 def probed(tmp_path: Path, deployment: str) -> dict[str, Any]:
@@ -170,7 +174,7 @@ async def test_loop__registers_claims_runs_in_a_fresh_work_dir_and_reports_the_e
     } == set(seen["env"]) - {"LC_CTYPE"}  # LC_CTYPE: Python's own C-locale coercion in the child
     assert f"{standin.url}/runner-gateway" == seen["env"]["RUNNER_GATEWAY_URL"]
     assert seen["env"]["HOME"].startswith(seen["cwd"]) and seen["cwd"].startswith(str(tmp_path / "work"))
-    assert not Path(seen["cwd"]).exists(), "the work directory is removed after the run"
+    assert removed(seen["cwd"]), "the work directory is removed after the run"
     assert SECRET not in json.dumps(seen)
     heartbeats = [call.body for call in standin.calls if call.route == "heartbeat" and call.status == 200]
     assert {"deploymentId": "d-1"} in heartbeats, "heartbeats carry the running deployment"
@@ -241,7 +245,7 @@ async def test_loop__registering_again_mid_run_stops_the_deployment_and_reports_
         await until(lambda: running.runner._deployment is None, "the run ended")
 
     assert "d-3" not in standin.finished
-    assert not Path(probed(tmp_path, "d-3")["cwd"]).exists()
+    assert removed(probed(tmp_path, "d-3")["cwd"])
     assert 2 == standin.registrations
 
 
@@ -323,7 +327,7 @@ async def test_stop__after_the_grace_po_runner_gets_sigterm_and_its_code_is_repo
     assert 0 == exit_code
     assert 143 == standin.finished["d-8"], "128 + SIGTERM"
     assert 7 == waits.slept[0]
-    assert not Path(probed(tmp_path, "d-8")["cwd"]).exists()
+    assert removed(probed(tmp_path, "d-8")["cwd"])
 
 
 async def test_serve__runs_the_real_po_runner_standard_with_the_derived_gateway_url(
@@ -344,7 +348,7 @@ async def test_serve__runs_the_real_po_runner_standard_with_the_derived_gateway_
     }
 
     serving = asyncio.create_task(managed_main.serve(settings, stop=stop, environ=environ))
-    await until(lambda: "d-9" in standin.finished, "po-runner's exit code reported", timeout=60)
+    await until(lambda: "d-9" in standin.finished, "po-runner's exit code reported", within=60)
     stop.set()
 
     assert 0 == await asyncio.wait_for(serving, 30)
@@ -397,3 +401,18 @@ def test_cli__a_wrong_secret_exits_1_with_the_cause(standin: ManagedStandin, tmp
     (stopped,) = [line for line in lines if line["event"] == "managed runner stopped"]
     assert "error" == stopped["level"] and "RUNNER_MANAGED_SECRET" in stopped["reason"]
     assert wrong not in done.stderr + done.stdout
+
+
+async def test_stop__a_second_signal_stops_po_runner_at_once(standin: ManagedStandin, tmp_path: Path) -> None:
+    standin.enqueue(probe(tmp_path, "d-10", PROBE_SLEEP="60"))
+    waits = Waits(real=True)
+
+    async with Running(standin, tmp_path, waits, runner_stop_grace_seconds=3600) as running:
+        await until(lambda: (tmp_path / "d-10.json").exists(), "the deployment running")
+        running.stop.set()
+        await until(lambda: 3600 in waits.slept, "the grace begun")
+        running.runner.hurry.set()
+        exit_code = await running.exit_code()
+
+    assert 0 == exit_code
+    assert 143 == standin.finished["d-10"]
