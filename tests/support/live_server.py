@@ -35,14 +35,16 @@ class LiveServerError(RuntimeError):
 
 
 @contextmanager
-def serve_in_thread(app: Any = None, *, factory: Callable[[str], Any] | None = None) -> Iterator[str]:
+def serve_in_thread(
+    app: Any = None, *, factory: Callable[[str], Any] | None = None, port: int = 0
+) -> Iterator[str]:
     """Serve ``app``, or the app ``factory(base_url)`` returns, until the block ends; yields the base URL
-    ``http://127.0.0.1:PORT``."""
+    ``http://127.0.0.1:PORT``. ``port``: that port (a server started again where it was), else a free one."""
     if (app is None) == (factory is None):
         raise TypeError("serve_in_thread: give either app or factory")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     base_url = f"http://127.0.0.1:{port}"
     if factory is not None:

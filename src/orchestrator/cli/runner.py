@@ -2,10 +2,13 @@
 
 ``po-runner`` (no argument) and ``po-runner standard`` run one deployment from the environment (see
 ``orchestrator.runner.settings.RunnerSettings``). ``po-runner remote`` is the runner agent (see
-``orchestrator.agent``): it runs until stopped, polling the runner gateway for commands.
+``orchestrator.agent``): it runs until stopped, polling the runner gateway for commands. ``po-runner managed``
+is a runner of the platform's Managed pool (see ``orchestrator.managed``): it registers with the managed
+runner secret and runs ``po-runner standard`` for each deployment it claims, until stopped.
 
 Exit codes: 0 the deployment succeeded and its results were delivered; 1 it failed or its results
-could not be delivered; 2 the runner is configured wrongly (nothing was reported).
+could not be delivered; 2 the runner is configured wrongly (nothing was reported). ``managed``: 0 stopped
+by a signal; 1 the orchestrator refused it (wrong secret, managed runners not enabled); 2 configured wrongly.
 """
 
 from __future__ import annotations
@@ -77,6 +80,30 @@ def remote(gateway_url: str | None) -> None:
         asyncio.run(agent_main.serve(settings))
     except errors.ConfigurationError as exc:
         raise RunnerConfigurationError(exc.message) from exc
+
+
+@main.command()
+def managed() -> None:
+    """A managed runner: RUNNER_URL, RUNNER_MANAGED_SECRET and RUNNER_NAME (and optionally RUNNER_TAGS,
+    RUNNER_WORK_DIR, RUNNER_GATEWAY_CA) come from the environment. Registers into the Managed pool and runs
+    the deployments it claims, one at a time, until stopped."""
+    # Imported here: every deployment starts `po-runner standard`, which needs none of this.
+    import asyncio
+
+    from orchestrator import logs
+    from orchestrator.managed import main as managed_main
+    from orchestrator.managed.settings import ManagedSettings
+
+    try:
+        settings = ManagedSettings()
+    except ValidationError as exc:
+        raise RunnerConfigurationError(_describe(exc, "invalid managed runner environment")) from exc
+    logs.configure(os.environ.get("LOG_LEVEL", "info"), json=True)
+    try:
+        exit_code = asyncio.run(managed_main.serve(settings))
+    except errors.ConfigurationError as exc:
+        raise RunnerConfigurationError(exc.message) from exc
+    sys.exit(exit_code)
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
