@@ -307,6 +307,22 @@ def test_managed_runners_secret__explicit_value_used(chart: Any) -> None:
             assert encoded not in text, manifest["kind"]
 
 
+def test_managed_runners_secret__a_changed_one_restarts_server_and_runners(chart: Any) -> None:
+    def checksums(values: dict[str, Any]) -> set[str | None]:
+        rendered = render(chart, values)
+        return {
+            (one(rendered, kind)["spec"]["template"]["metadata"].get("annotations") or {}).get(
+                "checksum/managed-runner-secret"
+            )
+            for kind in ("Deployment", "StatefulSet")
+        }
+
+    assert checksums(DEFAULTS) == {None}  # a generated secret never changes
+    (first,) = checksums(merged({"managedRunners": {"secret": EXPLICIT_SECRET}}))
+    (second,) = checksums(merged({"managedRunners": {"secret": EXPLICIT_SECRET.upper()}}))
+    assert first is not None and second is not None and first != second
+
+
 def test_managed_runners_secret__shorter_than_48_refused(helm: ModuleType, chart: Any) -> None:
     with pytest.raises(
         helm.HelmError, match=r"managedRunners\.secret must be at least 48 characters \(it has 47\)"

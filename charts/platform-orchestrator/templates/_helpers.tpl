@@ -93,3 +93,9 @@ Deployment is then replaced (Recreate) rather than rolled. */}}
 {{- define "po.exclusiveDataVolume" -}}
 {{- if and .Values.persistence.enabled (not (has "ReadWriteMany" .Values.persistence.accessModes)) }}true{{ end }}
 {{- end }}
+
+{{/* The checksum of an explicit managedRunners.secret (empty without one: a generated secret never
+changes), in the pod templates of the server and of the runners, so that changing it restarts both. */}}
+{{- define "po.managedRunnerSecretChecksum" -}}
+{{- with .Values.managedRunners.secret }}{{ toString . | sha256sum }}{{ end }}
+{{- end }}
