@@ -228,7 +228,9 @@ def test_managed_runners__po_runner_managed_with_seed_004s_environment(chart: An
     assert env["RUNNER_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "RUNNER_TAGS" not in env  # no tags of its own: only the detected ones
     mounts = {m["mountPath"]: m for m in runner["volumeMounts"]}
-    assert env["RUNNER_WORK_DIR"]["value"] in mounts
+    # The runner makes its work dir private (chmod 0700): a directory of its own, not the mount's root.
+    assert str(Path(env["RUNNER_WORK_DIR"]["value"]).parent) in mounts
+    assert pod_spec(rendered, "StatefulSet")["terminationGracePeriodSeconds"] == 45
     (work,) = pod_spec(rendered, "StatefulSet")["volumes"]
     assert work["emptyDir"] == {"sizeLimit": "4Gi"}
     # Everything a runner writes is on that volume (the root file system is read-only).
