@@ -13,7 +13,9 @@ It implements, with the API's real semantics, only what our launcher (and a kube
   bodies. Every write bumps one global ``resourceVersion``. ``?dryRun=All`` creates check everything
   (authorization included) and store nothing. Leases may come as protobuf
   (``application/vnd.kubernetes.protobuf``, as client-go's typed clients send them: tests/support/
-  kube_protobuf.py); everything is answered in JSON. No watches.
+  kube_protobuf.py); everything is answered in JSON. No watches. Discovery: ``GET /api/v1`` and
+  ``GET /apis/<group>/<version>`` answer the ``APIResourceList`` of the kinds above (what Helm's ``lookup``
+  asks before it reads an object).
 - Authentication: a bearer token from ``tokens`` or accepted by ``token_review`` (webhook token
   authentication, as clusters of the clouds check their tokens), or a TLS client certificate signed by the
   cluster CA (``auth="client-cert"``: the TLS layer requires it, so a wrong certificate fails the handshake;
@@ -1263,6 +1265,37 @@ _PATH = re.compile(
     r"(?:/namespaces/(?P<namespace>[a-z0-9-]+))?/(?P<plural>[a-z]+)"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>status|log))?)?$"
 )
+_DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.-]+)/(?P<version>v[0-9a-z]+))/?$")
+
+
+def _api_resource_list(path: str) -> dict[str, Any] | None:
+    """The discovery document (``APIResourceList``) of a group version this stand-in serves, None for any
+    other path."""
+    match = _DISCOVERY.match(path)
+    if match is None:
+        return None
+    group_version = match["core"] or f"{match['group']}/{match['version']}"
+    kinds = [kind for kind in KINDS.values() if kind.api_version == group_version]
+    if not kinds:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update"]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": [
+            {
+                "name": kind.plural,
+                "singularName": kind.kind.lower(),
+                "namespaced": True,
+                "kind": kind.kind,
+                "verbs": verbs,
+            }
+            for kind in kinds
+        ],
+    }
+
+
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
@@ -1601,6 +1634,9 @@ class KubeApiServer:
         authenticated.append(user)
         if path == "/version":
             return JSONResponse({"major": "1", "minor": "33", "gitVersion": "v1.33.0-stand-in"})
+        resources = _api_resource_list(path)
+        if resources is not None:
+            return JSONResponse(resources)
         match = _PATH.match(path)
         kind = KINDS.get(match["plural"]) if match else None
         if (

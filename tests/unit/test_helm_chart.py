@@ -10,7 +10,6 @@ helm-python-sdk missing: the tests skip, or fail when ``CI`` or ``PO_TEST_REQUIR
 from __future__ import annotations
 
 import base64
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -22,8 +21,9 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from orchestrator.launchers.images import DEFAULT_RUNNER_IMAGE
+from tests.support.helm_charts import by_kind, env_of, import_helm, manifests, one, undocumented_values
+from tests.support.helm_charts import merged as merged_values
 from tests.support.kube_schema import schema_problems
-from tests.support.tools import tools_required
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "platform-orchestrator-agent"
 KUBERNETES_VERSIONS = (latest_version(), "1.30.0")
@@ -41,14 +41,7 @@ BASE_VALUES: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def helm() -> ModuleType:
-    try:
-        import helm_python
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        reason = f"helm-python-sdk is not installed ({exc})"
-        if tools_required():
-            pytest.fail(f"{reason}; CI/PO_TEST_REQUIRE_TOOLS is set, so this is a failure")
-        pytest.skip(reason)
-    return helm_python
+    return import_helm()
 
 
 @pytest.fixture(scope="module")
@@ -58,45 +51,17 @@ def chart(helm: ModuleType) -> Iterator[Any]:
 
 
 def merged(*overrides: dict[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(BASE_VALUES)
-    for override in overrides:
-        _merge(result, override)
-    return result
-
-
-def _merge(into: dict[str, Any], override: dict[str, Any]) -> None:
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
+    return merged_values(BASE_VALUES, *overrides)
 
 
 def render(chart: Any, values: dict[str, Any], namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """Every manifest the chart renders for ``values``, each validated strictly."""
-    files = chart.render(values, name=RELEASE, namespace=namespace)
-    manifests = [
-        doc
-        for path, text in sorted(files.items())
-        if path.endswith((".yaml", ".yml"))
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
-    assert manifests
-    for manifest in manifests:
+    rendered = manifests(chart.render(values, name=RELEASE, namespace=namespace))
+    assert rendered
+    for manifest in rendered:
         for version in KUBERNETES_VERSIONS:
             kubernetes_validate.validate(manifest, version, strict=True)
-    return manifests
-
-
-def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [m for m in manifests if m["kind"] == kind]
-
-
-def one(manifests: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [m for m in by_kind(manifests, kind) if name is None or m["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind} {name or ''}: {len(found)} found"
-    return found[0]
+    return rendered
 
 
 def agent_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -104,10 +69,6 @@ def agent_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     (container,) = pod["containers"]
     result: dict[str, Any] = container
     return result
-
-
-def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["name"]: e for e in container["env"]}
 
 
 def volumes_by_mount_path(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -507,21 +468,14 @@ def test_value_sets__every_manifest_passes_the_strict_schemas(
 ) -> None:
     """Each value set renders the objects its switches ask for, each valid by ``kubernetes-validate
     --strict`` for the newest Kubernetes and 1.30 (every problem of every manifest reported at once)."""
-    files = chart.render(values, name=RELEASE, namespace=NAMESPACE)
-    manifests = [
-        doc
-        for path, text in sorted(files.items())
-        if path.endswith((".yaml", ".yml"))
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
+    rendered = manifests(chart.render(values, name=RELEASE, namespace=NAMESPACE))
 
-    assert sorted(m["kind"] for m in manifests) == sorted(kinds)
+    assert sorted(m["kind"] for m in rendered) == sorted(kinds)
     problems = [
-        f"{m['kind']} {m['metadata']['name']}: {problem}" for m in manifests for problem in schema_problems(m)
+        f"{m['kind']} {m['metadata']['name']}: {problem}" for m in rendered for problem in schema_problems(m)
     ]
     assert problems == []
-    names = [(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in manifests]
+    names = [(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in rendered]
     assert len(names) == len(set(names)), names
 
 
@@ -547,16 +501,4 @@ def test_helm_lint__strict_passes(helm: ModuleType, values: dict[str, Any]) -> N
 
 def test_chart__values_documented_in_readme() -> None:
     """Every leaf of values.yaml is named in the README's table (Kubernetes objects as a whole)."""
-    readme = (CHART / "README.md").read_text()
-    objects = {"resources", "podSecurityContext", "securityContext"}
-
-    def leaves(node: Any, prefix: str) -> Iterator[str]:
-        if isinstance(node, dict) and node and prefix not in objects:
-            for key, value in node.items():
-                yield from leaves(value, f"{prefix}.{key}" if prefix else key)
-        else:
-            yield prefix
-
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    missing = [leaf for leaf in leaves(values, "") if f"`{leaf}`" not in readme]
-    assert missing == []
+    assert undocumented_values(CHART, {"resources", "podSecurityContext", "securityContext"}) == []
