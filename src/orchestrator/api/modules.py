@@ -196,7 +196,7 @@ class _VersionSummary(BaseModel):
     created_at: datetime
 
     @staticmethod
-    def fields_of(
+    def summary_fields(
         version_id: uuid.UUID, resource_type: str, c: ModuleContent, created_at: datetime
     ) -> dict[str, Any]:
         return {
@@ -212,7 +212,7 @@ class _VersionSummary(BaseModel):
 class ModuleVersionSummaryOut(_VersionSummary):
     @classmethod
     def of(cls, v: catalogue.ModuleVersion) -> ModuleVersionSummaryOut:
-        return cls(**cls.fields_of(v.id, v.resource_type, v.content, v.created_at))
+        return cls(**cls.summary_fields(v.id, v.resource_type, v.content, v.created_at))
 
 
 class _ModuleCore(BaseModel):
@@ -250,7 +250,7 @@ class ModuleSummaryOut(_VersionSummary, _ModuleKey):
 
     @classmethod
     def of(cls, m: catalogue.Module) -> ModuleSummaryOut:
-        version = cls.fields_of(m.version_id, m.resource_type, m.content, m.created_at)
+        version = cls.summary_fields(m.version_id, m.resource_type, m.content, m.created_at)
         return cls(org_id=m.org_id, id=m.id, updated_at=m.updated_at, **version)
 
 
