@@ -175,16 +175,9 @@ async def create_deployment(
 ) -> Response:
     mode, plan_only = _mode(body)
     create_request = creation.Request(
-        project_id=body.project_id,
-        env_id=body.env_id,
+        **body.model_dump(exclude={"mode", "plan_only"}),
         mode=mode,
         plan_only=plan_only,
-        manifest=body.manifest,
-        rollback_to_deployment_id=body.rollback_to_deployment_id,
-        encrypted_outputs_recipient=body.encrypted_outputs_recipient,
-        encrypted_logs_recipient=body.encrypted_logs_recipient,
-        runner_log_level=body.runner_log_level,
-        is_dry_run=body.is_dry_run,
         idempotency_key=idempotency_key or None,
         created_by=caller.token_id,
     )

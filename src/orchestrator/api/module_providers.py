@@ -104,12 +104,9 @@ async def create_provider(
     async with transaction(svc) as conn:
         created = await provider_store.create_provider(
             conn,
+            **body.model_dump(include={"provider_type", "description", "source", "version_constraint"}),
             org_id=org_id,
-            provider_type=body.provider_type,
             provider_id=body.id,
-            description=body.description,
-            source=body.source,
-            version_constraint=body.version_constraint,
             configuration=public,
             configuration_sealed=sealed,
         )

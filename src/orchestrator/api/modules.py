@@ -185,16 +185,9 @@ def params_out(params: dict[str, ModuleParam]) -> dict[str, ModuleParamOut]:
     return {name: ModuleParamOut.of(p) for name, p in params.items()}
 
 
-def _summary_fields(c: ModuleContent) -> dict[str, Any]:
-    """What a module's and a version's summary show of their content."""
-    return {
-        "module_source": c.module_source,
-        "provider_mapping": c.provider_mapping,
-        "description": c.description,
-    }
+class _VersionSummary(BaseModel):
+    """What a module's and a version's summary show of the version."""
 
-
-class ModuleVersionSummaryOut(BaseModel):
     version_id: uuid.UUID
     resource_type: str
     module_source: str
@@ -202,14 +195,24 @@ class ModuleVersionSummaryOut(BaseModel):
     description: str | None = schemas.optional()
     created_at: datetime
 
+    @staticmethod
+    def summary_fields(
+        version_id: uuid.UUID, resource_type: str, c: ModuleContent, created_at: datetime
+    ) -> dict[str, Any]:
+        return {
+            "version_id": version_id,
+            "resource_type": resource_type,
+            "module_source": c.module_source,
+            "provider_mapping": c.provider_mapping,
+            "description": c.description,
+            "created_at": created_at,
+        }
+
+
+class ModuleVersionSummaryOut(_VersionSummary):
     @classmethod
     def of(cls, v: catalogue.ModuleVersion) -> ModuleVersionSummaryOut:
-        return cls(
-            version_id=v.id,
-            resource_type=v.resource_type,
-            created_at=v.created_at,
-            **_summary_fields(v.content),
-        )
+        return cls(**cls.summary_fields(v.id, v.resource_type, v.content, v.created_at))
 
 
 class _ModuleCore(BaseModel):
@@ -236,28 +239,19 @@ class ModuleVersionOut(ModuleVersionSummaryOut, _ModuleCore):
         return cls(**dict(ModuleVersionSummaryOut.of(v)), **_ModuleCore.fields_of(v.content))
 
 
-class ModuleSummaryOut(BaseModel):
+class _ModuleKey(BaseModel):
     org_id: str
     id: str
-    version_id: uuid.UUID
-    resource_type: str
-    module_source: str
-    provider_mapping: dict[str, str]
-    description: str | None = schemas.optional()
-    created_at: datetime
+
+
+# The key's fields come first (pydantic orders the later base's first), then the current version's summary.
+class ModuleSummaryOut(_VersionSummary, _ModuleKey):
     updated_at: datetime
 
     @classmethod
     def of(cls, m: catalogue.Module) -> ModuleSummaryOut:
-        return cls(
-            org_id=m.org_id,
-            id=m.id,
-            version_id=m.version_id,
-            resource_type=m.resource_type,
-            created_at=m.created_at,
-            updated_at=m.updated_at,
-            **_summary_fields(m.content),
-        )
+        version = cls.summary_fields(m.version_id, m.resource_type, m.content, m.created_at)
+        return cls(org_id=m.org_id, id=m.id, updated_at=m.updated_at, **version)
 
 
 class ModuleOut(ModuleSummaryOut, _ModuleCore):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import pydantic
@@ -107,7 +107,11 @@ class RunnerType(StrEnum):
 #: What the API answers in place of a sensitive value; sent back on update it means "keep the stored value".
 SECRET_PLACEHOLDER: Final = "SECRET"
 
-_STRICT: Final = ConfigDict(extra="forbid")
+
+class _Strict(BaseModel):
+    """A runner configuration or a part of one: unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 # --- field types ----------------------------------------------------------------------------------
@@ -171,30 +175,50 @@ def _env_problems(names: Mapping[str, object], *, literal: bool) -> list[tuple[L
     return problems
 
 
+class _JobEnvironment(_Strict):
+    """A runner job with ``environment`` and ``secrets``: the runner's own variable names are refused in
+    both. An error repeats the secrets only where ``secrets_in_errors`` says they are not sensitive."""
+
+    secrets_in_errors: ClassVar[bool] = False
+
+    @field_validator("environment", check_fields=False)
+    @classmethod
+    def _environment_names(cls, value: dict[str, str]) -> dict[str, str]:
+        problems = _env_problems(value, literal=True)
+        if problems:
+            raise nested_error(problems, value=value)
+        return value
+
+    @field_validator("secrets", check_fields=False)
+    @classmethod
+    def _secret_names(cls, value: dict[str, str]) -> dict[str, str]:
+        problems = _env_problems(value, literal=False)
+        if problems:
+            raise nested_error(problems, value=value if cls.secrets_in_errors else None)
+        return value
+
+
 # --- Kubernetes -----------------------------------------------------------------------------------
 
 
-class K8sRunnerJobConfig(BaseModel):
+class K8sRunnerJobConfig(_Strict):
     """The Kubernetes Job of the Kubernetes runner types."""
 
-    model_config = _STRICT
     namespace: DnsLabel
     service_account: DnsSubdomain
     #: A PodTemplateSpec fragment, strategic-merge-patched onto the default job pod; a JSON string is decoded.
     pod_template: PodTemplate = None
 
 
-class K8sRunnerK8sClusterClusterData(BaseModel):
-    model_config = _STRICT
+class K8sRunnerK8sClusterClusterData(_Strict):
     certificate_authority_data: Base64PemCertificates
     server: HttpUrl
     proxy_url: HttpUrl | None = None
 
 
-class K8sRunnerK8sClusterAuth(BaseModel):
+class K8sRunnerK8sClusterAuth(_Strict):
     """Client certificate (kubeconfig ``client-*-data``) or service account token; all sensitive."""
 
-    model_config = _STRICT
     client_certificate_data: Annotated[SensitiveStr, AfterValidator(check_base64_pem_certificates)] | None = (
         None
     )
@@ -212,29 +236,25 @@ class K8sRunnerK8sClusterAuth(BaseModel):
         return self
 
 
-class K8sRunnerK8sCluster(BaseModel):
-    model_config = _STRICT
+class K8sRunnerK8sCluster(_Strict):
     cluster_data: K8sRunnerK8sClusterClusterData
     auth: K8sRunnerK8sClusterAuth
 
 
-class K8sRunnerConfiguration(BaseModel):
+class K8sRunnerConfiguration(_Strict):
     """Any Kubernetes cluster whose API the orchestrator reaches, with values from a kubeconfig."""
 
-    model_config = _STRICT
     type: Literal["kubernetes"] = "kubernetes"
     cluster: K8sRunnerK8sCluster
     job: K8sRunnerJobConfig
 
 
-class K8sRunnerGcpTemporaryAuth(BaseModel):
-    model_config = _STRICT
+class K8sRunnerGcpTemporaryAuth(_Strict):
     gcp_audience: NonEmptyStr
     gcp_service_account: NonEmptyStr
 
 
-class K8sRunnerGkeCluster(BaseModel):
-    model_config = _STRICT
+class K8sRunnerGkeCluster(_Strict):
     name: NonEmptyStr
     project_id: NonEmptyStr
     location: NonEmptyStr
@@ -243,17 +263,15 @@ class K8sRunnerGkeCluster(BaseModel):
     auth: K8sRunnerGcpTemporaryAuth
 
 
-class K8sGkeRunnerConfiguration(BaseModel):
-    model_config = _STRICT
+class K8sGkeRunnerConfiguration(_Strict):
     type: Literal["kubernetes-gke"] = "kubernetes-gke"
     cluster: K8sRunnerGkeCluster
     job: K8sRunnerJobConfig
 
 
-class AwsTemporaryAuth(BaseModel):
+class AwsTemporaryAuth(_Strict):
     """Temporary AWS credentials by assuming an IAM role with the orchestrator's OIDC token."""
 
-    model_config = _STRICT
     role_arn: AwsRoleArn
     #: Default ``"{org_id}-{runner_id}"``.
     session_name: (
@@ -263,30 +281,26 @@ class AwsTemporaryAuth(BaseModel):
     sts_region: Annotated[str, Field(pattern=r"^[a-z]{2}-[a-z]+-\d$")] | None = None
 
 
-class K8sRunnerEksCluster(BaseModel):
-    model_config = _STRICT
+class K8sRunnerEksCluster(_Strict):
     name: NonEmptyStr
     region: NonEmptyStr
     auth: AwsTemporaryAuth
 
 
-class K8sEksRunnerConfiguration(BaseModel):
-    model_config = _STRICT
+class K8sEksRunnerConfiguration(_Strict):
     type: Literal["kubernetes-eks"] = "kubernetes-eks"
     cluster: K8sRunnerEksCluster
     job: K8sRunnerJobConfig
 
 
-class AksClusterData(BaseModel):
+class AksClusterData(_Strict):
     """Explicit API server and CA, for private clusters; without it they are looked up through Azure."""
 
-    model_config = _STRICT
     server: HttpUrl
     certificate_authority_data: Base64PemCertificates
 
 
-class K8sRunnerAksCluster(BaseModel):
-    model_config = _STRICT
+class K8sRunnerAksCluster(_Strict):
     name: NonEmptyStr
     resource_group: Annotated[str, Field(min_length=1, max_length=90)]
     subscription_id: Guid
@@ -294,28 +308,25 @@ class K8sRunnerAksCluster(BaseModel):
     proxy_url: HttpUrl | None = None
 
 
-class AzureWorkloadIdentityAuth(BaseModel):
+class AzureWorkloadIdentityAuth(_Strict):
     """Azure workload identity federation: the app registration trusting the orchestrator's OIDC token."""
 
-    model_config = _STRICT
     tenant_id: Guid
     client_id: Guid
 
 
-class K8sAksRunnerConfiguration(BaseModel):
+class K8sAksRunnerConfiguration(_Strict):
     """An AKS cluster reached with Azure workload identity federation (ours; upstream has no such type)."""
 
-    model_config = _STRICT
     type: Literal["kubernetes-aks"] = "kubernetes-aks"
     cluster: K8sRunnerAksCluster
     auth: AzureWorkloadIdentityAuth
     job: K8sRunnerJobConfig
 
 
-class K8sAgentRunnerConfiguration(BaseModel):
+class K8sAgentRunnerConfiguration(_Strict):
     """A Kubernetes cluster the orchestrator does not reach; an agent in it launches the jobs."""
 
-    model_config = _STRICT
     type: Literal["kubernetes-agent"] = "kubernetes-agent"
     #: The agent's Ed25519 public key (PKIX PEM); the agent signs its requests with the private key.
     key: AgentPublicKey
@@ -329,8 +340,9 @@ _ECS_SECRET_ARN: Final = (
 )
 
 
-class ServerlessEcsRunnerJob(BaseModel):
-    model_config = _STRICT
+class ServerlessEcsRunnerJob(_JobEnvironment):
+    secrets_in_errors: ClassVar[bool] = True  # ARNs, not the secrets themselves
+
     region: AwsRegion
     cluster: Annotated[str, Field(min_length=1, max_length=255)]
     subnets: Annotated[
@@ -347,27 +359,10 @@ class ServerlessEcsRunnerJob(BaseModel):
     #: Variable name to the ARN of a Secrets Manager secret or an SSM parameter.
     secrets: dict[str, Annotated[str, Field(pattern=_ECS_SECRET_ARN)]] = Field(default_factory=dict)
 
-    @field_validator("environment")
-    @classmethod
-    def _environment_names(cls, value: dict[str, str]) -> dict[str, str]:
-        problems = _env_problems(value, literal=True)
-        if problems:
-            raise nested_error(problems, value=value)
-        return value
 
-    @field_validator("secrets")
-    @classmethod
-    def _secret_names(cls, value: dict[str, str]) -> dict[str, str]:
-        problems = _env_problems(value, literal=False)
-        if problems:
-            raise nested_error(problems, value=value)
-        return value
-
-
-class ServerlessEcsRunnerConfiguration(BaseModel):
+class ServerlessEcsRunnerConfiguration(_Strict):
     """AWS ECS Fargate tasks, started by the orchestrator with a role it assumes."""
 
-    model_config = _STRICT
     type: Literal["serverless-ecs"] = "serverless-ecs"
     auth: AwsTemporaryAuth
     job: ServerlessEcsRunnerJob
@@ -376,10 +371,9 @@ class ServerlessEcsRunnerConfiguration(BaseModel):
 # --- vm -------------------------------------------------------------------------------------------
 
 
-class VmSshConnection(BaseModel):
+class VmSshConnection(_Strict):
     """The orchestrator connects to the machine over SSH, pinning its host key."""
 
-    model_config = _STRICT
     type: Literal["ssh"] = "ssh"
     host: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:\[\]-]+$", max_length=253)]
     port: Annotated[int, Field(ge=1, le=65535)] = 22
@@ -390,26 +384,23 @@ class VmSshConnection(BaseModel):
     private_key: Annotated[SensitiveStr, AfterValidator(check_ssh_private_key)]
 
 
-class VmAgentConnection(BaseModel):
+class VmAgentConnection(_Strict):
     """An agent on the machine connects out to the runner gateway, like ``kubernetes-agent``."""
 
-    model_config = _STRICT
     type: Literal["agent"] = "agent"
     key: AgentPublicKey
 
 
-class VmLocalConnection(BaseModel):
+class VmLocalConnection(_Strict):
     """The machine the orchestrator runs on."""
 
-    model_config = _STRICT
     type: Literal["local"] = "local"
 
 
 VmConnection = Annotated[VmSshConnection | VmAgentConnection | VmLocalConnection, Field(discriminator="type")]
 
 
-class VmRunnerJob(BaseModel):
-    model_config = _STRICT
+class VmRunnerJob(_JobEnvironment):
     #: Where runs get their working directories; default: chosen by the runner.
     work_dir: Annotated[str, AfterValidator(_check_absolute_path)] | None = None
     runtime: Literal["process", "docker", "podman"] = "process"
@@ -418,22 +409,6 @@ class VmRunnerJob(BaseModel):
     environment: dict[EnvVarName, str] = Field(default_factory=dict)
     #: Sensitive values, passed to the runner as environment variables.
     secrets: dict[EnvVarName, SensitiveStr] = Field(default_factory=dict)
-
-    @field_validator("environment")
-    @classmethod
-    def _environment_names(cls, value: dict[str, str]) -> dict[str, str]:
-        problems = _env_problems(value, literal=True)
-        if problems:
-            raise nested_error(problems, value=value)
-        return value
-
-    @field_validator("secrets")
-    @classmethod
-    def _secret_names(cls, value: dict[str, str]) -> dict[str, str]:
-        problems = _env_problems(value, literal=False)
-        if problems:
-            raise nested_error(problems)
-        return value
 
     @pydantic.model_validator(mode="after")
     def _image_for_runtime(self) -> VmRunnerJob:
@@ -444,11 +419,10 @@ class VmRunnerJob(BaseModel):
         return self
 
 
-class VmRunnerConfiguration(BaseModel):
+class VmRunnerConfiguration(_Strict):
     """A virtual or physical machine, reached over SSH, through an agent, or the orchestrator's own host
     (ours; upstream has no such type)."""
 
-    model_config = _STRICT
     type: Literal["vm"] = "vm"
     connection: VmConnection
     job: VmRunnerJob = Field(default_factory=VmRunnerJob)

@@ -73,6 +73,18 @@ class _Received(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: The fields a ``RunDescription`` takes over from its ``RunSpec`` as they are (and gives back).
+_FROM_RUN_SPEC: Final[set[str]] = {
+    "deployment_id",
+    "env_uuid",
+    "mode",
+    "gateway_url",
+    "encrypting_key",
+    "encrypting_logs_key",
+    "log_level",
+}
+
+
 # --- commands -----------------------------------------------------------------------------------------
 
 
@@ -104,17 +116,7 @@ class RunDescription(_Sent):
         """The description of ``spec`` without any token or runner secret (what the database keeps)."""
         job = dict(spec.runner_configuration.get("job") or {})
         job.pop("secrets", None)
-        return cls(
-            deployment_id=spec.deployment_id,
-            env_uuid=spec.env_uuid,
-            mode=spec.mode,
-            gateway_url=spec.gateway_url,
-            encrypting_key=spec.encrypting_key,
-            encrypting_logs_key=spec.encrypting_logs_key,
-            log_level=spec.log_level,
-            runner_type=runner_type,
-            job=job,
-        )
+        return cls(**spec.model_dump(include=_FROM_RUN_SPEC), runner_type=runner_type, job=job)
 
     def to_run_spec(
         self,
@@ -132,16 +134,11 @@ class RunDescription(_Sent):
         if environment:
             job["environment"] = {**dict(job.get("environment") or {}), **environment}
         return RunSpec(
+            **self.model_dump(include=_FROM_RUN_SPEC - {"gateway_url"}),
             org_id=org_id,
             runner_id=runner_id,
-            deployment_id=self.deployment_id,
-            env_uuid=self.env_uuid,
-            mode=self.mode,
             token=self.token,
             gateway_url=gateway_url or self.gateway_url,
-            encrypting_key=self.encrypting_key,
-            encrypting_logs_key=self.encrypting_logs_key,
-            log_level=self.log_level,
             runner_configuration={"type": self.runner_type, "job": job},
         )
 

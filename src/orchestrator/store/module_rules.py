@@ -13,7 +13,7 @@ from orchestrator.domain.catalogue import ModuleRule
 from orchestrator.domain.module_rules import Placement, RuleScope
 from orchestrator.errors import InvalidInputError
 from orchestrator.store.pages import Page, fetch_page
-from orchestrator.store.rows import first_values, insert_row, org_row
+from orchestrator.store.rows import first_values, insert_row, org_entity
 from orchestrator.store.schema import module_rules
 
 
@@ -60,8 +60,7 @@ async def insert_rule(
 
 
 async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> ModuleRule | None:
-    row = await org_row(conn, module_rules, org_id, rule_id)
-    return _rule(row) if row else None
+    return await org_entity(conn, module_rules, ModuleRule, org_id, rule_id)
 
 
 async def list_rules(

@@ -12,7 +12,7 @@ from orchestrator.domain.entities import Environment, EnvironmentType, Project
 from orchestrator.errors import ConflictError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, fetch_page
-from orchestrator.store.rows import created_now, insert_row, org_row
+from orchestrator.store.rows import created_now, insert_row, org_entity, update_org_row
 from orchestrator.store.schema import env_types, envs, projects, runner_rules
 
 
@@ -36,8 +36,7 @@ async def create_env_type(
 
 
 async def get_env_type(conn: AsyncConnection, org_id: str, env_type_id: str) -> EnvironmentType | None:
-    row = await org_row(conn, env_types, org_id, env_type_id)
-    return _env_type(row) if row else None
+    return await org_entity(conn, env_types, EnvironmentType, org_id, env_type_id)
 
 
 async def list_env_types(
@@ -50,11 +49,7 @@ async def list_env_types(
 async def update_env_type(
     conn: AsyncConnection, org_id: str, env_type_id: str, display_name: str
 ) -> EnvironmentType | None:
-    await conn.execute(
-        env_types.update()
-        .where(env_types.c.org_id == org_id, env_types.c.id == env_type_id)
-        .values(display_name=display_name, updated_at=datetime.now(UTC))
-    )
+    await update_org_row(conn, env_types, org_id, env_type_id, {"display_name": display_name})
     return await get_env_type(conn, org_id, env_type_id)
 
 
@@ -95,8 +90,7 @@ async def create_project(conn: AsyncConnection, org_id: str, project_id: str, di
 
 
 async def get_project(conn: AsyncConnection, org_id: str, project_id: str) -> Project | None:
-    row = await org_row(conn, projects, org_id, project_id)
-    return _project(row) if row else None
+    return await org_entity(conn, projects, Project, org_id, project_id)
 
 
 async def list_projects(
@@ -109,11 +103,7 @@ async def list_projects(
 async def update_project(
     conn: AsyncConnection, org_id: str, project_id: str, display_name: str
 ) -> Project | None:
-    await conn.execute(
-        projects.update()
-        .where(projects.c.org_id == org_id, projects.c.id == project_id)
-        .values(display_name=display_name, updated_at=datetime.now(UTC))
-    )
+    await update_org_row(conn, projects, org_id, project_id, {"display_name": display_name})
     return await get_project(conn, org_id, project_id)
 
 

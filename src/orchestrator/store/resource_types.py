@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.catalogue import ResourceType
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, fetch_page
-from orchestrator.store.rows import created_now, insert_row, org_row
+from orchestrator.store.rows import created_now, insert_row, org_entity, update_org_row
 from orchestrator.store.schema import resource_types
 
 
@@ -45,8 +44,7 @@ async def create_resource_type(
 
 
 async def get_resource_type(conn: AsyncConnection, org_id: str, type_id: str) -> ResourceType | None:
-    row = await org_row(conn, resource_types, org_id, type_id)
-    return _resource_type(row) if row else None
+    return await org_entity(conn, resource_types, ResourceType, org_id, type_id)
 
 
 async def get_resource_types(
@@ -76,11 +74,7 @@ async def update_resource_type(
 ) -> ResourceType | None:
     """Change ``description``, ``output_schema`` or ``is_developer_accessible``."""
     if changes:
-        await conn.execute(
-            resource_types.update()
-            .where(resource_types.c.org_id == org_id, resource_types.c.id == type_id)
-            .values(**changes, updated_at=datetime.now(UTC))
-        )
+        await update_org_row(conn, resource_types, org_id, type_id, changes)
     return await get_resource_type(conn, org_id, type_id)
 
 

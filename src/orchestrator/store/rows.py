@@ -1,6 +1,6 @@
 """Reading and writing rows: a row as the domain dataclass of its table, the row of an id in an
-organization, the timestamps of a new row, an insert that answers 409 on a taken key, an insert that
-tells whether its key was free, the first values of a column."""
+organization (read, or updated), the timestamps of a new row, an insert that answers 409 on a taken key,
+an insert that tells whether its key was free, the first values of a column."""
 
 from __future__ import annotations
 
@@ -61,6 +61,26 @@ async def org_row(conn: AsyncConnection, table: sa.Table, org_id: str, object_id
     """The row of ``object_id`` in organization ``org_id`` (a table keyed by ``org_id`` and ``id``)."""
     stmt = table.select().where(table.c.org_id == org_id, table.c.id == object_id)
     return (await conn.execute(stmt)).first()
+
+
+async def org_entity(
+    conn: AsyncConnection, table: sa.Table, cls: type[T], org_id: str, object_id: object
+) -> T | None:
+    """The row of ``object_id`` in organization ``org_id`` as ``cls`` (see ``entity``); None when there is
+    none."""
+    row = await org_row(conn, table, org_id, object_id)
+    return entity(cls, row) if row else None
+
+
+async def update_org_row(
+    conn: AsyncConnection, table: sa.Table, org_id: str, object_id: object, values: Mapping[str, object]
+) -> None:
+    """Set ``values``, and ``updated_at`` to now, on the row of ``object_id`` in organization ``org_id``."""
+    await conn.execute(
+        table.update()
+        .where(table.c.org_id == org_id, table.c.id == object_id)
+        .values(**values, updated_at=datetime.now(UTC))
+    )
 
 
 async def first_values(

@@ -15,7 +15,7 @@ from orchestrator.domain.entities import Runner, RunnerRule
 from orchestrator.errors import ConflictError, InvalidInputError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, fetch_page
-from orchestrator.store.rows import created_now, entity, insert_row, org_row
+from orchestrator.store.rows import created_now, entity, insert_row, org_entity, org_row
 from orchestrator.store.schema import deployments, env_types, envs, projects, runner_rules, runners
 
 _RUNNER_COLUMNS = [c for c in runners.c if c.name != "config_secret"]
@@ -231,8 +231,7 @@ def _duplicate(rule: RunnerRule) -> ConflictError:
 
 
 async def get_rule(conn: AsyncConnection, org_id: str, rule_id: uuid.UUID) -> RunnerRule | None:
-    row = await org_row(conn, runner_rules, org_id, rule_id)
-    return _rule(row) if row else None
+    return await org_entity(conn, runner_rules, RunnerRule, org_id, rule_id)
 
 
 async def list_rules(

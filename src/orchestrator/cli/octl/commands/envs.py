@@ -9,7 +9,7 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
+from orchestrator.cli.octl.commands.common import F, emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
 from orchestrator.cli.octl.session import (
     OperationFailure,
@@ -32,6 +32,11 @@ ENV = (
 )
 
 
+def env_arguments(func: F) -> F:
+    """The PROJECT and ENV arguments that name an environment (as ``project_id`` and ``env_id``)."""
+    return click.argument("project_id", metavar="PROJECT")(click.argument("env_id", metavar="ENV")(func))
+
+
 def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
     """The body without ``project_id`` (the argument names the project), refused when it names another."""
     if "project_id" in body and body["project_id"] != project_id:
@@ -44,8 +49,7 @@ def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
 
 
 @verbs.create.command("env")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@env_arguments
 @writes_org
 def create_env(
     session: Session,
@@ -62,8 +66,7 @@ def create_env(
 
 
 @verbs.get.command("env")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@env_arguments
 @reads_org
 def get_env(session: Session, project_id: str, env_id: str, out: str) -> None:
     """Show environment ENV of PROJECT, with the runner it is linked to."""
@@ -83,8 +86,7 @@ def get_envs(session: Session, project_id: str | None, env_type_id: str | None, 
 
 
 @verbs.update.command("env")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@env_arguments
 @writes_org
 def update_env(
     session: Session,
@@ -101,8 +103,7 @@ def update_env(
 
 
 @verbs.delete.command("env")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@env_arguments
 @click.option("--force", is_flag=True, help="Delete without destroying the environment's resources.")
 @click.option(
     "--wait", is_flag=True, help="Wait until the destroy deployment has run and the environment is gone."
@@ -136,8 +137,7 @@ def delete_env(session: Session, project_id: str, env_id: str, force: bool, wait
 
 
 @click.command("refresh-runner")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@env_arguments
 @click.option("--dry-run", is_flag=True, help="Only show the runner the rules select; change nothing.")
 @output.out_option("yaml")
 @org_option

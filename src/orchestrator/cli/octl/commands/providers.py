@@ -12,7 +12,7 @@ import click
 
 from orchestrator.cli.octl import inputs, output
 from orchestrator.cli.octl.commands import verbs
-from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
+from orchestrator.cli.octl.commands.common import F, emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
 from orchestrator.cli.octl.session import Session, org_option, pass_session
 
@@ -33,13 +33,17 @@ PROVIDER = (
 )
 
 
+def provider_arguments(func: F) -> F:
+    """The TYPE and ID arguments that name a module provider (as ``provider_type`` and ``provider_id``)."""
+    return click.argument("provider_type", metavar="TYPE")(click.argument("provider_id", metavar="ID")(func))
+
+
 def _named(provider_type: str, provider_id: str) -> str:
     return f"Module provider {provider_type}.{provider_id}"
 
 
 @verbs.create.command("provider")
-@click.argument("provider_type", metavar="TYPE")
-@click.argument("provider_id", metavar="ID")
+@provider_arguments
 @writes_org
 def create_provider(
     session: Session,
@@ -61,8 +65,7 @@ def create_provider(
 
 
 @verbs.get.command("provider")
-@click.argument("provider_type", metavar="TYPE")
-@click.argument("provider_id", metavar="ID")
+@provider_arguments
 @reads_org
 def get_provider(session: Session, provider_type: str, provider_id: str, out: str) -> None:
     """Show module provider TYPE ID (alias: mp; -o yaml or json for its configuration)."""
@@ -81,8 +84,7 @@ def get_providers(session: Session, provider_type: str | None, out: str) -> None
 
 
 @verbs.update.command("provider")
-@click.argument("provider_type", metavar="TYPE")
-@click.argument("provider_id", metavar="ID")
+@provider_arguments
 @writes_org
 def update_provider(
     session: Session,
@@ -100,8 +102,7 @@ def update_provider(
 
 
 @verbs.delete.command("provider")
-@click.argument("provider_type", metavar="TYPE")
-@click.argument("provider_id", metavar="ID")
+@provider_arguments
 @org_option
 @pass_session
 def delete_provider(session: Session, provider_type: str, provider_id: str) -> None:
