@@ -40,9 +40,31 @@ pytestmark = pytest.mark.slow
 DATABASES = [d.strip() for d in os.environ.get("PO_TEST_DATABASES", "sqlite").split(",") if d.strip()]
 #: The template database the session's PostgreSQL fixture migrated (tests/conftest.py).
 TEMPLATE_DB = "po_template"
-#: Heartbeats every second and short leases: a replaced record is noticed at once.
+#: Heartbeats every second; the default lease, longer than the API outage below.
 HEARTBEAT_SECONDS = 1
-LEASE_SECONDS = 8
+LEASE_SECONDS = 60
+#: A module whose apply takes a while: it touches the file ``marker`` names, then sleeps 25 s.
+SLOW_MODULE = {
+    "resource_type": "slow-app",
+    "module_source": "inline",
+    "module_params": {"marker": {"type": "string"}},
+    "module_source_code": """
+variable "marker" {
+  type = string
+}
+
+resource "terraform_data" "slow" {
+  input = var.marker
+  provisioner "local-exec" {
+    command = "touch '${var.marker}' && sleep 25"
+  }
+}
+
+output "marker" {
+  value = terraform_data.slow.output
+}
+""",
+}
 #: Environment types (one environment each, ``shop/<type>``) and the tags their rule requires.
 ENVIRONMENTS: dict[str, list[str]] = {
     "edge": [],
@@ -160,6 +182,13 @@ def _managed_org(url: str, root: Path, org: str) -> Stack:
         ]:
             response = made.client.post(base + path, json=body)
             assert 201 == response.status_code, (path, response.text)
+    for path, body in [
+        ("/resource-types", {"id": "slow-app", "output_schema": {"type": "object"}}),
+        ("/modules", {"id": "slow-app", **SLOW_MODULE}),
+        ("/module-rules", {"module_id": "slow-app"}),
+    ]:
+        response = made.client.post(base + path, json=body)
+        assert 201 == response.status_code, (path, response.text)
     return made
 
 
@@ -206,9 +235,9 @@ def registered(runner: RunnerProcess, count: int = 1) -> list[dict[str, Any]]:
     return found
 
 
-def create(stack: Stack, env_id: str) -> tuple[str, str]:
-    """A deployment of the demo module on ``shop/<env_id>``: (its id, the identity its outputs and logs
-    are encrypted to)."""
+def create(stack: Stack, env_id: str, manifest: dict[str, Any] | None = None) -> tuple[str, str]:
+    """A deployment of ``manifest`` (the demo module's by default) on ``shop/<env_id>``: (its id, the
+    identity its outputs and logs are encrypted to)."""
     identity, recipient = age.generate_identity()
     created = stack.client.post(
         f"/orgs/{stack.org}/deployments",
@@ -216,7 +245,7 @@ def create(stack: Stack, env_id: str) -> tuple[str, str]:
             "project_id": "shop",
             "env_id": env_id,
             "mode": "deploy",
-            "manifest": demo_manifest(),
+            "manifest": manifest or demo_manifest(),
             "encrypted_outputs_recipient": recipient,
             "encrypted_logs_recipient": recipient,
         },
@@ -418,34 +447,45 @@ def test_a_wrong_secret_stops_the_runner_with_the_cause_and_without_the_secret(
 # --- 5 -----------------------------------------------------------------------------------------------
 
 
-def test_runners_recover_from_an_api_outage_and_run_the_deployment_queued_meanwhile(
+def test_runners_recover_from_an_api_outage_and_run_the_deployments_running_and_queued_meanwhile(
     server: ServerProcess, acme: Stack, runners: list[RunnerProcess], tmp_path: Path
 ) -> None:
-    idle = start_runner(server, runners, tmp_path, "pool-idle")
-    registered(idle)
-    seen_before = records(server, "pool-idle")[0]["last_seen_at"]
+    busy = start_runner(server, runners, tmp_path, "pool-busy")
+    registered(busy)
+    marker = tmp_path / "applying"
+    manifest = {
+        "workloads": {
+            "slow": {
+                "resources": {"app": {"type": "slow-app", "params": {"marker": str(marker)}}},
+                "outputs": {"marker": "${resources.app.outputs.marker}"},
+            }
+        }
+    }
+    running_id, running_identity = create(acme, "edge", manifest)
+    wait_for(marker.exists, 90, "the deployment's apply to start")
     # Queued for a runner carrying `late`: none does yet.
-    deployment_id, identity = create(acme, "late")
-    assert "queued" == dispatch_state(server, deployment_id)
+    queued_id, queued_identity = create(acme, "late")
+    assert "queued" == dispatch_state(server, queued_id)
     server.terminate()
     try:
         # A runner that can claim it starts while the API is down: it cannot register yet.
         late = start_runner(server, runners, tmp_path, "pool-late", RUNNER_TAGS="late")
         time.sleep(20)
         assert [] == late.registrations()
-        assert late.process is not None and late.process.poll() is None, late.log.read_text()[-3000:]
-        assert idle.process is not None and idle.process.poll() is None, idle.log.read_text()[-3000:]
+        for runner in (busy, late):
+            assert runner.process is not None and runner.process.poll() is None, runner.log.read_text()[
+                -3000:
+            ]
     finally:
         server.start()
 
-    assert_succeeded(acme, deployment_id, identity)
-    assert [deployment_id] == [entry["deployment_id"] for entry in late.events("deployment claimed")]
-    # The idle runner answers again too: its heartbeats go through (seen since the restart).
-    wait_for(
-        lambda: any(record["last_seen_at"] > seen_before for record in records(server, "pool-idle")),
-        60,
-        "the idle runner to be seen again",
-    )
+    running = acme.wait(running_id, timeout=120)
+    assert ("succeeded", "managed") == (running["status"], running["runner_id"]), running
+    assert {"marker": str(marker)} == acme.outputs(running, running_identity)["slow"]
+    assert [] == busy.events("the claim of the running deployment is lost")
+    assert_succeeded(acme, queued_id, queued_identity)
+    assert [queued_id] == [entry["deployment_id"] for entry in late.events("deployment claimed")]
+    assert [running_id] == [entry["deployment_id"] for entry in busy.events("deployment claimed")]
 
 
 # --- 6 -----------------------------------------------------------------------------------------------
