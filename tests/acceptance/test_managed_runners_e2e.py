@@ -439,9 +439,31 @@ def test_a_wrong_secret_stops_the_runner_with_the_cause_and_without_the_secret(
 
     assert 1 == code, output
     assert "RUNNER_MANAGED_SECRET" in output and "secret is not valid" in output, output
+    assert 1 == output.count("HTTP Request: POST"), "a definite answer: not tried again"
     assert wrong not in output
     assert MANAGED_SECRET not in output
     assert [] == records(server, "pool-wrong")
+
+
+def test_a_server_without_managed_runners_stops_the_runner_with_the_cause(
+    database_url: str, tmp_path: Path
+) -> None:
+    plain = ServerProcess(database_url, tmp_path / "data")  # its own, without MANAGED_RUNNER_SECRET
+    plain.start()
+    try:
+        runner = RunnerProcess(plain.url, "pool-nowhere", tmp_path).start()
+        assert runner.process is not None
+        try:
+            code = runner.process.wait(60)
+        finally:
+            runner.stop()
+    finally:
+        plain.stop()
+    output = runner.log.read_text()
+
+    assert 1 == code, output
+    assert "managed runners are not enabled" in output, output
+    assert MANAGED_SECRET not in output
 
 
 # --- 5 -----------------------------------------------------------------------------------------------
