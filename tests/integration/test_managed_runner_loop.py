@@ -1,5 +1,5 @@
-"""``po-runner managed``'s loop against ``tests/support/managed_standin.py``, a STAND-IN for the managed runner
-routes of MANAGED.md's contract (clearly not the real server).
+"""``po-runner managed``'s loop against ``tests/support/managed_standin.py``, a STAND-IN for the managed
+runner routes of MANAGED.md's contract (clearly not the real server).
 
 What the real server can be made to do is tested end to end in tests/acceptance/test_managed_runners_e2e.py
 (real ``orchestrator serve``, real ``po-runner managed`` processes): a deployment run through the pool,
