@@ -182,12 +182,13 @@ def _managed_org(url: str, root: Path, org: str) -> Stack:
         ]:
             response = made.client.post(base + path, json=body)
             assert 201 == response.status_code, (path, response.text)
-    for path, body in [
+    slow: list[tuple[str, dict[str, Any]]] = [
         ("/resource-types", {"id": "slow-app", "output_schema": {"type": "object"}}),
         ("/modules", {"id": "slow-app", **SLOW_MODULE}),
         ("/module-rules", {"module_id": "slow-app"}),
-    ]:
-        response = made.client.post(base + path, json=body)
+    ]
+    for path, payload in slow:
+        response = made.client.post(base + path, json=payload)
         assert 201 == response.status_code, (path, response.text)
     return made
 
