@@ -1,10 +1,15 @@
-"""``po-runner managed``'s loop against the managed-runner routes of MANAGED.md's contract.
+"""``po-runner managed``'s loop against ``tests/support/managed_standin.py``, a STAND-IN for the managed
+runner routes of MANAGED.md's contract (clearly not the real server).
 
-The server side of managed runners is not merged yet: these tests run against ``tests/support/
-managed_standin.py``, a STAND-IN implementing only the contract's routes (clearly not the real server).
-They are to be joined by end-to-end tests against the real server once it lands. Waits are injected
-(``ManagedRunner.sleep`` records the backoff; ``tick`` is the heartbeat interval, made short): no test
-waits for a real backoff.
+What the real server can be made to do is tested end to end in tests/acceptance/test_managed_runners_e2e.py
+(real ``orchestrator serve``, real ``po-runner managed`` processes): a deployment run through the pool,
+same-name restarts, a replaced or pruned record, a wrong secret, a server without managed runners, API
+outages, tags, two organizations. What stays here needs what the real server cannot be made to give on
+demand: a claim whose ``environment`` carries a probe's variables (the child's exact environment and work
+directory, any exit code), a heartbeat's 409 for a claim the server dropped while the runner still
+heartbeats, every route answering 503 then coming back, and the runner's waits injected
+(``ManagedRunner.sleep`` records the backoff; ``tick`` is the heartbeat interval, made short), so that no
+test waits for a real backoff or grace.
 """
 
 from __future__ import annotations
@@ -20,10 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
-from orchestrator.managed import main as managed_main
 from orchestrator.managed.client import ManagedClient
 from orchestrator.managed.loop import Delays, ManagedRunner
 from orchestrator.managed.settings import ManagedSettings
@@ -186,53 +189,6 @@ async def test_loop__registers_claims_runs_in_a_fresh_work_dir_and_reports_the_e
     assert SECRET not in repr(logged)
 
 
-async def test_loop__a_wrong_secret_stops_it_with_exit_code_1_naming_the_cause(
-    standin: ManagedStandin, tmp_path: Path
-) -> None:
-    standin.secret = "y" * 48
-
-    with capture_logs() as logged:
-        async with Running(standin, tmp_path, Waits()) as running:
-            exit_code = await running.exit_code()
-
-    assert 1 == exit_code
-    assert ["register"] == standin.routes_called(), "a definite answer: not tried again"
-    (stopped,) = [entry for entry in logged if entry["event"] == "managed runner stopped"]
-    assert "RUNNER_MANAGED_SECRET is not the server's MANAGED_RUNNER_SECRET" in stopped["reason"]
-    assert "the managed runner secret is not valid" in stopped["reason"]
-    assert SECRET not in repr(logged)
-
-
-async def test_loop__managed_runners_not_enabled_stops_it_with_exit_code_1(
-    standin: ManagedStandin, tmp_path: Path
-) -> None:
-    standin.enabled = False
-
-    with capture_logs() as logged:
-        async with Running(standin, tmp_path, Waits()) as running:
-            exit_code = await running.exit_code()
-
-    assert 1 == exit_code
-    (stopped,) = [entry for entry in logged if entry["event"] == "managed runner stopped"]
-    assert "managed runners are not enabled" in stopped["reason"]
-
-
-async def test_loop__a_token_no_longer_accepted_makes_it_register_again(
-    standin: ManagedStandin, tmp_path: Path
-) -> None:
-    async with Running(standin, tmp_path, Waits()) as running:
-        await until(lambda: standin.registrations == 1 and "claim" in standin.routes_called(), "registered")
-        standin.revoke(NAME)  # pruned, say
-        await until(lambda: standin.registrations == 2, "registered again")
-        standin.enqueue(probe(tmp_path, "d-2"))
-        await until(lambda: "d-2" in standin.finished, "the deployment run with the new token")
-
-    assert 0 == standin.finished["d-2"]
-    assert 2 == running.runner.registrations
-    refused = [call for call in standin.calls if call.status == 401]
-    assert refused and all(call.route in ("claim", "heartbeat") for call in refused)
-
-
 async def test_loop__registering_again_mid_run_stops_the_deployment_and_reports_nothing(
     standin: ManagedStandin, tmp_path: Path
 ) -> None:
@@ -330,38 +286,6 @@ async def test_stop__after_the_grace_po_runner_gets_sigterm_and_its_code_is_repo
     assert removed(probed(tmp_path, "d-8")["cwd"])
 
 
-async def test_serve__runs_the_real_po_runner_standard_with_the_derived_gateway_url(
-    standin: ManagedStandin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The whole process: detected tags (no ``kubernetes`` inside a cluster), and ``po-runner standard``
-    started for the claim; the stand-in has no runner gateway, so po-runner fails to fetch the bundle
-    (exit code 1), which is what gets reported. A wrong RUNNER_GATEWAY_URL would make it exit 2."""
-    structlog.reset_defaults()
-    queued = probe(tmp_path, "d-9", RUNNER_HTTP_ATTEMPTS="1", LOG_LEVEL="info")
-    standin.enqueue(queued)
-    stop = asyncio.Event()
-    settings = managed_settings(standin.url, tmp_path)
-    environ = {
-        "PATH": os.environ["PATH"],
-        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
-        "DOCKER_HOST": "unix:///none",
-    }
-
-    serving = asyncio.create_task(managed_main.serve(settings, stop=stop, environ=environ))
-    await until(lambda: "d-9" in standin.finished, "po-runner's exit code reported", within=60)
-    stop.set()
-
-    assert 0 == await asyncio.wait_for(serving, 30)
-    assert 1 == standin.finished["d-9"]
-    assert [{"name": NAME, "tags": ["linux"]}] == [c.body for c in standin.calls if c.route == "register"]
-    output = capsys.readouterr()
-    bundle = "GET /runner-gateway/v1/orgs/org-a/runners/managed/deployments/d-9/bundle"
-    assert bundle in output.err, "po-runner reached the gateway under RUNNER_URL; its JSON lines copied"
-    assert SECRET not in output.out + output.err
-    assert "token-of-d-9" not in output.out + output.err
-    assert [] == list((tmp_path / "work").iterdir())
-
-
 def run_cli(env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli.runner", "managed"],
@@ -383,24 +307,6 @@ def test_cli__missing_or_invalid_settings_exit_2_naming_them() -> None:
     assert 2 == wrong.returncode
     assert "RUNNER_URL" in wrong.stderr and "at least 48 characters (it has 12)" in wrong.stderr
     assert "short-secret" not in wrong.stderr
-
-
-def test_cli__a_wrong_secret_exits_1_with_the_cause(standin: ManagedStandin, tmp_path: Path) -> None:
-    wrong = "z" * 48
-    done = run_cli(
-        {
-            "RUNNER_URL": standin.url,
-            "RUNNER_MANAGED_SECRET": wrong,
-            "RUNNER_NAME": NAME,
-            "RUNNER_WORK_DIR": str(tmp_path / "work"),
-        }
-    )
-
-    assert 1 == done.returncode, done.stderr
-    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
-    (stopped,) = [line for line in lines if line["event"] == "managed runner stopped"]
-    assert "error" == stopped["level"] and "RUNNER_MANAGED_SECRET" in stopped["reason"]
-    assert wrong not in done.stderr + done.stdout
 
 
 async def test_stop__a_second_signal_stops_po_runner_at_once(standin: ManagedStandin, tmp_path: Path) -> None:

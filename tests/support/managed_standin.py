@@ -1,8 +1,9 @@
 """A STAND-IN for the orchestrator's managed-runner routes (``/runner/register``, ``/runner/heartbeat``,
 ``/runner/claim``, ``/runner/deployments/{id}/finished``), exactly as /work/wt/MANAGED.md's wire contract
-says and nothing more: the runner side (``po-runner managed``) was built before the server side, and its
-loop tests run against this. To be replaced by end-to-end tests against the real server once the server
-side (branch i11-server) lands; keep it to the contract until then, not to any server's internals.
+says and nothing more. The runner side was built before the server side; its end-to-end tests now run
+against the real server (tests/acceptance/test_managed_runners_e2e.py). This stays for the loop tests that
+need what the real server cannot be made to give on demand (tests/integration/test_managed_runner_loop.py
+says which); keep it to the contract, not to any server's internals.
 
 State lives in memory: records by name (a same-name registration replaces the record and its token), a
 queue of deployments, each claim held by one record; every request is recorded (without its credentials)
