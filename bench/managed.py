@@ -268,8 +268,10 @@ class Drain:
     claimed: Counter[str] = field(default_factory=Counter)
     claim_latencies: list[float] = field(default_factory=list)
     empty_polls: int = 0
-    #: Pollers past their registration (registered, or failed to).
+    pollers: int = 0
+    #: Pollers past their registration (registered, or failed to); all_ready when all are.
     ready: int = 0
+    all_ready: asyncio.Event = field(default_factory=asyncio.Event)
     errors: Counter[str] = field(default_factory=Counter)
     started: float = 0.0
     last_claim: float = 0.0
@@ -290,6 +292,8 @@ async def poll(server_url: str, n: int, drain: Drain, go: asyncio.Event, deadlin
             registration = await client.register(secret=SECRET, name=f"bench-poller-{n}", tags=[])
         finally:
             drain.ready += 1
+            if drain.ready >= drain.pollers:
+                drain.all_ready.set()
         await go.wait()
         while not drain.done.is_set() and time.monotonic() < deadline:
             sent = time.monotonic()
@@ -308,12 +312,12 @@ async def poll(server_url: str, n: int, drain: Drain, go: asyncio.Event, deadlin
 
 
 async def drain_backlog(server_url: str, backlog: set[str], pollers: int, deadline: float) -> Drain:
-    drain = Drain(backlog=backlog)
+    drain = Drain(backlog=backlog, pollers=pollers)
     go = asyncio.Event()
     tasks = [asyncio.create_task(poll(server_url, n, drain, go, deadline)) for n in range(pollers)]
     # Every poller registered (or failed to) before the clock starts.
-    while drain.ready < pollers and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(drain.all_ready.wait(), max(1.0, deadline - time.monotonic()))
     drain.started = time.monotonic()
     go.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -702,8 +706,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(MEASURED)
         print(
-            f"{os.cpu_count()} CPUs shared by the bench (proxy, pollers), the server, the runners and anything "
-            f"else; load average before {api._load(load['load_average_1_5_15_min_before'])}, after "
+            f"{os.cpu_count()} CPUs shared by the bench (proxy, pollers), the server, the runners and "
+            f"anything else; load average before {api._load(load['load_average_1_5_15_min_before'])}, after "
             f"{api._load(load['load_average_1_5_15_min_after'])}; {result['seconds']:.0f} s"
         )
         for problem in problems:
