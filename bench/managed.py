@@ -68,6 +68,8 @@ SECRET = "bench-managed-runner-secret-" + "0123456789abcdefghijklmnopqrstuvwxyz"
 #: The pollers' long poll: short, so that they stop soon once the backlog is drained.
 POLL_WAIT_SECONDS = 1
 RUNNER_STOP_TIMEOUT_S = 30.0
+#: The venv's scripts and the system's, without /usr/local/bin (where a terraform binary may be).
+ENGINELESS_PATH = f"{launch.VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_BACKLOG = 5000
 MAX_POLLERS = 500
 
@@ -149,6 +151,10 @@ class RealRunners:
                 "RUNNER_MANAGED_SECRET": SECRET,
                 "RUNNER_NAME": f"bench-real-{n}",
                 "RUNNER_WORK_DIR": str(self.tmp / f"real-{n}"),
+                # A deployment's po-runner gets only the claim's environment and the runner's PATH, so no
+                # IAC_BACKEND: without tofu or terraform on its PATH it picks the embedded engine, as the
+                # local baseline (IAC_BACKEND=embedded) does; "completed" then compares like with like.
+                "PATH": ENGINELESS_PATH,
             }
             with (self.tmp / f"real-{n}.log").open("wb") as log:
                 self.processes.append(
