@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -212,6 +212,10 @@ def set_up(client: httpx.Client, bootstrap_token: str, shared: launch.Shared, op
         (f"{base}/projects/{MANAGED}/envs", {"id": f"b{n}", "env_type_id": launch.ENV_TYPE})
         for n in range(options.backlog)
     ]
+    posts += [
+        (f"{base}/projects/{MANAGED}/envs", {"id": f"c{n}", "env_type_id": launch.ENV_TYPE})
+        for n in range(options.local_backlog)
+    ]
     for path, body in posts:
         response = client.post(path, json=body)
         if response.status_code != 201:
@@ -271,6 +275,8 @@ class Drain:
     """What the pollers saw while draining the backlog."""
 
     backlog: set[str]
+    #: False while the deployments are still being created (a burst): not done before they all are.
+    created: bool = True
     claimed: Counter[str] = field(default_factory=Counter)
     claim_latencies: list[float] = field(default_factory=list)
     empty_polls: int = 0
@@ -287,7 +293,10 @@ class Drain:
         self.claimed[deployment_id] += 1
         self.claim_latencies.append(now - sent)
         self.last_claim = max(self.last_claim, now)
-        if self.backlog <= set(self.claimed):
+        self.check_done()
+
+    def check_done(self) -> None:
+        if self.created and self.backlog <= set(self.claimed):
             self.done.set()
 
 
@@ -317,8 +326,16 @@ async def poll(server_url: str, n: int, drain: Drain, go: asyncio.Event, deadlin
         await client.aclose()
 
 
-async def drain_backlog(server_url: str, backlog: set[str], pollers: int, deadline: float) -> Drain:
-    drain = Drain(backlog=backlog, pollers=pollers)
+async def drain_backlog(
+    server_url: str,
+    backlog: set[str],
+    pollers: int,
+    deadline: float,
+    make: Callable[[], set[str]] | None = None,
+) -> Drain:
+    """The pollers claim ``backlog``, or with ``make``, the deployments it creates (in a thread) while
+    they poll; the clock starts when they are all registered (and before ``make``'s first POST)."""
+    drain = Drain(backlog=backlog, pollers=pollers, created=make is None)
     go = asyncio.Event()
     tasks = [asyncio.create_task(poll(server_url, n, drain, go, deadline)) for n in range(pollers)]
     # Every poller registered (or failed to) before the clock starts.
@@ -326,6 +343,10 @@ async def drain_backlog(server_url: str, backlog: set[str], pollers: int, deadli
         await asyncio.wait_for(drain.all_ready.wait(), max(1.0, deadline - time.monotonic()))
     drain.started = time.monotonic()
     go.set()
+    if make is not None:
+        drain.backlog = await asyncio.to_thread(make)
+        drain.created = True
+        drain.check_done()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
@@ -363,11 +384,33 @@ def local_burst(client: httpx.Client, count: int) -> dict[str, Any]:
     }
 
 
-def throughput(
-    client: httpx.Client, server_url: str, options: Options, deadline: float
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def throughput(client: httpx.Client, server_url: str, options: Options, deadline: float) -> dict[str, Any]:
     say(f"-- local launcher: {options.local_backlog} deployments created at once")
     local = local_burst(client, options.local_backlog)
+    say(f"-- managed: {options.local_backlog} deployments created at once, {options.pollers} pollers")
+    burst = asyncio.run(
+        drain_backlog(
+            server_url,
+            set(),
+            options.pollers,
+            max(deadline, time.monotonic() + 60),
+            lambda: {create(client, MANAGED, f"c{n}", f"burst-{n}") for n in range(options.local_backlog)},
+        )
+    )
+    burst_span = (burst.last_claim - burst.started) if burst.claimed else None
+    managed_burst = {
+        "pollers": options.pollers,
+        "deployments": options.local_backlog,
+        "claimed": sum(burst.claimed.values()),
+        "claimed_twice": sorted(d for d, n in burst.claimed.items() if n > 1),
+        "never_claimed": len(burst.backlog - set(burst.claimed)),
+        "all_claimed_s": None if burst_span is None else round(burst_span, 3),
+        "claims_per_s": None if not burst_span else round(len(burst.claimed) / burst_span, 2),
+        "errors": dict(burst.errors),
+    }
+    managed_burst["claims_per_s_x_local"] = launch.ratio(
+        managed_burst["claims_per_s"], local["launches_per_s"]
+    )
     say(f"-- managed: a backlog of {options.backlog}, then {options.pollers} pollers")
     created = time.monotonic()
     backlog = {create(client, MANAGED, f"b{n}", f"backlog-{n}") for n in range(options.backlog)}
@@ -382,6 +425,7 @@ def throughput(
         "pollers": options.pollers,
         "backlog": options.backlog,
         "create_s": round(create_s, 3),
+        "creates_per_s": round(options.backlog / create_s, 2),
         "claimed": sum(drain.claimed.values()),
         "claimed_twice": twice,
         "never_claimed": len(never),
@@ -392,7 +436,8 @@ def throughput(
         "errors": dict(drain.errors),
     }
     managed["claims_per_s_x_local"] = launch.ratio(managed["claims_per_s"], local["launches_per_s"])
-    return local, managed
+    managed["claims_per_s_x_creates"] = launch.ratio(managed["claims_per_s"], managed["creates_per_s"])
+    return {"local": local, "managed_burst": managed_burst, "managed": managed}
 
 
 # --- report -----------------------------------------------------------------------------------------
@@ -473,10 +518,26 @@ def report(result: dict[str, Any]) -> str:
                 str(local["failed"]),
             )
         )
+        burst = run["throughput"]["managed_burst"]
         lines.append(
             (
                 database,
-                f"{MANAGED} x{managed['pollers']} pollers",
+                f"{MANAGED} burst, {burst['pollers']} pollers",
+                str(burst["deployments"]),
+                f"{burst['claims_per_s'] or 0:.1f}",
+                launch._x(burst["claims_per_s_x_local"]),
+                "-",
+                "-",
+                str(sum(burst["errors"].values())),
+                str(len(burst["claimed_twice"])),
+                str(burst["never_claimed"]),
+                "-",
+            )
+        )
+        lines.append(
+            (
+                database,
+                f"{MANAGED} drain, {managed['pollers']} pollers",
                 str(managed["backlog"]),
                 f"{managed['claims_per_s'] or 0:.1f}",
                 launch._x(managed["claims_per_s_x_local"]),
@@ -495,10 +556,11 @@ MEASURED = (
     "latency, from the POST /deployments answer: claim = the 200 answer of the runner's POST /runner/claim "
     "passed on by the proxy; started = the runner's first gateway request (its bundle) at the proxy; "
     "completed = completed_at; x local = p50 / vm-local's p50 in this run (real po-runner managed vs the "
-    "local launcher, one deployment at a time). throughput: managed = backlog / (first claim sent -> last "
-    "claimed) with lightweight pollers that report finished at once; claim req = one claim request's time; "
-    "vm-local burst = n / (first POST sent -> last launched_at) of deployments created at once; "
-    "x local = managed per s / vm-local per s."
+    "local launcher, one deployment at a time). throughput, with lightweight pollers that report finished "
+    "at once: burst = n / (first POST sent -> last launched_at, or last claimed) of deployments created one "
+    "after the other as fast as the API takes them (vm-local's are real runs); drain = backlog / (first "
+    "claim sent -> last claimed) of deployments created before the pollers start; claim req = one claim "
+    "request's time; x local = per s / the vm-local burst's per s in this run."
 )
 
 
@@ -572,12 +634,12 @@ def run_one(database: str, options: Options, deadline: float) -> dict[str, Any]:
         runners.stop()
         if any(not s.ok for s in samples if s.type == MANAGED):
             say(runners.log_tail())
-        local, managed = throughput(client, server.base_url, options, deadline)
+        measured = throughput(client, server.base_url, options, deadline)
     rows = latency_rows(samples, claims)
     return {
         "capped": capped,
         "latency": rows,
-        "throughput": {"local": local, "managed": managed},
+        "throughput": measured,
         "failures": [asdict(s) for s in samples if not s.ok],
         "processes_killed_at_exit": killed,
         "samples": [asdict(s) | {"claim_s": claims.get(s.deployment_id)} for s in samples],
@@ -615,15 +677,18 @@ def failed(result: dict[str, Any]) -> list[str]:
         problems += [
             f"{database}: {f['type']} {f['deployment_id']}: {f['message']}" for f in run_["failures"]
         ]
-        local, managed = run_["throughput"]["local"], run_["throughput"]["managed"]
+        local = run_["throughput"]["local"]
         if local["failed"]:
             problems.append(f"{database}: {local['failed']} local burst deployment(s) failed")
-        if managed["errors"]:
-            problems.append(f"{database}: claim errors: {managed['errors']}")
-        if managed["claimed_twice"] or managed["never_claimed"]:
-            problems.append(
-                f"{database}: claimed twice {managed['claimed_twice']}, never {managed['never_claimed']}"
-            )
+        for phase in ("managed_burst", "managed"):
+            managed = run_["throughput"][phase]
+            if managed["errors"]:
+                problems.append(f"{database} {phase}: claim errors: {managed['errors']}")
+            if managed["claimed_twice"] or managed["never_claimed"]:
+                problems.append(
+                    f"{database} {phase}: claimed twice {managed['claimed_twice']}, "
+                    f"never {managed['never_claimed']}"
+                )
     return problems
 
 
