@@ -14,15 +14,16 @@ of it (bench/launch.py's) as its `PO_PUBLIC_URL` and as the real runners' `RUNNE
    `POST /deployments` answer: *claim* (managed only) = the proxy passing on the 200 answer of the
    `POST /runner/claim` that carried the deployment; *started* = the runner's first gateway request (its
    bundle download) at the proxy, for both; *completed* = `completed_at`.
-2. Throughput. The real runners are stopped (SIGTERM by PID). A backlog of `--backlog` managed deployments
-   is created, then `--pollers` lightweight pollers in this process (one asyncio loop, the runner's own
-   `ManagedClient`: register, then claim with a 1 s long poll, then `finished` with exit code 0 at once,
-   straight to the server) drain it. A claim's "run" is empty on purpose: the figure is the server's claim
-   path (the claim transaction, the lease, the release and the deployment's failure on `finished`), not
-   50 po-runners on 2 cores. Claims per second = backlog / (first claim sent -> last deployment claimed);
-   every error, and every deployment claimed twice or never, is counted. Baseline: `--local-backlog`
-   deployments created at once on the local launcher (each in an environment of its own), launches per
-   second = n / (first POST sent -> last `launched_at`); those are real local runs.
+2. Throughput. The real runners are stopped (SIGTERM by PID). `--pollers` lightweight pollers in this
+   process (one asyncio loop, the runner's own `ManagedClient`, straight to the server) register, then
+   claim with po-runner managed's 25 s long poll and report `finished` with exit code 0 at once. A claim's
+   "run" is empty on purpose: the figure is the server's claim path (the claim transaction, the lease, the
+   release, the deployment's failure on `finished`), not 50 po-runners on 2 cores. Measured: a *burst*,
+   `--local-backlog` deployments created one after the other while the pollers wait, n / (first POST
+   sent -> last claimed), against the same burst on the local launcher, n / (first POST sent -> last
+   `launched_at`; real local runs); and a *drain*, a backlog of `--backlog` deployments created before
+   the pollers start, backlog / (first claim sent -> last claimed), also shown against the POST rate of
+   that backlog. Every error, and every deployment claimed twice or never, is counted.
 
 Ratios are managed / local in the same run. The exit status is 1 when a latency deployment failed, a
 claim errored, or the backlog was not drained. See bench/README.md for how to read it.
@@ -57,7 +58,7 @@ import launch
 from starlette.types import Message, Receive, Scope, Send
 
 from orchestrator.client.errors import ClientError
-from orchestrator.managed.client import ManagedClient
+from orchestrator.managed.client import MAX_WAIT_SECONDS, ManagedClient
 
 ORG = launch.ORG
 ENV = launch.ENV
@@ -65,8 +66,8 @@ BASELINE = launch.BASELINE
 MANAGED = "managed"
 #: Not a real secret: the throwaway server's, for this run only.
 SECRET = "bench-managed-runner-secret-" + "0123456789abcdefghijklmnopqrstuvwxyz"
-#: The pollers' long poll: short, so that they stop soon once the backlog is drained.
-POLL_WAIT_SECONDS = 1
+#: The pollers' long poll: po-runner managed's own (25 s); they are cancelled once all is claimed.
+POLL_WAIT_SECONDS = MAX_WAIT_SECONDS
 RUNNER_STOP_TIMEOUT_S = 30.0
 #: The venv's scripts and the system's, without /usr/local/bin (where a terraform binary may be).
 ENGINELESS_PATH = f"{launch.VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -286,6 +287,8 @@ class Drain:
     all_ready: asyncio.Event = field(default_factory=asyncio.Event)
     errors: Counter[str] = field(default_factory=Counter)
     started: float = 0.0
+    #: How long ``make`` took (its POSTs), when it was given.
+    created_s: float = 0.0
     last_claim: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -317,8 +320,10 @@ async def poll(server_url: str, n: int, drain: Drain, go: asyncio.Event, deadlin
                 if claim is None:
                     drain.empty_polls += 1
                     continue
-                drain.note_claim(claim.deployment.id, sent, time.monotonic())
+                answered = time.monotonic()
+                # Reported before the claim counts: the pollers are cancelled once all are counted.
                 await client.finished(registration.token, claim.deployment.id, 0)
+                drain.note_claim(claim.deployment.id, sent, answered)
             except ClientError as exc:
                 drain.errors[str(exc)[:200]] += 1
                 await asyncio.sleep(0.2)
@@ -345,11 +350,17 @@ async def drain_backlog(
     go.set()
     if make is not None:
         drain.backlog = await asyncio.to_thread(make)
+        drain.created_s = time.monotonic() - drain.started
         drain.created = True
         drain.check_done()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(drain.done.wait(), max(1.0, deadline - time.monotonic()))
+    # Pollers still in a long poll are cancelled: nothing is queued any more.
+    for task in tasks:
+        task.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     for result in results:
-        if isinstance(result, BaseException):
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             drain.errors[f"poller: {str(result)[:200]}"] += 1
     return drain
 
@@ -404,6 +415,9 @@ def throughput(client: httpx.Client, server_url: str, options: Options, deadline
         "claimed": sum(burst.claimed.values()),
         "claimed_twice": sorted(d for d, n in burst.claimed.items() if n > 1),
         "never_claimed": len(burst.backlog - set(burst.claimed)),
+        "create_s": round(burst.created_s, 3),
+        "claim_request_s": launch.summary(burst.claim_latencies),
+        "empty_polls": burst.empty_polls,
         "all_claimed_s": None if burst_span is None else round(burst_span, 3),
         "claims_per_s": None if not burst_span else round(len(burst.claimed) / burst_span, 2),
         "errors": dict(burst.errors),

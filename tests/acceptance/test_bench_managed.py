@@ -54,4 +54,8 @@ def test_managed_bench__measures_claims_against_the_local_launcher(tmp_path: Pat
     assert (drained["backlog"], drained["claimed"], drained["never_claimed"]) == (6, 6, 0), drained
     assert (drained["claimed_twice"], drained["errors"]) == ([], {}), drained
     assert drained["claims_per_s"] > 0 and drained["claims_per_s_x_local"] is not None
+    burst = run["throughput"]["managed_burst"]
+    assert (burst["deployments"], burst["claimed"], burst["never_claimed"]) == (2, 2, 0), burst
+    assert (burst["claimed_twice"], burst["errors"]) == ([], {}), burst
+    assert burst["claims_per_s"] > 0
     assert (tmp_path / "managed-sqlite-server.log").is_file()
