@@ -409,7 +409,7 @@ def throughput(client: httpx.Client, server_url: str, options: Options, deadline
         )
     )
     burst_span = (burst.last_claim - burst.started) if burst.claimed else None
-    managed_burst = {
+    managed_burst: dict[str, Any] = {
         "pollers": options.pollers,
         "deployments": options.local_backlog,
         "claimed": sum(burst.claimed.values()),
@@ -435,7 +435,7 @@ def throughput(client: httpx.Client, server_url: str, options: Options, deadline
     span = (drain.last_claim - drain.started) if drain.claimed else None
     twice = sorted(d for d, n in drain.claimed.items() if n > 1)
     never = sorted(backlog - set(drain.claimed))
-    managed = {
+    managed: dict[str, Any] = {
         "pollers": options.pollers,
         "backlog": options.backlog,
         "create_s": round(create_s, 3),
