@@ -9,7 +9,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -239,31 +239,26 @@ def _cloud_kubernetes_launcher(
     from orchestrator.launchers import kubernetes_cloud
 
     identity, key = issuer.identity(target.subject), kubernetes_cloud.access_key(target)
-    made: Launcher | None
+    # The two differ in their configuration model, their launcher and the cloud's endpoints only.
+    cloud: tuple[type[pydantic.BaseModel], Callable[..., Launcher | None], object]
     if target.runner_type == "kubernetes-gke":
         from orchestrator.launchers import gke
 
-        _parsed(K8sGkeRunnerConfiguration, target)
-        made = gke.gke_launcher(
-            target.configuration,
-            identity,
-            egress=settings.runner_egress,
-            endpoints=settings.google_endpoints,
-            cache=cache,
-            cache_key=key,
-        )
+        cloud = (K8sGkeRunnerConfiguration, gke.gke_launcher, settings.google_endpoints)
     else:
         from orchestrator.launchers import aks
 
-        _parsed(K8sAksRunnerConfiguration, target)
-        made = aks.aks_launcher(
-            target.configuration,
-            identity,
-            egress=settings.runner_egress,
-            endpoints=settings.azure_endpoints,
-            cache=cache,
-            cache_key=key,
-        )
+        cloud = (K8sAksRunnerConfiguration, aks.aks_launcher, settings.azure_endpoints)
+    model, make, endpoints = cloud
+    _parsed(model, target)
+    made: Launcher | None = make(
+        target.configuration,
+        identity,
+        egress=settings.runner_egress,
+        endpoints=endpoints,
+        cache=cache,
+        cache_key=key,
+    )
     if made is None:  # _parsed refused what they refuse
         raise availability.LauncherUnavailableError(f"runner '{target.runner_id}' has no valid configuration")
     return made

@@ -198,6 +198,19 @@ class ManagedRunner:
             )
             self._token = None
 
+    def _settled(self, exc: ClientError, token: str | None) -> bool:
+        """What every call made with ``token`` does with an error answer first: a refused token is
+        forgotten (True: call again, registering again); a definite refusal (wrong secret, managed runners
+        not enabled) raises RefusedError; False: the answer is the caller's to handle."""
+        if isinstance(exc, TokenRefusedError):
+            if token is not None:
+                self._forget(token, exc)
+            return True
+        refusal = _refusal(exc)
+        if refusal is not None:
+            raise refusal from exc
+        return False
+
     def _lose(self, reason: str) -> None:
         log.warning(
             "the claim of the running deployment is lost", deployment_id=self._deployment, reason=reason
@@ -236,14 +249,9 @@ class ManagedRunner:
                 claim = await self._until_stopped(self.client.claim(token))
             except _StoppedError:
                 return
-            except TokenRefusedError as exc:
-                if token is not None:
-                    self._forget(token, exc)
-                continue
             except ClientError as exc:
-                refusal = _refusal(exc)
-                if refusal is not None:
-                    raise refusal from exc
+                if self._settled(exc, token):
+                    continue
                 if exc.status_code == 409 and token is not None:
                     # The server says this runner holds a claim it is not running: a new record drops it.
                     log.warning(
@@ -340,14 +348,9 @@ class ManagedRunner:
             try:
                 token = await self._registered()
                 await self.client.finished(token, deployment_id, exit_code)
-            except TokenRefusedError as exc:
-                if token is not None:
-                    self._forget(token, exc)
-                continue
             except ClientError as exc:
-                refusal = _refusal(exc)
-                if refusal is not None:
-                    raise refusal from exc
+                if self._settled(exc, token):
+                    continue
                 if not exc.retryable:
                     log.error(
                         "the orchestrator refused the report", deployment_id=deployment_id, error=exc.message
