@@ -55,28 +55,26 @@ def main() -> None:
 @click.option("--log-level", help="debug, info, warning, error [env PO_LOG_LEVEL]")
 def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
-    import uvicorn
-
-    from orchestrator.server import Server, create_app, prepare
+    from orchestrator.server import Server, create_app, prepare, uvicorn_config
+    from orchestrator.web.tls import ServerTls
 
     settings = _settings(**options)
     logs.configure(settings.log_level)
     try:
         # Migrations, the key check, the object store: a wrong configuration is one line, not a traceback.
         asyncio.run(prepare(settings))
+        tls = ServerTls.from_settings(settings)
         app = create_app(settings, run_migrations=False)
     except OrchestratorError as exc:
         raise click.ClickException(exc.message) from exc
-    config = uvicorn.Config(
+    # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server); SIGHUP
+    # reloads the TLS files.
+    server = Server(
+        uvicorn_config(settings, app, tls),
         app,
-        host=settings.listen_host,
-        port=settings.listen_port,
-        log_level=settings.log_level if settings.log_level != "warn" else "warning",
-        access_log=settings.log_level == "debug",
-        lifespan="on",
+        tls=tls,
+        tls_reload_interval_seconds=settings.tls_reload_interval_seconds,
     )
-    # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server).
-    server = Server(config, app)
     server.run()
     if not server.started:
         raise SystemExit(STARTUP_FAILURE)
