@@ -11,14 +11,17 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final
 
 import sqlalchemy as sa
+import structlog
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from orchestrator.errors import ServiceUnavailableError
+from orchestrator.errors import OrchestratorError, ServiceUnavailableError
 from orchestrator.store import migrate
 from orchestrator.web import openapi
 from orchestrator.web.services import Services, services
+
+log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["Meta"])
 
@@ -27,6 +30,7 @@ CHECK_TIMEOUT_SECONDS: Final = 5.0
 #: Where the object store's probe object is written (and deleted at once).
 PROBE_PREFIX: Final = "probes/readyz-"
 OK: Final = "ok"
+NOT_CHECKED: Final = "not checked: the database does not answer"
 
 
 class Health(BaseModel):
@@ -42,7 +46,7 @@ class Readiness(BaseModel):
     checks: dict[str, str]
 
 
-@router.get("/healthz")
+@router.get("/healthz", summary="Liveness probe")
 async def healthz() -> Health:
     """2xx once the server has started (migrations done); touches no database."""
     return Health(status=OK)
@@ -74,21 +78,26 @@ async def _object_store(svc: Services) -> str:
     return OK
 
 
-async def _run(check: Callable[[Services], Awaitable[str]], svc: Services) -> str:
-    """``ok``, or what failed in one line (the exception's type and first line: never a URL's password,
-    which no driver puts in its messages; the full error goes to the log with the 503)."""
+async def _run(name: str, check: Callable[[Services], Awaitable[str]], svc: Services) -> str:
+    """``ok``, or what failed in one line: an orchestrator error's message (written for clients), else
+    only the exception's type (a driver's message may name hosts and ports); the whole error is logged."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
             return await check(svc)
     except TimeoutError:
+        log.warning("readiness check timed out", check=name)
         return f"no answer within {CHECK_TIMEOUT_SECONDS:g} s"
+    except OrchestratorError as exc:
+        log.warning("readiness check failed", check=name, error=exc.message)
+        return exc.message
     except Exception as exc:  # a probe reports every failure as such, never as a 500
-        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0][:300]
-        return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        log.warning("readiness check failed", check=name, error=repr(exc))
+        return f"failed ({type(exc).__name__})"
 
 
 @router.get(
     "/readyz",
+    summary="Readiness probe",
     responses={
         200: {"model": Readiness, "description": "Ready."},
         503: {"description": "A check failed: `details.failed` names it, `details.checks` says why."},
@@ -99,13 +108,13 @@ async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     """2xx when the database answers, its schema is current and the object store takes a write and a
     delete of a small probe object; else 503 naming the checks that failed (`details.checks`). The
     migrations check is skipped while the database does not answer."""
-    checks: dict[str, Any] = {"database": await _run(_database, svc)}
+    checks: dict[str, Any] = {"database": await _run("database", _database, svc)}
     if checks["database"] == OK:
-        checks["migrations"] = await _run(_migrations, svc)
+        checks["migrations"] = await _run("migrations", _migrations, svc)
     else:
-        checks["migrations"] = "not checked: the database does not answer"
-    checks["object_store"] = await _run(_object_store, svc)
-    failed = [name for name, result in checks.items() if result != OK]
+        checks["migrations"] = NOT_CHECKED
+    checks["object_store"] = await _run("object_store", _object_store, svc)
+    failed = [name for name, result in checks.items() if result not in (OK, NOT_CHECKED)]
     if failed:
         raise ServiceUnavailableError(
             f"not ready: {'; '.join(f'{name}: {checks[name]}' for name in failed)}",
