@@ -106,8 +106,8 @@ def test_builtin_tls__runner_and_agent_verify_it__rotated_while_the_agent_polls(
         # Project cart deploys through the agent runner "cluster".
         for path, body in [
             ("/runners", {"id": "cluster", **agent_runner(public_pem, tf_config)}),
-            ("/runner-rules", {"runner_id": "cluster", "project_id": "cart"}),
             ("/projects", {"id": "cart"}),
+            ("/runner-rules", {"runner_id": "cluster", "project_id": "cart"}),
             ("/projects/cart/envs", {"id": "dev", "env_type_id": "development"}),
         ]:
             created = stack.client.post(f"/orgs/{stack.org}{path}", json=body)
