@@ -416,7 +416,7 @@ def uvicorn_config(settings: ServerSettings, app: FastAPI, tls: ServerTls | None
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         # uvicorn builds a context from files once; this one is reloaded in place (web.tls).
         ssl_context_factory=lambda _config, _default: tls.context,
-        http=TlsH11Protocol if tls.client_ca_file is not None else "h11",
+        http=TlsH11Protocol if tls.client_ca_file is not None else "auto",
     )
 
 
