@@ -26,7 +26,7 @@ log = structlog.get_logger(__name__)
 router = APIRouter(tags=["Meta"])
 
 #: The longest a readiness check may take: a database or object store that hangs fails it.
-CHECK_TIMEOUT_SECONDS: Final = 5.0
+CHECK_TIMEOUT_SECONDS: Final = 4.0
 #: Where the object store's probe object is written (and deleted at once).
 PROBE_PREFIX: Final = "probes/readyz-"
 OK: Final = "ok"
@@ -108,12 +108,18 @@ async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     """2xx when the database answers, its schema is current and the object store takes a write and a
     delete of a small probe object; else 503 naming the checks that failed (`details.checks`). The
     migrations check is skipped while the database does not answer."""
-    checks: dict[str, Any] = {"database": await _run("database", _database, svc)}
-    if checks["database"] == OK:
-        checks["migrations"] = await _run("migrations", _migrations, svc)
-    else:
-        checks["migrations"] = NOT_CHECKED
-    checks["object_store"] = await _run("object_store", _object_store, svc)
+
+    async def database_then_migrations() -> tuple[str, str]:
+        database = await _run("database", _database, svc)
+        if database != OK:
+            return database, NOT_CHECKED
+        return database, await _run("migrations", _migrations, svc)
+
+    # Side by side: the answer comes within two check timeouts (the charts' probe allows 10 s).
+    (database, migrations), object_store = await asyncio.gather(
+        database_then_migrations(), _run("object_store", _object_store, svc)
+    )
+    checks: dict[str, Any] = {"database": database, "migrations": migrations, "object_store": object_store}
     failed = [name for name, result in checks.items() if result not in (OK, NOT_CHECKED)]
     if failed:
         raise ServiceUnavailableError(
