@@ -1,8 +1,8 @@
-"""``orchestrator serve``'s graceful shutdown on SIGTERM, as a real process: an agent's open long poll is
-answered at once, a request in flight finishes, a request that does not finish is cut after
-PO_SHUTDOWN_GRACE_SECONDS so the process exits within its bound, and the command lease the server handed
-out (unanswered, its lease an hour long) is handed back: after the restart the next poll gets the command
-again at once, as its next attempt."""
+"""``orchestrator serve``'s graceful shutdown on SIGTERM, as a real process: an agent's open long poll and
+a managed runner's open claim are answered at once, a request in flight finishes, a request that does not
+finish is cut after PO_SHUTDOWN_GRACE_SECONDS so the process exits within its bound, and the command lease
+the server handed out (unanswered, its lease an hour long) is handed back: after the restart the next poll
+gets the command again at once, as its next attempt."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ WAIT_SECONDS = 60
 GRACE_SECONDS = 3
 #: Far beyond the grace: the process must be gone by then.
 STOP_BOUND_SECONDS = 30
+MANAGED_SECRET = "a-managed-runner-secret-of-at-least-forty-eight-characters"
 
 
 class SlowBody:
@@ -56,6 +57,7 @@ def test_sigterm__polls_answered_in_flight_finishes_bound_kept_lease_handed_back
         PO_SHUTDOWN_GRACE_SECONDS=str(GRACE_SECONDS),
         PO_AGENT_PRESENCE_INTERVAL_SECONDS="0",
         PO_AGENT_POLL_FALLBACK_SECONDS="0.2",
+        MANAGED_RUNNER_SECRET=MANAGED_SECRET,
     )
     server.start()
     private_pem, public_pem = agent_auth.generate_key_pair()
@@ -88,12 +90,27 @@ def test_sigterm__polls_answered_in_flight_finishes_bound_kept_lease_handed_back
             timeout=STOP_BOUND_SECONDS * 3,
         )
 
+    registered = httpx.post(
+        f"{server.url}/runner/register", json={"managedSecret": MANAGED_SECRET, "name": "runner-0"}
+    )
+    assert 200 <= registered.status_code < 300, registered.text
+
+    def claim() -> httpx.Response:
+        return httpx.post(
+            f"{server.url}/runner/claim",
+            json={"waitSeconds": 25},
+            headers={"Authorization": f"Bearer {registered.json()['token']}"},
+            timeout=STOP_BOUND_SECONDS * 3,
+        )
+
     finishing = SlowBody(b'{"id": ', b'"finished"}')
     stalled = SlowBody(b'{"id": ', b'"stalled"}')
     try:
         delivered = poll("local")
         assert 200 == delivered.status_code, delivered.text
-        with ThreadPoolExecutor(3) as pool:
+        with ThreadPoolExecutor(4) as pool:
+            # No managed deployment is queued: the claim waits.
+            claiming = pool.submit(claim)
             waiting = pool.submit(poll, "idle")
             in_flight = pool.submit(create_project, "finished", finishing)
             cut = pool.submit(create_project, "stalled", stalled)
@@ -109,6 +126,7 @@ def test_sigterm__polls_answered_in_flight_finishes_bound_kept_lease_handed_back
             server.process.send_signal(signal.SIGTERM)
             # The idle poll is answered while the process is still stopping (its in-flight request holds it).
             answered = waiting.result(STOP_BOUND_SECONDS)
+            claimed = claiming.result(STOP_BOUND_SECONDS)
             finishing.go.set()
             finished = in_flight.result(STOP_BOUND_SECONDS)
             exit_code = server.process.wait(STOP_BOUND_SECONDS)
@@ -127,6 +145,7 @@ def test_sigterm__polls_answered_in_flight_finishes_bound_kept_lease_handed_back
         server.stop()
 
     assert 204 == answered.status_code
+    assert 204 == claimed.status_code, claimed.text
     assert 201 == finished.status_code, finished.text
     assert 0 == exit_code, server.log.read_text()[-3000:]
     # The request still sending its body after the grace was cut (uvicorn answers 500), nothing created.
