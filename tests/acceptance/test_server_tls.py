@@ -67,7 +67,7 @@ def tls_server(
     return ServerProcess(
         database_url,
         tmp_path / "data",
-        https_ca=ca.pem,
+        https_ca=ca.pem.decode(),
         PO_TLS_CERT_FILE=str(tls_dir / "tls.crt"),
         PO_TLS_KEY_FILE=str(tls_dir / "tls.key"),
         PO_LOG_LEVEL="info",

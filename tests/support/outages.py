@@ -60,15 +60,15 @@ class ServerProcess:
         data_dir: Path,
         *,
         unimportable: Sequence[str] = (),
-        https_ca: bytes | None = None,
+        https_ca: str | None = None,
         **environment: str,
     ) -> None:
         self.unimportable = tuple(unimportable)
         self.port = free_port()
-        # ``https_ca``: the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of this CA.
+        # ``https_ca`` (PEM): the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of this CA.
         self.verify: ssl.SSLContext | bool = True
         if https_ca is not None:
-            self.verify = ssl.create_default_context(cadata=https_ca.decode())
+            self.verify = ssl.create_default_context(cadata=https_ca)
         self.url = f"{'https' if https_ca is not None else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = data_dir
         self.runs_dir = Path(environment.get("PO_LOCAL_RUNS_DIR", data_dir.parent / "runs"))
