@@ -65,7 +65,7 @@ class ServerProcess:
     ) -> None:
         self.unimportable = tuple(unimportable)
         self.port = free_port()
-        # ``https_ca`` (PEM): the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of this CA.
+        # ``https_ca`` (PEM): the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of it.
         self.verify: ssl.SSLContext | bool = True
         if https_ca is not None:
             self.verify = ssl.create_default_context(cadata=https_ca)
