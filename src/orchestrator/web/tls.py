@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,39 +81,39 @@ class ServerTls:
             client_ca_file=settings.tls_client_ca_file,
         )
 
-    def _digest(self) -> str:
-        files = [self.cert_file, self.key_file, *([self.client_ca_file] if self.client_ca_file else [])]
-        digest = hashlib.sha256()
-        for path in files:
-            digest.update(hashlib.sha256(_read(path)).digest())
-        return digest.hexdigest()
-
     def reload(self) -> bool:
         """Load the files into the live context if they changed: True if they were; ConfigurationError
         (the context unchanged) if they cannot be read or do not make a key pair."""
-        digest = self._digest()
-        if digest == self._loaded:
+        cert, key = _read(self.cert_file), _read(self.key_file)
+        client_ca = _read(self.client_ca_file) if self.client_ca_file is not None else b""
+        digest = hashlib.sha256(b"\0".join(hashlib.sha256(part).digest() for part in (cert, key, client_ca)))
+        if digest.hexdigest() == self._loaded:
             return False
-        scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            scratch.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"cannot load the TLS certificate {self.cert_file} with the key {self.key_file}: {exc}"
-            ) from exc
-        if self.client_ca_file is not None:
+        # The bytes read once, loaded from a private copy into a scratch context, then into the live one:
+        # a file replaced meanwhile cannot leave the live context with a certificate without its key.
+        with tempfile.TemporaryDirectory(prefix="po-tls-") as private:
+            cert_copy, key_copy = Path(private) / "tls.crt", Path(private) / "tls.key"
+            cert_copy.write_bytes(cert)
+            key_copy.write_bytes(key)
+            scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             try:
-                scratch.load_verify_locations(cafile=str(self.client_ca_file))
+                scratch.load_cert_chain(certfile=cert_copy, keyfile=key_copy)
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigurationError(
-                    f"cannot load PO_TLS_CLIENT_CA_FILE {self.client_ca_file}: {exc}"
+                    f"cannot load the TLS certificate {self.cert_file} with the key {self.key_file}: {exc}"
                 ) from exc
-        # Both loaded in a scratch context: the live one cannot be left with a certificate without its key.
-        self.context.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
-        if self.client_ca_file is not None:
-            self.context.load_verify_locations(cafile=str(self.client_ca_file))
+            if self.client_ca_file is not None:
+                try:
+                    scratch.load_verify_locations(cadata=client_ca.decode(errors="replace"))
+                except (ssl.SSLError, ValueError) as exc:
+                    raise ConfigurationError(
+                        f"cannot load PO_TLS_CLIENT_CA_FILE {self.client_ca_file}: {exc}"
+                    ) from exc
+            self.context.load_cert_chain(certfile=cert_copy, keyfile=key_copy)
+            if self.client_ca_file is not None:
+                self.context.load_verify_locations(cadata=client_ca.decode(errors="replace"))
         first = not self._loaded
-        self._loaded = digest
+        self._loaded = digest.hexdigest()
         if not first:
             log.info("TLS certificate reloaded", cert_file=str(self.cert_file))
         return True
