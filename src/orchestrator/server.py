@@ -74,9 +74,12 @@ from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
+from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from orchestrator.launchers import aws as aws_launchers
     from orchestrator.launchers.kubernetes_cloud import AccessCache
 
@@ -384,6 +387,14 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class _App(FastAPI):
+    """FastAPI with request ids outermost: outside Starlette's last-resort handler, so that a 500 answer
+    carries ``X-Request-ID`` and the lines logged about it carry ``request_id``."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIdMiddleware(super().build_middleware_stack())
+
+
 def create_app(
     settings: ServerSettings,
     *,
@@ -519,7 +530,7 @@ def create_app(
                 await task
             await db.dispose(engine)
 
-    app = FastAPI(
+    app = _App(
         title="Platform Orchestrator",
         version="0.1.0",
         lifespan=lifespan,

@@ -274,8 +274,8 @@ class ManagedRunner:
     async def _run(self, claim: Claim) -> None:
         deployment = claim.deployment
         self._deployment, self._lost = deployment.id, asyncio.Event()
-        context = {"deployment_id": deployment.id, "org_id": deployment.org_id}
-        log.info("deployment claimed", project_id=deployment.project_id, env_id=deployment.env_id, **context)
+        context = {"deployment_id": deployment.id, "org_id": deployment.org_id, "env_id": deployment.env_id}
+        log.info("deployment claimed", project_id=deployment.project_id, **context)
         exit_code = children.NOT_STARTED_EXIT_CODE
         work = None
         try:
