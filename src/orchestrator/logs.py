@@ -199,7 +199,8 @@ def configure(level: str = "info", *, fmt: str | None = None, stream: TextIO | N
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=lambda *_args: writer,
-        cache_logger_on_first_use=True,
+        # Not cached: a later configure applies to every logger (a few lines a request: no measurable cost).
+        cache_logger_on_first_use=False,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[

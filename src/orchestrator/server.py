@@ -96,7 +96,9 @@ API_DESCRIPTION = (
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
     "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json`, `/docs` and "
     "the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) need no "
-    "credentials."
+    "credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own when it "
+    "sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log lines "
+    "about the request carry it as `request_id`."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.

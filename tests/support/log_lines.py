@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+#: A token as the orchestrator makes them (32 random bytes in URL-safe base64: 43 characters; an API token
+#: has ``po_`` before), or a JWT (an agent's).
+_TOKEN_SHAPED = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:po_)?[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
+    r"|eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"
+)
 #: Lines of a PEM body shorter than this are not looked for on their own (the last line can be short).
 _MIN_PEM_LINE = 16
 
@@ -53,3 +60,18 @@ def secret_hits(logs: Mapping[str, str], secrets: Mapping[str, str]) -> list[str
                 if any(form in line or form in decoded for form in forms(secret)):
                     hits.append(f"{secret_name} in {log_name}: {line[:300]}")
     return hits
+
+
+def token_shaped(text: str) -> list[str]:
+    """What in ``text`` looks like a token whose value a test cannot know (a managed runner's own token, an
+    agent's JWT): 43 URL-safe base64 characters mixing digits, upper and lower case letters; or a JWT."""
+    return [
+        found
+        for found in _TOKEN_SHAPED.findall(text)
+        if found.startswith("eyJ")
+        or (
+            any(c.isdigit() for c in found)
+            and any(c.isupper() for c in found)
+            and any(c.islower() for c in found)
+        )
+    ]
