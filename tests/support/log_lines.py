@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
+
+import structlog
+
+from orchestrator import logs
 
 #: A token as the orchestrator makes them (32 random bytes in URL-safe base64: 43 characters; an API token
 #: has ``po_`` before), or a JWT (an agent's).
@@ -75,3 +82,25 @@ def token_shaped(text: str) -> list[str]:
             and any(c.islower() for c in found)
         )
     ]
+
+
+@contextmanager
+def configured(
+    level: str = "debug", fmt: str | None = "json", stream: io.StringIO | None = None
+) -> Iterator[io.StringIO]:
+    """``logs.configure`` writing to a buffer (yielded), the process's logging restored afterwards."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, root_level = list(root.handlers), root.level
+    names = (*logs.CHATTY, *logs.QUIET, "asyncssh")
+    levels = {name: logging.getLogger(name).level for name in names}
+    buffer = io.StringIO() if stream is None else stream
+    logs.configure(level, fmt=fmt, stream=buffer)
+    try:
+        yield buffer
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(root_level)
+        for name, value in levels.items():
+            logging.getLogger(name).setLevel(value)
