@@ -48,7 +48,7 @@ async def test_request_id__a_sane_one_is_kept(app: FastAPI, presented: str) -> N
 )
 async def test_request_id__an_insane_one_is_replaced(app: FastAPI, presented: str) -> None:
     async with _client(app) as client:
-        answer = await client.get("/healthz", headers={"X-Request-ID": presented.encode("latin-1")})
+        answer = await client.get("/healthz", headers={b"X-Request-ID": presented.encode("latin-1")})
 
     assert GENERATED.fullmatch(answer.headers["X-Request-ID"]), answer.headers
 
