@@ -73,7 +73,8 @@ _WORD: Final = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _SECRET_TEXT: Final = re.compile(
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)"
     r"|AGE-SECRET-KEY-1[0-9A-Z]+"
-    r"|\b(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}"
+    # A credential after the scheme: 8 or more token characters, not all letters ("Basic authentication").
+    r"|\b(?:Bearer|Basic)\s+(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{8,}"
     r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*",
     re.DOTALL,
 )

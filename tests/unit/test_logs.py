@@ -170,7 +170,13 @@ def test_redact__secret_keys_and_credential_text_at_any_depth() -> None:
             token_id="t-1",
             headers={"Authorization": "Bearer po_abc", "Accept": "application/json"},
             note=f"key {pem} sent",
-            said=[f"Bearer {jwt}", "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQ", "plain"],
+            said=[
+                f"Bearer {jwt}",
+                "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQ",
+                "sent Authorization: Bearer po_4x9Yq2LmZt8",
+                "Basic ZGVwbG95bWVudDp0b2tlbg==",
+                "Basic authentication required",
+            ],
         )
         logging.getLogger("httpx").info("sent %s", jwt)
     first, second = json_lines(out.getvalue())[0]
@@ -180,7 +186,13 @@ def test_redact__secret_keys_and_credential_text_at_any_depth() -> None:
         "token_id": "t-1",
         "headers": {"Authorization": "[REDACTED]", "Accept": "application/json"},
         "note": "key [REDACTED]\n sent",
-        "said": ["[REDACTED]", "[REDACTED]", "plain"],
+        "said": [
+            "[REDACTED]",
+            "[REDACTED]",
+            "sent Authorization: [REDACTED]",
+            "[REDACTED]",
+            "Basic authentication required",
+        ],
     }.items() <= first.items()
     assert "sent [REDACTED]" == second["event"]
 
