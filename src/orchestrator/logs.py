@@ -184,7 +184,7 @@ def configure(level: str = "info", *, fmt: str | None = None, stream: TextIO | N
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if resolved_format(fmt, out) == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        else structlog.dev.ConsoleRenderer(colors=False, timestamp_key="time")
     )
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True, key="time")
     writer = structlog.WriteLogger(out)
