@@ -74,9 +74,12 @@ from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
+from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from orchestrator.launchers import aws as aws_launchers
     from orchestrator.launchers.kubernetes_cloud import AccessCache
 
@@ -93,7 +96,9 @@ API_DESCRIPTION = (
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
     "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json`, `/docs` and "
     "the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) need no "
-    "credentials."
+    "credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own when it "
+    "sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log lines "
+    "about the request carry it as `request_id`."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -384,6 +389,14 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class _App(FastAPI):
+    """FastAPI with request ids outermost: outside Starlette's last-resort handler, so that a 500 answer
+    carries ``X-Request-ID`` and the lines logged about it carry ``request_id``."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIdMiddleware(super().build_middleware_stack())
+
+
 def create_app(
     settings: ServerSettings,
     *,
@@ -519,7 +532,7 @@ def create_app(
                 await task
             await db.dispose(engine)
 
-    app = FastAPI(
+    app = _App(
         title="Platform Orchestrator",
         version="0.1.0",
         lifespan=lifespan,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator, model_validator
@@ -227,6 +228,9 @@ class ServerSettings(BaseSettings):
         description="Managed runners not seen for this long are removed (never busy ones).",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
+    log_format: Literal["json", "console"] | None = Field(
+        default=None, description="json or console; default: json unless stderr is a terminal."
+    )
 
     @field_validator("managed_runner_secret")
     @classmethod

@@ -53,6 +53,11 @@ def main() -> None:
     "<temp dir>/platform-orchestrator-runs-<uid>]",
 )
 @click.option("--log-level", help="debug, info, warning, error [env PO_LOG_LEVEL]")
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "console"]),
+    help="json or console [env PO_LOG_FORMAT, default json unless stderr is a terminal]",
+)
 def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
     import uvicorn
@@ -60,7 +65,7 @@ def serve(**options: Any) -> None:
     from orchestrator.server import Server, create_app, prepare
 
     settings = _settings(**options)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, fmt=settings.log_format)
     try:
         # Migrations, the key check, the object store: a wrong configuration is one line, not a traceback.
         asyncio.run(prepare(settings))
@@ -71,8 +76,10 @@ def serve(**options: Any) -> None:
         app,
         host=settings.listen_host,
         port=settings.listen_port,
-        log_level=settings.log_level if settings.log_level != "warn" else "warning",
-        access_log=settings.log_level == "debug",
+        log_level=logs.LEVELS.get(settings.log_level.lower(), logs.LEVELS["info"]),
+        access_log=settings.log_level.lower() == "debug",
+        # uvicorn's own lines go through the root logger's handler (logs.configure): one format.
+        log_config=None,
         lifespan="on",
     )
     # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server).
