@@ -77,10 +77,13 @@ from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
+from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
 from orchestrator.web.tls import ClientCertificateMiddleware, ServerTls
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from orchestrator.launchers import aws as aws_launchers
     from orchestrator.launchers.kubernetes_cloud import AccessCache
 
@@ -97,7 +100,9 @@ API_DESCRIPTION = (
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
     "body `{error, message, details?}`. `/healthz`, `/readyz`, `/runner-compatibility`, `/openapi.json`, "
     "`/docs` and the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) "
-    "need no credentials."
+    "need no credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own "
+    "when it sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log "
+    "lines about the request carry it as `request_id`."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -392,17 +397,20 @@ class TlsH11Protocol(H11Protocol):
         self.app = with_tls
 
 
-def uvicorn_config(settings: ServerSettings, app: FastAPI, tls: ServerTls | None) -> uvicorn.Config:
-    """How ``orchestrator serve`` runs ``app``: HTTPS with ``tls``'s live context when it is given, and
-    requests in flight at a stop cut after ``PO_SHUTDOWN_GRACE_SECONDS``."""
-    level = settings.log_level if settings.log_level != "warn" else "warning"
+def uvicorn_config(
+    settings: ServerSettings, app: FastAPI, tls: ServerTls | None, *, log_level: int
+) -> uvicorn.Config:
+    """How ``orchestrator serve`` runs ``app``: HTTPS with ``tls``'s live context when it is given, requests
+    in flight at a stop cut after ``PO_SHUTDOWN_GRACE_SECONDS``, and uvicorn's own lines at ``log_level``
+    through the root logger's handler (``logs.configure``, which the CLI ran: one format)."""
     if tls is None:
         return uvicorn.Config(
             app,
             host=settings.listen_host,
             port=settings.listen_port,
-            log_level=level,
-            access_log=settings.log_level == "debug",
+            log_level=log_level,
+            access_log=settings.log_level.lower() == "debug",
+            log_config=None,
             lifespan="on",
             timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         )
@@ -410,8 +418,9 @@ def uvicorn_config(settings: ServerSettings, app: FastAPI, tls: ServerTls | None
         app,
         host=settings.listen_host,
         port=settings.listen_port,
-        log_level=level,
-        access_log=settings.log_level == "debug",
+        log_level=log_level,
+        access_log=settings.log_level.lower() == "debug",
+        log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         # uvicorn builds a context from files once; this one is reloaded in place (web.tls).
@@ -478,6 +487,14 @@ class Server(uvicorn.Server):
         if self._tls_watch is not None:
             self._tls_watch.cancel()
         await super().shutdown(sockets)
+
+
+class _App(FastAPI):
+    """FastAPI with request ids outermost: outside Starlette's last-resort handler, so that a 500 answer
+    carries ``X-Request-ID`` and the lines logged about it carry ``request_id``."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIdMiddleware(super().build_middleware_stack())
 
 
 def create_app(
@@ -617,7 +634,7 @@ def create_app(
                 await task
             await db.dispose(engine)
 
-    app = FastAPI(
+    app = _App(
         title="Platform Orchestrator",
         version="0.1.0",
         lifespan=lifespan,

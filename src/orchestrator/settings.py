@@ -255,6 +255,9 @@ class ServerSettings(BaseSettings):
         "(long polls answer at once); then the leases this server handed out are handed back.",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
+    log_format: Literal["json", "console"] | None = Field(
+        default=None, description="json or console; default: json unless stderr is a terminal."
+    )
 
     @field_validator("managed_runner_secret")
     @classmethod

@@ -24,6 +24,7 @@ from orchestrator.store.schema import agent_commands
 from tests.support.agent_process import AgentProcess
 from tests.support.demo_modules import make_slow
 from tests.support.live_server import serve_in_thread
+from tests.support.log_lines import json_lines
 from tests.support.outages import ServerProcess
 from tests.support.stack import Stack, build_stack, demo_manifest, runner_body
 
@@ -208,7 +209,9 @@ def test_vm_agent__killed_between_launch_and_ack__redelivered_after_the_lease_an
     assert 2 == command["attempt"]
     # The second agent adopted the run the first one started: no second runner process.
     assert "job launched" in first.output() and "command acked" not in first.output()
-    assert f"handle={launched}" in second.output(), second.output()[-3000:]
+    assert launched in [line.get("handle") for line in json_lines(second.output())[0]], second.output()[
+        -3000:
+    ]
 
 
 def test_vm_agent__server_restarted_while_the_agent_waits(

@@ -137,6 +137,7 @@ def test_deployment__runs_po_runner_remote_with_the_agent_environment(chart: Any
     assert env["RUNNER_ID"]["value"] == "cluster-agent"
     assert env["RUNNER_GATEWAY_URL"]["value"] == "https://orchestrator.example.com"
     assert env["LOG_LEVEL"]["value"] == "info"
+    assert env["PO_LOG_FORMAT"]["value"] == "json"
     assert env["AGENT_JOB_NAMESPACES"]["value"] == NAMESPACE
     assert not {"RUNNER_GATEWAY_CA_FILE", "RUNNER_GATEWAY_CLIENT_CERT_FILE"} & set(env)
     pod = deployment["spec"]["template"]["spec"]
@@ -309,6 +310,7 @@ def test_overrides__replicas_image_log_level_extra_env_scheduling(chart: Any) ->
             "imagePullSecrets": [{"name": "registry"}],
             "platformOrchestrator": {
                 "logLevel": "debug",
+                "logFormat": "console",
                 "extraEnvVars": [
                     {"name": "AGENT_POLL_TIMEOUT_SECONDS", "value": "60"},
                     {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "url"}}},
@@ -342,13 +344,15 @@ def test_overrides__replicas_image_log_level_extra_env_scheduling(chart: Any) ->
     }
     env = env_of(container)
     assert env["LOG_LEVEL"]["value"] == "debug"
+    assert env["PO_LOG_FORMAT"]["value"] == "console"
     assert env["AGENT_POLL_TIMEOUT_SECONDS"]["value"] == "60"
     assert env["HTTPS_PROXY"]["valueFrom"]["secretKeyRef"]["name"] == "proxy"
-    assert [e["name"] for e in container["env"]][:6] == [
+    assert [e["name"] for e in container["env"]][:7] == [
         "ORG_ID",
         "RUNNER_ID",
         "RUNNER_GATEWAY_URL",
         "LOG_LEVEL",
+        "PO_LOG_FORMAT",
         "AGENT_JOB_NAMESPACES",
         "PRIVATE_KEY",
     ]
@@ -374,6 +378,10 @@ def test_private_key_change__rolls_the_deployment(chart: Any) -> None:
         ({"gateway": {"url": ""}}, "gateway.url is required"),
         ({"gateway": {"privateKey": ""}}, "gateway.privateKeyExistingSecret"),
         ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+        (
+            {"platformOrchestrator": {"logFormat": "text"}},
+            'platformOrchestrator.logFormat must be json or console, not "text"',
+        ),
     ],
 )
 def test_required_values__refused(

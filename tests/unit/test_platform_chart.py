@@ -141,6 +141,7 @@ def test_server__runs_orchestrator_serve_with_the_generated_secrets(chart: Any) 
     assert env["PO_LISTEN"]["value"] == "0.0.0.0:8080"
     assert env["PO_PUBLIC_URL"]["value"] == SERVICE_URL
     assert env["PO_LOG_LEVEL"]["value"] == "info"
+    assert env["PO_LOG_FORMAT"]["value"] == "json"
     assert secret_ref(env, "PO_ENCRYPTION_KEY") == {"name": KEY_SECRET, "key": "encryption-key"}
     assert secret_ref(env, "PO_BOOTSTRAP_TOKEN") == {"name": TOKEN_SECRET, "key": "token"}
     assert secret_ref(env, "MANAGED_RUNNER_SECRET") == {"name": MANAGED_SECRET, "key": MANAGED_KEY}
@@ -309,6 +310,8 @@ def test_managed_runners__po_runner_managed_with_seed_004s_environment(chart: An
     assert secret_ref(env, "RUNNER_MANAGED_SECRET") == {"name": MANAGED_SECRET, "key": MANAGED_KEY}
     assert env["RUNNER_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "RUNNER_TAGS" not in env  # no tags of its own: only the detected ones
+    # Their logs as the server's.
+    assert ("info", "json") == (env["PO_LOG_LEVEL"]["value"], env["PO_LOG_FORMAT"]["value"])
     mounts = {m["mountPath"]: m for m in runner["volumeMounts"]}
     # The runner makes its work dir private (chmod 0700): a directory of its own, not the mount's root.
     assert str(Path(env["RUNNER_WORK_DIR"]["value"]).parent) in mounts
@@ -372,6 +375,18 @@ def test_managed_runners_tags__joined_into_runner_tags(chart: Any) -> None:
     rendered = render(chart, merged({"managedRunners": {"tags": ["gpu", "eu-west.1", "kubernetes"]}}))
     env = env_of(container(rendered, "StatefulSet"))
     assert env["RUNNER_TAGS"]["value"] == "gpu,eu-west.1,kubernetes"
+
+
+def test_log_settings__server_and_managed_runners_alike(chart: Any) -> None:
+    rendered = render(chart, merged({"logLevel": "debug", "logFormat": "console"}))
+    for kind in ("Deployment", "StatefulSet"):
+        env = env_of(container(rendered, kind))
+        assert ("debug", "console") == (env["PO_LOG_LEVEL"]["value"], env["PO_LOG_FORMAT"]["value"]), kind
+
+
+def test_log_format__anything_else_refused(helm: ModuleType, chart: Any) -> None:
+    with pytest.raises(helm.HelmError, match='logFormat must be json or console, not "text"'):
+        chart.render(merged({"logFormat": "text"}), name=RELEASE, namespace=NAMESPACE)
 
 
 @pytest.mark.parametrize("tag", ["GPU", "-gpu", "gpu tag", "a" * 64, ""])

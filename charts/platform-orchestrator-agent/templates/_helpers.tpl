@@ -55,3 +55,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "po-agent.jobsNamespace" -}}
 {{- default .Release.Namespace .Values.jobsRbac.namespace }}
 {{- end }}
+
+{{/* PO_LOG_FORMAT of the agent: json or console, anything else refused. */}}
+{{- define "po-agent.logFormat" -}}
+{{- $format := .Values.platformOrchestrator.logFormat | toString }}
+{{- if not (has $format (list "json" "console")) }}
+{{- fail (printf "platformOrchestrator.logFormat must be json or console, not %q" $format) }}
+{{- end }}
+{{- $format }}
+{{- end }}

@@ -99,3 +99,12 @@ changes), in the pod templates of the server and of the runners, so that changin
 {{- define "po.managedRunnerSecretChecksum" -}}
 {{- with .Values.managedRunners.secret }}{{ toString . | sha256sum }}{{ end }}
 {{- end }}
+
+{{/* PO_LOG_FORMAT of the server and the managed runners: json or console, anything else refused. */}}
+{{- define "po.logFormat" -}}
+{{- $format := .Values.logFormat | toString }}
+{{- if not (has $format (list "json" "console")) }}
+{{- fail (printf "logFormat must be json or console, not %q" $format) }}
+{{- end }}
+{{- $format }}
+{{- end }}

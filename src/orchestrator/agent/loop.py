@@ -187,6 +187,14 @@ class Agent:
     async def handle(self, delivered: protocol.NextCommand) -> Outcome:
         """Steps 2-5 for one delivered command."""
         envelope = delivered.command
+        # The command's lines, and those of the run's watch (a task made here), carry its deployment's ids.
+        with structlog.contextvars.bound_contextvars(
+            org_id=envelope.organization_id, deployment_id=envelope.deployment_id
+        ):
+            return await self._handle(delivered)
+
+    async def _handle(self, delivered: protocol.NextCommand) -> Outcome:
+        envelope = delivered.command
         context = {"command_id": envelope.command_id, "attempt": delivered.attempt}
         try:
             payload = protocol.check_envelope(

@@ -76,6 +76,7 @@ def remote(gateway_url: str | None) -> None:
         settings = AgentSettings(runner_gateway_url=gateway_url) if gateway_url else AgentSettings()
     except ValidationError as exc:
         raise RunnerConfigurationError(_describe(exc, "invalid agent environment")) from exc
+    _configure_logs()
     try:
         asyncio.run(agent_main.serve(settings))
     except errors.ConfigurationError as exc:
@@ -90,7 +91,6 @@ def managed() -> None:
     # Imported here: every deployment starts `po-runner standard`, which needs none of this.
     import asyncio
 
-    from orchestrator import logs
     from orchestrator.managed import main as managed_main
     from orchestrator.managed.settings import ManagedSettings
 
@@ -98,12 +98,24 @@ def managed() -> None:
         settings = ManagedSettings()
     except ValidationError as exc:
         raise RunnerConfigurationError(_describe(exc, "invalid managed runner environment")) from exc
-    logs.configure(os.environ.get("LOG_LEVEL", "info"), json=True)
+    _configure_logs()
     try:
         exit_code = asyncio.run(managed_main.serve(settings))
     except errors.ConfigurationError as exc:
         raise RunnerConfigurationError(exc.message) from exc
     sys.exit(exit_code)
+
+
+def _configure_logs() -> None:
+    """The agent's and the managed runner's logs: ``PO_LOG_LEVEL`` (or upstream's ``LOG_LEVEL``) and
+    ``PO_LOG_FORMAT`` (see ``orchestrator.logs``)."""
+    from orchestrator import logs
+
+    try:
+        level, fmt = logs.from_environ(os.environ)
+    except ValueError as exc:
+        raise RunnerConfigurationError(str(exc)) from exc
+    logs.configure(level, fmt=fmt)
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

@@ -53,13 +53,18 @@ def main() -> None:
     "<temp dir>/platform-orchestrator-runs-<uid>]",
 )
 @click.option("--log-level", help="debug, info, warning, error [env PO_LOG_LEVEL]")
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "console"]),
+    help="json or console [env PO_LOG_FORMAT, default json unless stderr is a terminal]",
+)
 def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
     from orchestrator.server import Server, create_app, prepare, uvicorn_config
     from orchestrator.web.tls import ServerTls
 
     settings = _settings(**options)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, fmt=settings.log_format)
     try:
         # Migrations, the key check, the object store: a wrong configuration is one line, not a traceback.
         asyncio.run(prepare(settings))
@@ -70,7 +75,9 @@ def serve(**options: Any) -> None:
     # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server); SIGHUP
     # reloads the TLS files.
     server = Server(
-        uvicorn_config(settings, app, tls),
+        uvicorn_config(
+            settings, app, tls, log_level=logs.LEVELS.get(settings.log_level.lower(), logs.LEVELS["info"])
+        ),
         app,
         tls=tls,
         tls_reload_interval_seconds=settings.tls_reload_interval_seconds,

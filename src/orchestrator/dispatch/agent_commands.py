@@ -332,7 +332,7 @@ async def apply_event(
     )
     if not first:
         return None
-    context = {"deployment_id": event.deployment_id, "runner_id": event.runner_id, "event_id": event.event_id}
+    context = {**deployment.log_context(), "runner_id": event.runner_id, "event_id": event.event_id}
     if isinstance(payload, protocol.JobCreatedPayload):
         await store.record_job_created(conn, deployment_id, job_id=payload.job_id, now=now)
         log.info("agent created the job", job_id=payload.job_id, **context)

@@ -189,16 +189,18 @@ class Dispatcher:
             async with self.engine.begin() as conn:
                 expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
             for deployment in expired:
-                log.info("agent command expired", deployment_id=str(deployment.id))
+                log.info("agent command expired", **deployment.log_context())
                 self.on_final(str(deployment.id))
 
     async def _guarded(self, step: Callable[[Deployment], Awaitable[None]], deployment: Deployment) -> None:
         """Run one deployment's step; what escapes it is logged and ends there. Its lease runs out and
         the next round takes the deployment up again (a database that was down is back by then)."""
+        # Each step runs in its own task (gather): the ids are bound for its lines, the launcher's included.
+        structlog.contextvars.bind_contextvars(**deployment.log_context())
         try:
             await step(deployment)
         except Exception:
-            log.exception("dispatch step failed", deployment_id=str(deployment.id), step=step.__name__)
+            log.exception("dispatch step failed", step=step.__name__)
 
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:

@@ -172,7 +172,7 @@ async def finished(
     message = exited_message(record.name, exit_code)
     failed = await results_policy.fail(conn, deployment, message, now=now, code="RUNNER_EXITED")
     if failed:
-        log.info("managed deployment failed", deployment_id=str(deployment_id), runner=record.name)
+        log.info("managed deployment failed", runner=record.name, **deployment.log_context())
     return failed
 
 
@@ -194,17 +194,15 @@ async def _lose_claim(
             outcome.requeued.append(str(deployment_id))
             log.info(
                 "managed claim lost before it began: queued again",
-                deployment_id=str(deployment_id),
                 runner=record.name,
+                **deployment.log_context(),
             )
         return outcome
     if await results_policy.fail(
         conn, deployment, lost_message(record.name, ran_out_at), now=now, code="RUNNER_LOST"
     ):
         outcome.failed.append(str(deployment_id))
-        log.info(
-            "managed claim lost: deployment failed", deployment_id=str(deployment_id), runner=record.name
-        )
+        log.info("managed claim lost: deployment failed", runner=record.name, **deployment.log_context())
     return outcome
 
 

@@ -116,3 +116,13 @@ class Deployment:
     next_check_at: datetime | None
     exited_at: datetime | None
     timeout_at: datetime
+
+    def log_context(self) -> dict[str, str]:
+        """The ids every log line about this deployment carries (bound as structlog context variables)."""
+        return {
+            "org_id": self.org_id,
+            "project_id": self.project_id,
+            "env_id": self.env_id,
+            "env_uuid": str(self.env_uuid),
+            "deployment_id": str(self.id),
+        }

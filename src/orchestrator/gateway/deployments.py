@@ -18,6 +18,7 @@ import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import structlog
 from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
@@ -87,6 +88,8 @@ async def authorized_deployment(
         raise UnauthenticatedError(
             f"the deployment token is no longer valid: deployment '{deployment_id}' is gone"
         )
+    # The request's later lines are about this deployment.
+    structlog.contextvars.bind_contextvars(**deployment.log_context())
     if deployment.status == Status.EXECUTING:
         return deployment
     finished = deployment.completed_at or deployment.updated_at

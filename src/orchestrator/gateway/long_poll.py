@@ -77,6 +77,8 @@ class LongPoll:
                     command_id=delivered.command.command_id,
                     attempt=delivered.attempt,
                     runner_id=runner_id,
+                    org_id=org_id,
+                    deployment_id=delivered.command.deployment_id,
                 )
                 return JSONResponse(delivered.model_dump(mode="json"))
             remaining = deadline - loop.time()

@@ -274,7 +274,9 @@ async def claim(
         async with transaction(svc) as conn:
             record = await policy.authenticate(conn, token)
             claimed = await _claim(conn, record, settings)
-    log.info("managed deployment claimed", deployment_id=str(claimed.id), runner=record.name)
+    # The request's later lines are about this deployment.
+    structlog.contextvars.bind_contextvars(**claimed.log_context())
+    log.info("managed deployment claimed", runner=record.name)
     answer = ClaimOut(
         deployment=ClaimedDeployment(
             id=str(claimed.id), orgId=claimed.org_id, projectId=claimed.project_id, envId=claimed.env_id

@@ -169,8 +169,16 @@ async def _copy(stream: asyncio.StreamReader, sink: TextIO, deployment_id: str, 
         if not line:
             continue
         if not _is_json_object(line):
+            # With the deployment's ids the managed runner bound (this task was made in their context).
+            context = structlog.contextvars.get_contextvars()
             line = json.dumps(
-                {"event": line, "stream": name, "deployment_id": deployment_id, "source": "po-runner"}
+                {
+                    "event": line,
+                    "stream": name,
+                    **context,
+                    "deployment_id": deployment_id,
+                    "source": "po-runner",
+                }
             )
         sink.write(line + "\n")
         sink.flush()

@@ -273,9 +273,20 @@ class ManagedRunner:
 
     async def _run(self, claim: Claim) -> None:
         deployment = claim.deployment
+        # Every line until the exit code is reported is about this deployment (heartbeats included: a task
+        # of its own, made before, they do not see this context).
+        with structlog.contextvars.bound_contextvars(
+            org_id=deployment.org_id,
+            project_id=deployment.project_id,
+            env_id=deployment.env_id,
+            deployment_id=deployment.id,
+        ):
+            await self._run_claimed(claim)
+
+    async def _run_claimed(self, claim: Claim) -> None:
+        deployment = claim.deployment
         self._deployment, self._lost = deployment.id, asyncio.Event()
-        context = {"deployment_id": deployment.id, "org_id": deployment.org_id}
-        log.info("deployment claimed", project_id=deployment.project_id, env_id=deployment.env_id, **context)
+        log.info("deployment claimed")
         exit_code = children.NOT_STARTED_EXIT_CODE
         work = None
         try:
@@ -290,15 +301,15 @@ class ManagedRunner:
                 path=self.path,
             )
             process = await children.start(self.argv, env, work, deployment_id=deployment.id, sink=self.sink)
-            log.info("po-runner started", pid=process.process.pid, **context)
+            log.info("po-runner started", pid=process.process.pid)
             exit_code = await self._supervise(process)
-            log.info("po-runner exited", exit_code=exit_code, **context)
+            log.info("po-runner exited", exit_code=exit_code)
         except OSError as exc:
-            log.error("cannot start po-runner", error=str(exc), **context)
+            log.error("cannot start po-runner", error=str(exc))
         finally:
             if work is not None:
                 removed = await asyncio.to_thread(children.remove_tree, work)
-                log.info("work directory removed", removed=removed, **context)
+                log.info("work directory removed", removed=removed)
         try:
             await self._report(deployment.id, exit_code)
         finally:

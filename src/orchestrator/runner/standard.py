@@ -81,6 +81,8 @@ def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: 
         runner_id=settings.runner_id,
         deployment_id=settings.deployment_id,
         mode=settings.mode.value,
+        # As the server's lines about the deployment (they carry env_id too, which the runner is not told).
+        **({"env_uuid": settings.deployment_env_uuid} if settings.deployment_env_uuid else {}),
     )
     log.info("platform orchestrator runner starting", version=_version())
     with gateway_client.GatewayClient(
