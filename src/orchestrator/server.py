@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,13 +20,15 @@ import pydantic
 import structlog
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from orchestrator import data_dir, deployment_tokens
 from orchestrator.api import (
     deployments,
     docs,
+    health,
     methods,
     module_providers,
     module_rules,
@@ -76,6 +79,7 @@ from orchestrator.web import errors, openapi
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
+from orchestrator.web.tls import ClientCertificateMiddleware, ServerTls
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -94,11 +98,11 @@ API_DESCRIPTION = (
     "The orchestrator's API (`/orgs/...`) and its runner gateway (`/runner-gateway/v1/...`). Each operation "
     "names the credentials it needs (Authorize: an API token for the API; a deployment token, the state "
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
-    "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json`, `/docs` and "
-    "the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) need no "
-    "credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own when it "
-    "sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log lines "
-    "about the request carry it as `request_id`."
+    "body `{error, message, details?}`. `/healthz`, `/readyz`, `/runner-compatibility`, `/openapi.json`, "
+    "`/docs` and the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) "
+    "need no credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own "
+    "when it sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log "
+    "lines about the request carry it as `request_id`."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -358,18 +362,98 @@ def stop_long_polls(app: FastAPI) -> None:
         managed.stop_polls()
 
 
+async def hand_back_leases(app: FastAPI) -> None:
+    """The server is stopping and its requests have ended: the agent commands it delivered that no answer
+    closed are deliverable again at once (``AgentGateway.hand_back_leases``)."""
+    gateway: AgentGateway | None = getattr(app.state, "agent_gateway", None)
+    if gateway is not None:
+        await gateway.hand_back_leases(app.state.services)
+
+
+def _require_client_certificates(app: FastAPI, settings: ServerSettings) -> None:
+    """PO_TLS_CLIENT_AUTH=gateway: runner gateway requests need a verified client certificate."""
+    if settings.tls_client_ca_file is not None and settings.tls_client_auth == "gateway":
+        # Outermost: the long poll's middleware answers before routing.
+        app.add_middleware(ClientCertificateMiddleware)
+
+
+class TlsH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, whose requests carry the connection's verified client certificate in
+    the ASGI ``tls`` extension (``client_cert_chain``, one PEM certificate or none), which uvicorn does
+    not fill in; ``web.tls.ClientCertificateMiddleware`` reads it. Used when PO_TLS_CLIENT_CA_FILE is
+    set; asyncio calls ``connection_made`` once the handshake is done, so the certificate is known."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        tls = {"server_cert": None, "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else []}
+        app = self.app
+
+        async def with_tls(scope: Scope, receive: Receive, send: Send) -> None:
+            scope.setdefault("extensions", {})["tls"] = tls
+            await app(scope, receive, send)
+
+        self.app = with_tls
+
+
+def uvicorn_config(
+    settings: ServerSettings, app: FastAPI, tls: ServerTls | None, *, log_level: int
+) -> uvicorn.Config:
+    """How ``orchestrator serve`` runs ``app``: HTTPS with ``tls``'s live context when it is given, requests
+    in flight at a stop cut after ``PO_SHUTDOWN_GRACE_SECONDS``, and uvicorn's own lines at ``log_level``
+    through the root logger's handler (``logs.configure``, which the CLI ran: one format)."""
+    if tls is None:
+        return uvicorn.Config(
+            app,
+            host=settings.listen_host,
+            port=settings.listen_port,
+            log_level=log_level,
+            access_log=settings.log_level.lower() == "debug",
+            log_config=None,
+            lifespan="on",
+            timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+        )
+    return uvicorn.Config(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        log_level=log_level,
+        access_log=settings.log_level.lower() == "debug",
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+        # uvicorn builds a context from files once; this one is reloaded in place (web.tls).
+        ssl_context_factory=lambda _config, _default: tls.context,
+        http=TlsH11Protocol if tls.client_ca_file is not None else "auto",
+    )
+
+
 class Server(uvicorn.Server):
-    """uvicorn's server, which tells the app when it begins to stop, and exits normally after a stop.
+    """uvicorn's server, which tells the app when it begins to stop, and exits normally after a stop; and
+    which reloads its TLS files (``web.tls.ServerTls``) on SIGHUP and when they change.
 
     uvicorn's graceful shutdown closes the listening sockets, then waits for every open request before
     the lifespan's shutdown: the app hears of it only after the last long poll has ended (up to
-    ``PO_AGENT_FETCH_WAIT_SECONDS`` and 60 s). Here the long polls are told first. And after a graceful
-    stop on SIGTERM or SIGINT, uvicorn raises the signal again, which kills the process with it (exit
-    143, or a KeyboardInterrupt); a server that stopped as asked exits with 0."""
+    ``PO_AGENT_FETCH_WAIT_SECONDS`` and 60 s). Here the long polls are told first, and requests still
+    open after ``PO_SHUTDOWN_GRACE_SECONDS`` are cut; the lifespan's shutdown then hands back the leases
+    this server gave out (``hand_back_leases``). And after a graceful stop on SIGTERM or SIGINT, uvicorn
+    raises the signal again, which kills the process with it (exit 143, or a KeyboardInterrupt); a server
+    that stopped as asked exits with 0."""
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        app: FastAPI,
+        *,
+        tls: ServerTls | None = None,
+        tls_reload_interval_seconds: float = 10.0,
+    ) -> None:
         super().__init__(config)
         self.app = app
+        self.tls = tls
+        self.tls_reload_interval_seconds = tls_reload_interval_seconds
+        self._tls_watch: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -378,14 +462,30 @@ class Server(uvicorn.Server):
             yield
             return
         previous = {signum: signal.signal(signum, self.handle_exit) for signum in STOP_SIGNALS}
+        if self.tls is not None:
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hangup)
         try:
             yield
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
+    def _hangup(self, _signum: int, _frame: object) -> None:
+        """SIGHUP: reload the TLS files now (in the event loop, where the handshakes run)."""
+        if self.tls is not None and self._tls_watch is not None:
+            self._tls_watch.get_loop().call_soon_threadsafe(self.tls.request_reload)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.tls is not None:
+            self._tls_watch = asyncio.create_task(
+                self.tls.watch(self.tls_reload_interval_seconds), name="tls-reload"
+            )
+        await super().startup(sockets)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         stop_long_polls(self.app)
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
         await super().shutdown(sockets)
 
 
@@ -522,6 +622,8 @@ def create_app(
                 check = asyncio.create_task(_check_run_user(local), name="run-user-check")
             yield
         finally:
+            # After the requests (uvicorn waited for them, up to PO_SHUTDOWN_GRACE_SECONDS).
+            await hand_back_leases(app)
             stop.set()
             if check is not None:
                 check.cancel()
@@ -566,13 +668,10 @@ def create_app(
     # Outermost of ours: text no database can hold is refused before anything reads it (authentication
     # included).
     app.add_middleware(InputCheckMiddleware, routes=[route for router in routers for route in router.routes])
+    _require_client_certificates(app, settings)
     for router in routers:
         app.include_router(router)
-
-    @app.get("/healthz", tags=["Meta"])
-    async def healthz() -> JSONResponse:
-        """2xx once the server has started (migrations done); touches no database."""
-        return JSONResponse({"status": "ok"})
+    app.include_router(health.router)
 
     docs.install(app)
     openapi.install(app, extra_paths=[(docs.DOCS_PATH, docs.PATH_ITEM)])

@@ -52,7 +52,7 @@ class ServerSettings(BaseSettings):
     listen: str = Field(default="127.0.0.1:8080", description="host:port the HTTP server binds.")
     public_url: str | None = Field(
         default=None,
-        description="URL runners and agents use to reach this server. Default: http://<listen>.",
+        description="URL runners and agents use to reach this server. Default: http(s)://<listen>.",
     )
     bootstrap_token: SecretStr | None = Field(
         default=None,
@@ -227,6 +227,33 @@ class ServerSettings(BaseSettings):
         gt=0,
         description="Managed runners not seen for this long are removed (never busy ones).",
     )
+    # TLS of ``orchestrator serve`` itself (without: plain HTTP, e.g. behind a TLS-terminating ingress).
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="PEM certificate chain the server presents (with PO_TLS_KEY_FILE: serve HTTPS). "
+        "Reloaded on SIGHUP and when the file changes (cert-manager rotation).",
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of PO_TLS_CERT_FILE.")
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA that client certificates are verified with; a presented certificate it did "
+        "not sign fails the TLS handshake. Reloaded with the certificate.",
+    )
+    tls_client_auth: Literal["gateway", "optional"] = Field(
+        default="gateway",
+        description="With PO_TLS_CLIENT_CA_FILE: `gateway` requires a verified client certificate on the "
+        "runner gateway (/runner-gateway/...; 401 without), `optional` verifies it when presented only. "
+        "The API, /healthz and /readyz never require one.",
+    )
+    tls_reload_interval_seconds: float = Field(
+        default=10.0, gt=0, description="How often the TLS files are checked for a change."
+    )
+    shutdown_grace_seconds: int = Field(
+        default=20,
+        ge=0,
+        description="On SIGTERM, how long requests in flight may take to finish before they are cut "
+        "(long polls answer at once); then the leases this server handed out are handed back.",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "console"] | None = Field(
         default=None, description="json or console; default: json unless stderr is a terminal."
@@ -317,6 +344,18 @@ class ServerSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _tls_files_paired(self) -> ServerSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("PO_TLS_CERT_FILE and PO_TLS_KEY_FILE must be set together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("PO_TLS_CLIENT_CA_FILE needs PO_TLS_CERT_FILE and PO_TLS_KEY_FILE (HTTPS)")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert_file is not None
+
     @property
     def runner_egress(self) -> EgressPolicy:
         """Where the server may connect for a runner (``launchers.egress``)."""
@@ -353,4 +392,5 @@ class ServerSettings(BaseSettings):
 
     @property
     def resolved_public_url(self) -> str:
-        return (self.public_url or f"http://{self.listen}").rstrip("/")
+        scheme = "https" if self.tls_enabled else "http"
+        return (self.public_url or f"{scheme}://{self.listen}").rstrip("/")

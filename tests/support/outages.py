@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -54,11 +55,21 @@ class ServerProcess:
     process cannot import, as if they were not installed (:data:`UNIMPORTABLE_PRELUDE`)."""
 
     def __init__(
-        self, database_url: str, data_dir: Path, *, unimportable: Sequence[str] = (), **environment: str
+        self,
+        database_url: str,
+        data_dir: Path,
+        *,
+        unimportable: Sequence[str] = (),
+        https_ca: str | None = None,
+        **environment: str,
     ) -> None:
         self.unimportable = tuple(unimportable)
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # ``https_ca`` (PEM): the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of it.
+        self.verify: ssl.SSLContext | bool = True
+        if https_ca is not None:
+            self.verify = ssl.create_default_context(cadata=https_ca)
+        self.url = f"{'https' if https_ca is not None else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = data_dir
         self.runs_dir = Path(environment.get("PO_LOCAL_RUNS_DIR", data_dir.parent / "runs"))
         self.database_url = database_url
@@ -98,7 +109,7 @@ class ServerProcess:
             if self.process.poll() is not None:
                 break
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1, verify=self.verify).status_code == 200:
                     return
             except httpx.TransportError:
                 time.sleep(0.1)

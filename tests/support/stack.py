@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -121,18 +122,27 @@ def runner_body(tf_config: Path, state: dict[str, Any] | None = None, **environm
 
 
 def build_stack(
-    base_url: str, tmp_path: Path, *, org: str = "acme", runner: dict[str, Any] | None = None
+    base_url: str,
+    tmp_path: Path,
+    *,
+    org: str = "acme",
+    runner: dict[str, Any] | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> Stack:
     tf_config = tmp_path / "terraformrc"
     tf_config.touch()
     base = f"/orgs/{org}"
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}) as admin:
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}, verify=verify
+    ) as admin:
         assert admin.post("/orgs", json={"id": org}).status_code == 201
         token = admin.post(f"/orgs/{org}/tokens", json={"role": "admin"}).json()["token"]
         # A runner with a local connection is the platform admin's to create.
         created = admin.post(f"{base}/runners", json={"id": "local", **(runner or runner_body(tf_config))})
         assert created.status_code == 201, created.text
-    client = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    client = httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60, verify=verify
+    )
     for path, body in [
         ("/env-types", {"id": "development"}),
         ("/projects", {"id": "shop"}),

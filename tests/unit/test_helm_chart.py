@@ -253,6 +253,23 @@ def test_ca_only__custom_key(chart: Any) -> None:
     assert "/etc/po-agent/client" not in volumes_by_mount_path(manifests)
 
 
+def test_ca_from_a_config_map__same_file_not_both(helm: ModuleType, chart: Any) -> None:
+    manifests = render(
+        chart, merged({"gateway": {"caExistingConfigMap": "trust-bundle", "caKey": "root.pem"}})
+    )
+    env = env_of(agent_container(manifests))
+    assert env["RUNNER_GATEWAY_CA_FILE"]["value"] == "/etc/po-agent/ca/root.pem"
+    volume = volumes_by_mount_path(manifests)["/etc/po-agent/ca"]
+    assert volume["configMap"] == {"name": "trust-bundle", "items": [{"key": "root.pem", "path": "root.pem"}]}
+    assert "secret" not in volume
+    with pytest.raises(helm.HelmError, match="not both"):
+        chart.render(
+            merged({"gateway": {"caExistingConfigMap": "trust-bundle", "caExistingSecret": "gateway-ca"}}),
+            name=RELEASE,
+            namespace=NAMESPACE,
+        )
+
+
 def test_jobs_rbac_off__only_the_agent_resources(chart: Any) -> None:
     manifests = render(chart, merged({"jobsRbac": {"create": False}}))
     names = {(m["kind"], m["metadata"]["name"]) for m in manifests}
@@ -419,6 +436,11 @@ VALUE_SETS: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "ca-only-custom-key",
         merged({"gateway": {"caExistingSecret": "gateway-ca", "caKey": "bundle.pem"}}),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
+    ),
+    (
+        "ca-from-config-map",
+        merged({"gateway": {"caExistingConfigMap": "trust-bundle"}}),
         ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
     ),
     (

@@ -27,6 +27,7 @@ import httpx
 import pytest
 import yaml
 
+from orchestrator.api import health
 from orchestrator.launchers.images import DEFAULT_RUNNER_IMAGE, DEFAULT_SERVER_IMAGE, IMAGE_TAG
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
@@ -175,24 +176,105 @@ def test_server__secure_defaults_and_no_kubernetes_token(chart: Any) -> None:
     assert context["capabilities"] == {"drop": ["ALL"]}
 
 
-async def test_server__probes_ask_a_path_the_server_answers(chart: Any, tmp_path: Path) -> None:
-    """Startup, readiness and liveness probes ask ``/healthz`` on the port the server listens on, and the
-    server's app answers that path 200 without a database (no lifespan runs here)."""
+async def test_server__probes_ask_paths_the_server_answers(chart: Any, tmp_path: Path) -> None:
+    """Startup and liveness probes ask ``/healthz``, the readiness probe ``/readyz``, on the port the server
+    listens on; the server's app answers both 200 (``/healthz`` even before its lifespan ran: no
+    database), within the readiness probe's timeout."""
     server = container(render(chart, DEFAULTS), "Deployment")
     ports = {p["name"]: p["containerPort"] for p in server["ports"]}
     listen_port = int(env_of(server)["PO_LISTEN"]["value"].rpartition(":")[2])
-    paths = set()
+    paths = {}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         get = server[probe]["httpGet"]
         assert ports[get["port"]] == listen_port
-        paths.add(get["path"])
-    assert paths == {"/healthz"}
+        assert get["scheme"] == "HTTP"
+        paths[probe] = get["path"]
+    assert paths == {"startupProbe": "/healthz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    # Two readiness checks run side by side, each given up after its timeout.
+    assert server["readinessProbe"]["timeoutSeconds"] >= 2 * health.CHECK_TIMEOUT_SECONDS
 
     settings = ServerSettings(data_dir=tmp_path / "data", local_runs_dir=tmp_path / "runs")
     app = create_app(settings, run_migrations=False, run_dispatcher=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test") as client:
         response = await client.get("/healthz")
     assert response.status_code == 200
+    app = create_app(settings, run_dispatcher=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test") as client,
+    ):
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200, ready.text
+
+
+def test_server__sigterm_grace_within_the_pods_termination_grace(chart: Any) -> None:
+    for values, grace in ((DEFAULTS, 20), (merged({"shutdownGraceSeconds": 45}), 45)):
+        rendered = render(chart, values)
+        env = env_of(container(rendered, "Deployment"))
+        assert env["PO_SHUTDOWN_GRACE_SECONDS"]["value"] == str(grace)
+        assert pod_spec(rendered, "Deployment")["terminationGracePeriodSeconds"] > grace
+
+
+TLS = {"tls": {"secretName": "po-tls"}}
+
+
+def test_tls__secret_mounted_as_a_directory_wired_to_the_server_and_probes(chart: Any) -> None:
+    rendered = render(chart, merged(TLS))
+    server = container(rendered, "Deployment")
+    env = env_of(server)
+    mounts = {m["name"]: m for m in server["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec(rendered, "Deployment")["volumes"]}
+    tls_dir = Path(env["PO_TLS_CERT_FILE"]["value"]).parent
+
+    # A renewed Secret reaches the pod only through a directory mount (never subPath).
+    assert mounts["tls"]["mountPath"] == str(tls_dir) and "subPath" not in mounts["tls"]
+    assert Path(env["PO_TLS_KEY_FILE"]["value"]) == tls_dir / "tls.key"
+    assert Path(env["PO_TLS_CERT_FILE"]["value"]) == tls_dir / "tls.crt"
+    assert volumes["tls"]["secret"]["secretName"] == "po-tls"
+    assert {i["key"] for i in volumes["tls"]["secret"]["items"]} == {"tls.crt", "tls.key"}
+    assert {server[p]["httpGet"]["scheme"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {
+        "HTTPS"
+    }
+    assert "PO_TLS_CLIENT_CA_FILE" not in env
+    # The Service's URL (PO_PUBLIC_URL, the managed runners' RUNNER_URL) is https; the runners trust the CA
+    # cert-manager puts in the Secret, if it has one.
+    https_url = SERVICE_URL.replace("http://", "https://")
+    assert env["PO_PUBLIC_URL"]["value"] == https_url
+    runner_env = env_of(container(rendered, "StatefulSet"))
+    assert runner_env["RUNNER_URL"]["value"] == https_url
+    assert secret_ref(runner_env, "RUNNER_GATEWAY_CA") == {
+        "name": "po-tls",
+        "key": "ca.crt",
+        "optional": True,
+    }
+    plain = env_of(container(render(chart, DEFAULTS), "Deployment"))
+    assert not {"PO_TLS_CERT_FILE", "PO_TLS_KEY_FILE"} & set(plain)
+
+
+def test_tls__client_ca_required_on_the_gateway(helm: ModuleType, chart: Any) -> None:
+    values = merged(
+        TLS, {"tls": {"clientCa": {"secretName": "po-clients"}}, "managedRunners": {"enabled": False}}
+    )
+    rendered = render(chart, values)
+    server = container(rendered, "Deployment")
+    env = env_of(server)
+    volumes = {v["name"]: v for v in pod_spec(rendered, "Deployment")["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+
+    assert env["PO_TLS_CLIENT_CA_FILE"]["value"] == f"{mounts['client-ca']}/ca.crt"
+    assert env["PO_TLS_CLIENT_AUTH"]["value"] == "gateway"
+    assert volumes["client-ca"]["secret"]["secretName"] == "po-clients"
+    # Managed runners present no client certificate: the chart says so instead of rendering a broken pool.
+    with pytest.raises(helm.HelmError, match="managed runners do not present"):
+        chart.render(merged(values, {"managedRunners": {"enabled": True}}), name=RELEASE, namespace=NAMESPACE)
+    optional = merged(values, {"managedRunners": {"enabled": True}, "tls": {"clientAuth": "optional"}})
+    assert (
+        env_of(container(render(chart, optional), "Deployment"))["PO_TLS_CLIENT_AUTH"]["value"] == "optional"
+    )
+    with pytest.raises(helm.HelmError, match=r"needs tls\.secretName"):
+        chart.render(
+            merged({"tls": {"clientCa": {"secretName": "po-clients"}}}), name=RELEASE, namespace=NAMESPACE
+        )
 
 
 def test_service__selects_the_server_pods_only(chart: Any) -> None:
@@ -667,6 +749,11 @@ VALUE_SETS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["Deployment", "Service", "Secret", *RUNNER_KINDS],
     ),
     ("everything-set", EVERYTHING, [*SERVER_KINDS, *RUNNER_KINDS]),
+    (
+        "tls-with-client-ca",
+        merged(TLS, {"tls": {"clientCa": {"secretName": "po-clients"}, "clientAuth": "optional"}}),
+        [*SERVER_KINDS, "PersistentVolumeClaim", *RUNNER_KINDS],
+    ),
     (
         "everything-set-runners-off",
         merged(EVERYTHING, {"managedRunners": {"enabled": False}, "fullnameOverride": "cell"}),

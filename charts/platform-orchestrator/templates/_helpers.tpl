@@ -80,7 +80,7 @@ exists (an upgrade, or a reinstall after a kept Secret), else "". `lookup` answe
 
 {{/* The orchestrator's URL inside the cluster: its Service. */}}
 {{- define "po.serviceUrl" -}}
-{{- printf "http://%s.%s.svc:%v" (include "po.fullname" .) .Release.Namespace .Values.service.port }}
+{{- printf "%s://%s.%s.svc:%v" (ternary "https" "http" (not (empty .Values.tls.secretName))) (include "po.fullname" .) .Release.Namespace .Values.service.port }}
 {{- end }}
 
 {{/* PO_PUBLIC_URL: publicUrl, or the Service's URL. */}}

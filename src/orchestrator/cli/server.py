@@ -60,30 +60,28 @@ def main() -> None:
 )
 def serve(**options: Any) -> None:
     """Run the API, the runner gateway and the background workers in one process."""
-    import uvicorn
-
-    from orchestrator.server import Server, create_app, prepare
+    from orchestrator.server import Server, create_app, prepare, uvicorn_config
+    from orchestrator.web.tls import ServerTls
 
     settings = _settings(**options)
     logs.configure(settings.log_level, fmt=settings.log_format)
     try:
         # Migrations, the key check, the object store: a wrong configuration is one line, not a traceback.
         asyncio.run(prepare(settings))
+        tls = ServerTls.from_settings(settings)
         app = create_app(settings, run_migrations=False)
     except OrchestratorError as exc:
         raise click.ClickException(exc.message) from exc
-    config = uvicorn.Config(
+    # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server); SIGHUP
+    # reloads the TLS files.
+    server = Server(
+        uvicorn_config(
+            settings, app, tls, log_level=logs.LEVELS.get(settings.log_level.lower(), logs.LEVELS["info"])
+        ),
         app,
-        host=settings.listen_host,
-        port=settings.listen_port,
-        log_level=logs.LEVELS.get(settings.log_level.lower(), logs.LEVELS["info"]),
-        access_log=settings.log_level.lower() == "debug",
-        # uvicorn's own lines go through the root logger's handler (logs.configure): one format.
-        log_config=None,
-        lifespan="on",
+        tls=tls,
+        tls_reload_interval_seconds=settings.tls_reload_interval_seconds,
     )
-    # SIGTERM and SIGINT stop it gracefully; open long polls answer at once (server.Server).
-    server = Server(config, app)
     server.run()
     if not server.started:
         raise SystemExit(STARTUP_FAILURE)

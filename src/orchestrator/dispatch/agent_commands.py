@@ -204,6 +204,33 @@ async def claim_next(
     return ClaimOutcome(claimed=None, failed=failed)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A delivery of a command: its ``attempt``, until ``expires_at``."""
+
+    command_id: str
+    org_id: str
+    runner_id: str
+    attempt: int
+    expires_at: datetime
+
+
+async def hand_back(conn: AsyncConnection, leases: list[Lease], *, now: datetime) -> list[Lease]:
+    """The server is stopping: the commands still leased as these deliveries (no answer came, none was
+    delivered again) become deliverable at once instead of after their lease, and their runners' polls
+    are told; the leases handed back. A redelivery is harmless: the agent adopts the run it started, and
+    its answer to the old attempt is refused (409)."""
+    handed_back = []
+    for lease in leases:
+        if lease.expires_at > now and await store.release_lease(
+            conn, lease.command_id, attempt=lease.attempt, now=now
+        ):
+            handed_back.append(lease)
+    for org_id, runner_id in sorted({(lease.org_id, lease.runner_id) for lease in handed_back}):
+        await store.announce(conn, org_id, runner_id)
+    return handed_back
+
+
 async def leased_command(
     conn: AsyncConnection, org_id: str, runner_id: str, command_id: str, *, attempt: int
 ) -> AgentCommand:

@@ -62,6 +62,17 @@ class AgentGateway:
         """The server is stopping: long polls answer 204 (``LongPoll.stop``)."""
         self.long_poll.stop()
 
+    async def hand_back_leases(self, svc: Services) -> None:
+        """The server is stopping and its requests have ended: the commands it delivered that no answer
+        closed are deliverable again at once (``Claims.hand_back``), not after their lease."""
+        try:
+            count = await self.claims.hand_back(svc)
+        except Exception:
+            log.exception("handing back the agent command leases failed; they run out by themselves")
+            return
+        if count:
+            log.info("agent command leases handed back", count=count)
+
     async def run(self, svc: Services, stop: asyncio.Event) -> None:
         """Background work: the polling fallback and the exchange of agent token uses with the other
         replicas every ``PO_AGENT_POLL_FALLBACK_SECONDS``, the presence flush every

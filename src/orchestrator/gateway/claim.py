@@ -5,7 +5,7 @@ receipt."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,8 @@ class Claims:
     waker: CommandWaker
     #: Called with the deployments a claim found failed (their commands expired).
     finished: Callable[[list[Deployment]], None]
+    #: The leases this process handed out that may still run, by command id (``hand_back``).
+    handed_out: dict[str, policy.Lease] = field(default_factory=dict)
 
     async def deliverable(self, svc: Services, org_id: str, runner_id: str) -> bool:
         """A cheap read: might a claim hand out (or expire) something now?"""
@@ -52,7 +54,32 @@ class Claims:
         self.finished(outcome.failed)
         if outcome.claimed is None:
             return None
+        self._remember(outcome.claimed, now)
         return self._delivery(svc, outcome.claimed)
+
+    def _remember(self, claimed: policy.Claimed, now: datetime) -> None:
+        for command_id in [k for k, lease in self.handed_out.items() if lease.expires_at <= now]:
+            del self.handed_out[command_id]
+        command = claimed.command
+        self.handed_out[command.id] = policy.Lease(
+            command_id=command.id,
+            org_id=command.org_id,
+            runner_id=command.runner_id,
+            attempt=claimed.attempt,
+            expires_at=claimed.lease_expires_at,
+        )
+
+    async def hand_back(self, svc: Services) -> int:
+        """The server is stopping (its requests have ended): the leases it handed out that no answer
+        closed become deliverable at once (``dispatch.agent_commands.hand_back``); how many."""
+        leases, self.handed_out = list(self.handed_out.values()), {}
+        if not leases:
+            return 0
+        async with transaction(svc) as conn:
+            handed_back = await policy.hand_back(conn, leases, now=datetime.now(UTC))
+        for lease in handed_back:
+            self.waker.notify(lease.org_id, lease.runner_id)
+        return len(handed_back)
 
     def _delivery(self, svc: Services, claimed: policy.Claimed) -> protocol.NextCommand:
         command = claimed.command

@@ -251,6 +251,9 @@ async def claim(
     deadline = loop.time() + min(body.waitSeconds, settings.agent_fetch_wait_seconds)
     async with transaction(svc) as conn:
         record = await policy.authenticate(conn, token)
+        if gateway.stopping:
+            # The server is stopping: no new claim here; the runner claims again elsewhere or after it.
+            return Response(status_code=204)
         wake = gateway.waker.ticket()
         claimed = await _claim(conn, record, settings)
     while claimed is None:

@@ -155,11 +155,14 @@ class _Deployment:
     def _engine_environ(self, code_dir: Path) -> Mapping[str, str]:
         """The orchestrator's own state backend (Terraform's ``http`` backend) authenticates with the
         deployment token; hand it over only when the bundle uses that backend, with retries that outlast
-        an orchestrator restart (``runner.state``; the job environment may set its own)."""
+        an orchestrator restart and the gateway's CA and mTLS pair (``runner.state``; the job environment
+        may set its own)."""
         if self._http_backend(code_dir):
             retries = state.http_retry_environment(self.settings.runner_state_http_retry_seconds)
+            tls = state.http_tls_environment(self.settings.gateway_tls())
             return {
                 **retries,
+                **tls,
                 **self.environ,
                 "TF_HTTP_USERNAME": self.settings.deployment_id,
                 "TF_HTTP_PASSWORD": self.settings.token.get_secret_value(),

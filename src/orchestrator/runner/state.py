@@ -20,6 +20,7 @@ Two layers:
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import re
 import socket
@@ -30,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from orchestrator import errors
+from orchestrator.client.tls import GatewayTls
 from orchestrator.runner import gateway_client, iac, logs
 
 #: What Terraform writes when it cannot save the state to its backend.
@@ -58,6 +60,29 @@ def http_retry_environment(retry_seconds: float) -> dict[str, str]:
         "TF_HTTP_RETRY_WAIT_MIN": str(HTTP_RETRY_WAIT_MIN_SECONDS),
         "TF_HTTP_RETRY_WAIT_MAX": str(HTTP_RETRY_WAIT_MAX_SECONDS),
     }
+
+
+def http_tls_environment(tls: GatewayTls) -> dict[str, str]:
+    """``TF_HTTP_CLIENT_*`` for Terraform's ``http`` backend, which reads neither RUNNER_GATEWAY_CA nor
+    the mTLS files: the gateway's extra CA and the client pair, so that the state requests verify and
+    present what the runner's own do. A CA given there is the only one the backend trusts (the system
+    CAs, some 200 KB, do not fit in one variable): RUNNER_GATEWAY_CA must be the CA of the gateway's
+    certificate. Nothing without an extra CA or pair; files that cannot be read are left out (the
+    runner's own client loaded them already and would have stopped)."""
+    env: dict[str, str] = {}
+    extra = []
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if tls.ca_file is not None:
+            extra.append(tls.ca_file.read_text())
+    if tls.ca_pem:
+        extra.append(tls.ca_pem)
+    if extra:
+        env["TF_HTTP_CLIENT_CA_CERTIFICATE_PEM"] = "\n".join(extra)
+    if tls.client_cert_file is not None and tls.client_key_file is not None:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            env["TF_HTTP_CLIENT_CERTIFICATE_PEM"] = tls.client_cert_file.read_text()
+            env["TF_HTTP_CLIENT_PRIVATE_KEY_PEM"] = tls.client_key_file.read_text()
+    return env
 
 
 @dataclass(frozen=True, kw_only=True)

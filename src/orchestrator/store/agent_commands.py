@@ -153,6 +153,21 @@ async def reschedule(
     )
 
 
+async def release_lease(conn: AsyncConnection, command_id: str, *, attempt: int, now: datetime) -> bool:
+    """Back to pending and deliverable at once, if it is still leased as ``attempt`` (not answered, not
+    delivered again since); False otherwise."""
+    result = await conn.execute(
+        agent_commands.update()
+        .where(
+            agent_commands.c.id == command_id,
+            agent_commands.c.attempt == attempt,
+            agent_commands.c.state == CommandState.LEASED,
+        )
+        .values(state=CommandState.PENDING, available_at=now, updated_at=now)
+    )
+    return result.rowcount > 0
+
+
 async def close(
     conn: AsyncConnection, command_id: str, *, state: CommandState, now: datetime, reason: str | None = None
 ) -> bool:
