@@ -19,7 +19,7 @@ import pydantic
 import structlog
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator import data_dir, deployment_tokens
@@ -41,7 +41,7 @@ from orchestrator.api import (
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import catalogue, creation, retention
+from orchestrator.dispatch import catalogue, creation, gauges, retention
 from orchestrator.dispatch import managed as managed_policy
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import (
@@ -73,6 +73,7 @@ from orchestrator.store import db, key_checks, listener, migrate
 from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import errors, openapi
+from orchestrator.web import metrics as web_metrics
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.services import Services
 
@@ -91,9 +92,15 @@ API_DESCRIPTION = (
     "The orchestrator's API (`/orgs/...`) and its runner gateway (`/runner-gateway/v1/...`). Each operation "
     "names the credentials it needs (Authorize: an API token for the API; a deployment token, the state "
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
-    "body `{error, message, details?}`. `/healthz`, `/runner-compatibility`, `/openapi.json`, `/docs` and "
-    "the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) need no "
-    "credentials."
+    "body `{error, message, details?}`. `/healthz`, `/metrics`, `/runner-compatibility`, `/openapi.json`, "
+    "`/docs` and the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) "
+    "need no credentials."
+)
+
+METRICS_DESCRIPTION = (
+    "The server's metrics in Prometheus' text format (requests, deployments, dispatch, agent commands, "
+    "database pools, retention; README's Metrics). Needs no credentials and shows no ids, names or "
+    "secrets: route templates, runner types, statuses and counts only."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -306,6 +313,14 @@ async def prepare(settings: ServerSettings) -> None:
         close()
 
 
+def _instrument_pools(engine: AsyncEngine) -> None:
+    """Pool metrics of the engine (``main``) and, on SQLite, of its readers' engine (``readers``)."""
+    web_metrics.instrument_pool(engine, "main")
+    reader = db.readonly(engine)
+    if reader is not engine and reader.sync_engine.pool is not engine.sync_engine.pool:
+        web_metrics.instrument_pool(reader, "readers")
+
+
 def _managed_worker(
     settings: ServerSettings,
     engine: AsyncEngine,
@@ -400,6 +415,7 @@ def create_app(
         data_dir.private_sqlite_file(settings.resolved_database_url)
         key = _server_key(settings)
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
+        _instrument_pools(engine)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
         check: asyncio.Task[None] | None = None
@@ -476,6 +492,7 @@ def create_app(
                 issuer=issuer,
             )
             app.state.dispatcher = dispatcher
+            app.state.metrics_refresh = gauges.DatabaseGauges(reader=db.readonly(engine)).refresh
             app.state.agent_gateway = agent_gateway
             background.append(
                 asyncio.create_task(agent_gateway.run(app.state.services, stop), name="agent-gateway")
@@ -553,6 +570,8 @@ def create_app(
     # Outermost of ours: text no database can hold is refused before anything reads it (authentication
     # included).
     app.add_middleware(InputCheckMiddleware, routes=[route for router in routers for route in router.routes])
+    # Outermost: every answer is counted, those of the middlewares above included.
+    app.add_middleware(web_metrics.MetricsMiddleware)
     for router in routers:
         app.include_router(router)
 
@@ -561,6 +580,16 @@ def create_app(
         """2xx once the server has started (migrations done); touches no database."""
         return JSONResponse({"status": "ok"})
 
+    app.add_api_route(
+        "/metrics",
+        web_metrics.metrics_endpoint,
+        methods=["GET"],
+        tags=["Meta"],
+        summary="Metrics",
+        description=METRICS_DESCRIPTION,
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     docs.install(app)
     openapi.install(app, extra_paths=[(docs.DOCS_PATH, docs.PATH_ITEM)])
     # Last: OPTIONS, and 405 for the other methods, on every path the routes above serve.
