@@ -4,6 +4,7 @@ SQLite or PostgreSQL, a local `vm` runner, the embedded engine; an agent `vm` ru
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from orchestrator.protocol import commands as protocol
 from orchestrator.settings import ServerSettings
 from tests.support.agent_process import AgentProcess
 from tests.support.metrics import ID_LIKE, Scrape, scrape
-from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, running_server, runner_body
+from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, runner_body, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +174,22 @@ def test_metrics__each_family_moves_with_a_real_deployment(server_url: str, tmp_
     assert_bounded_labels(after)
 
 
-def assert_bounded_labels(found: Scrape) -> None:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def scrape_agent(url: str) -> Scrape | None:
+    """The agent's metrics; None while it does not answer yet."""
+    try:
+        return scrape(url)
+    except httpx.TransportError:
+        return None
+
+
+def assert_bounded_labels(found: Scrape, *, requests: bool = True) -> None:
     """No label value looks like an id, nor names an organization, and routes are templates."""
     suspicious = sorted(
         (name, label, value)
@@ -181,6 +197,8 @@ def assert_bounded_labels(found: Scrape) -> None:
         if ID_LIKE.search(value) or value in ("acme", "beta") or "/orgs/acme" in value
     )
     assert [] == suspicious
+    if not requests:
+        return
     routes = {value for _name, label, value in found.label_values() if label == "route"}
     assert routes, "no request was counted"
     assert all(route == "unmatched" or route.startswith("/") for route in routes), routes
@@ -217,16 +235,38 @@ def test_metrics__agent_commands_and_long_polls(agent_server: str, tmp_path: Pat
     stack = build_stack(agent_server, tmp_path / "acme", runner=body)
     orphan = build_stack(agent_server, tmp_path / "orphan", org="orphan", runner=body)
     before = scrape(metrics_url)
-    agent = AgentProcess(agent_server, private_pem, tmp_path).start()
+    agent = AgentProcess(agent_server, private_pem, tmp_path)
+    agent_metrics = f"http://127.0.0.1:{free_port()}/metrics"
+    agent.env["AGENT_METRICS_ADDR"] = agent_metrics.removeprefix("http://").removesuffix("/metrics")
+    agent.start()
     try:
         held = wait_for(
             lambda: (s := scrape(metrics_url)).value("po_agent_long_polls") >= 1 and s,
             "the agent's long poll",
         )
         deployment = stack.wait(create(stack))
+        # The agent's own view: its runner process exited (counted once it was reaped).
+        seen = wait_for(
+            lambda: (
+                (s := scrape_agent(agent_metrics)) is not None
+                and s.value("po_agent_runs_finished_total", outcome="succeeded")
+                and s
+            ),
+            "the agent to see its run end",
+        )
     finally:
         agent.stop()
     assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert 1 == seen.value("po_agent_runs_launched_total", kind="local")
+    assert 1 == seen.value("po_agent_commands_received_total")
+    assert seen.value("po_agent_polls_total", result="command") >= 1
+    assert seen.value("po_agent_command_answers_total", answer="ack") >= 1
+    assert (0, 0, 0) == (
+        seen.value("po_agent_runs_finished_total", outcome="failed"),
+        seen.value("po_agent_launch_failures_total", terminal="true"),
+        seen.value("po_agent_commands_refused_total"),
+    )
+    assert_bounded_labels(seen, requests=False)
 
     # Runner "orphan" of organization "orphan": a command delivered to a poll that never answers comes
     # again after its lease; past its TTL it expires and its deployment fails.
