@@ -313,12 +313,35 @@ async def prepare(settings: ServerSettings) -> None:
         close()
 
 
-def _instrument_pools(engine: AsyncEngine) -> None:
-    """Pool metrics of the engine (``main``) and, on SQLite, of its readers' engine (``readers``)."""
+def _measure_engine(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
+    """Pool metrics of the engine (``main``) and, on SQLite, of its readers' engine (``readers``); the
+    gauges ``/metrics`` reads from the database."""
+    if not settings.metrics_enabled:
+        return
+    app.state.metrics_refresh = gauges.DatabaseGauges(reader=db.readonly(engine)).refresh
     web_metrics.instrument_pool(engine, "main")
     reader = db.readonly(engine)
     if reader is not engine and reader.sync_engine.pool is not engine.sync_engine.pool:
         web_metrics.instrument_pool(reader, "readers")
+
+
+def _install_metrics(app: FastAPI, settings: ServerSettings) -> None:
+    """Unless ``PO_METRICS_ENABLED`` is false: the requests' metrics middleware (call it after every other
+    middleware is added: it is then the outermost of ours, and counts their answers too), and
+    ``GET /metrics``, documented as a plain-text answer without credentials."""
+    if not settings.metrics_enabled:
+        return
+    app.add_middleware(web_metrics.MetricsMiddleware)
+    app.add_api_route(
+        "/metrics",
+        web_metrics.metrics_endpoint,
+        methods=["GET"],
+        tags=["Meta"],
+        summary="Metrics",
+        description=METRICS_DESCRIPTION,
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
 
 
 def _managed_worker(
@@ -415,7 +438,7 @@ def create_app(
         data_dir.private_sqlite_file(settings.resolved_database_url)
         key = _server_key(settings)
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
-        _instrument_pools(engine)
+        _measure_engine(app, engine, settings)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
         check: asyncio.Task[None] | None = None
@@ -492,7 +515,6 @@ def create_app(
                 issuer=issuer,
             )
             app.state.dispatcher = dispatcher
-            app.state.metrics_refresh = gauges.DatabaseGauges(reader=db.readonly(engine)).refresh
             app.state.agent_gateway = agent_gateway
             background.append(
                 asyncio.create_task(agent_gateway.run(app.state.services, stop), name="agent-gateway")
@@ -570,8 +592,7 @@ def create_app(
     # Outermost of ours: text no database can hold is refused before anything reads it (authentication
     # included).
     app.add_middleware(InputCheckMiddleware, routes=[route for router in routers for route in router.routes])
-    # Outermost: every answer is counted, those of the middlewares above included.
-    app.add_middleware(web_metrics.MetricsMiddleware)
+    _install_metrics(app, settings)
     for router in routers:
         app.include_router(router)
 
@@ -580,16 +601,6 @@ def create_app(
         """2xx once the server has started (migrations done); touches no database."""
         return JSONResponse({"status": "ok"})
 
-    app.add_api_route(
-        "/metrics",
-        web_metrics.metrics_endpoint,
-        methods=["GET"],
-        tags=["Meta"],
-        summary="Metrics",
-        description=METRICS_DESCRIPTION,
-        response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-    )
     docs.install(app)
     openapi.install(app, extra_paths=[(docs.DOCS_PATH, docs.PATH_ITEM)])
     # Last: OPTIONS, and 405 for the other methods, on every path the routes above serve.

@@ -226,6 +226,11 @@ class ServerSettings(BaseSettings):
         gt=0,
         description="Managed runners not seen for this long are removed (never busy ones).",
     )
+    metrics_enabled: bool = Field(
+        default=True,
+        description="Serve GET /metrics (Prometheus' text format, no credentials) and count requests for it; "
+        "false: no /metrics route and no per-request metrics (the benchmark's baseline).",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
 
     @field_validator("managed_runner_secret")
