@@ -46,3 +46,4 @@ def test_metrics_bench__measures_the_middleware_against_a_server_without_it(tmp_
     overheads = [row["overhead"] for row in result["operations"].values()]
     assert result["met"] == all(o is not None and o <= 0.05 for o in overheads)
     assert result["scrape_cpu_ms"] >= 0
+    assert result["middleware_us"] > 0

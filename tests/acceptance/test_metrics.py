@@ -118,7 +118,7 @@ def test_metrics__each_family_moves_with_a_real_deployment(server_url: str, tmp_
     failed = failing.wait(create(failing))
     assert "failed" == failed["status"]
     # Retention: the failed deployment's bundle (no successful change keeps it), and the outputs.
-    after = wait_for(
+    after: Scrape = wait_for(
         lambda: (
             (s := scrape(metrics_url)).value("po_retention_deleted_total", kind="outputs")
             > before.value("po_retention_deleted_total", kind="outputs")
@@ -240,13 +240,13 @@ def test_metrics__agent_commands_and_long_polls(agent_server: str, tmp_path: Pat
     agent.env["AGENT_METRICS_ADDR"] = agent_metrics.removeprefix("http://").removesuffix("/metrics")
     agent.start()
     try:
-        held = wait_for(
+        held: Scrape = wait_for(
             lambda: (s := scrape(metrics_url)).value("po_agent_long_polls") >= 1 and s,
             "the agent's long poll",
         )
         deployment = stack.wait(create(stack))
         # The agent's own view: its runner process exited (counted once it was reaped).
-        seen = wait_for(
+        seen: Scrape = wait_for(
             lambda: (
                 (s := scrape_agent(agent_metrics)) is not None
                 and s.value("po_agent_runs_finished_total", outcome="succeeded")
@@ -281,7 +281,7 @@ def test_metrics__agent_commands_and_long_polls(agent_server: str, tmp_path: Pat
     first = wait_for(lambda: (r := poll()).status_code == 200 and r, "the orphan's command")
     again = wait_for(lambda: (r := poll()).status_code == 200 and r, "the orphan's command again")
     expired = orphan.wait(orphan_id)
-    after = wait_for(
+    after: Scrape = wait_for(
         lambda: (s := scrape(metrics_url)).value("po_agent_long_polls") == 0 and s, "the long polls to end"
     )
     stack.client.close()
