@@ -96,7 +96,8 @@ async def _load(server: Server, operation: str, iterations: int, concurrency: in
     return await loadgen.run(call, iterations=iterations, concurrency=concurrency, max_seconds=600)
 
 
-async def _measure(server: Server, operation: str, options: Options) -> None:
+async def _measure(server: Server, operation: str, options: Options) -> float:
+    """One measurement; the server CPU milliseconds per request it took."""
     await _load(server, operation, options.warmup, options.concurrency)
     before, _ = server.cpu.read()
     phase = await _load(server, operation, options.requests, options.concurrency)
@@ -105,6 +106,7 @@ async def _measure(server: Server, operation: str, options: Options) -> None:
     server.requests[operation] = server.requests.get(operation, 0) + phase.iterations
     for kind, count in phase.recorder.errors.items():
         server.errors[kind] = server.errors.get(kind, 0) + count
+    return (after - before) * 1000.0 / max(1, phase.iterations)
 
 
 async def _scrape_cost(server: Server, scrapes: int) -> float:
@@ -124,15 +126,18 @@ async def benchmark(servers: list[Server], bootstrap_token: str, options: Option
     statuses = {s.name: (await s.client.get("/metrics")).status_code for s in servers}
     if statuses != {"metrics": 200, "baseline": 404}:
         raise api.BenchError(f"GET /metrics should answer 200 with metrics and 404 without: {statuses}")
+    #: Per operation, each round's overhead (metrics / baseline - 1): how much the machine's load moved it.
+    per_round: dict[str, list[float]] = {operation: [] for operation in OPERATIONS}
     for number in range(options.rounds):
         # Alternate which server goes first, so that a drift of the machine's load hits both alike.
         order = servers if number % 2 == 0 else servers[::-1]
         for operation in OPERATIONS:
-            for server in order:
-                await _measure(server, operation, options)
+            measured = {server.name: await _measure(server, operation, options) for server in order}
+            if measured["baseline"] > 0:
+                per_round[operation].append(round(measured["metrics"] / measured["baseline"] - 1.0, 4))
         print(f"  round {number + 1}/{options.rounds} done", file=sys.stderr, flush=True)
     metrics_server, baseline = servers
-    operations = {}
+    operations: dict[str, dict[str, Any]] = {}
     for operation in OPERATIONS:
         with_ms = metrics_server.cpu_s[operation] * 1000.0 / metrics_server.requests[operation]
         without_ms = baseline.cpu_s[operation] * 1000.0 / baseline.requests[operation]
@@ -142,6 +147,7 @@ async def benchmark(servers: list[Server], bootstrap_token: str, options: Option
             "metrics_cpu_ms": round(with_ms, 4),
             # None when the baseline's CPU was below the clock tick (too few requests to measure).
             "overhead": round(with_ms / without_ms - 1.0, 4) if without_ms > 0 else None,
+            "overhead_per_round": per_round[operation],
         }
     return {
         "operations": operations,
@@ -199,6 +205,8 @@ def table(result: dict[str, Any]) -> str:
             f"{name:32} {row['requests_each']:>9} {row['baseline_cpu_ms']:>16.4f} "
             f"{row['metrics_cpu_ms']:>15.4f} "
             + (f"{row['overhead']:>+9.1%}" if row["overhead"] is not None else f"{'-':>9}")
+            + "  rounds: "
+            + " ".join(f"{o:+.1%}" for o in row["overhead_per_round"])
         )
 
     def share(key: str) -> str:

@@ -72,6 +72,7 @@ async def test_openapi__each_operation_names_its_credentials(document: dict[str,
 
     assert {
         "/healthz",
+        "/metrics",
         "/runner-compatibility",
         "/openapi.json",
         "/docs",
@@ -121,6 +122,8 @@ async def test_openapi__statuses_follow_what_the_route_does(document: dict[str, 
     assert "409" not in codes("delete", "/orgs/{org_id}/tokens/{token_id}")
     assert [] == [(m, p) for m, p, op in operations(document) if m == "GET" and "409" in op["responses"]]
     assert {"200"} == codes("get", "/healthz")
+    assert {"200"} == codes("get", "/metrics")
+    assert ["text/plain"] == list(paths["/metrics"]["get"]["responses"]["200"]["content"])
     # Managed runners: 404 when not enabled; a wrong secret 401; registering replaces, never conflicts.
     assert {"201", "400", "401", "404", "413", "503"} == codes("post", "/runner/register")
     assert {"200", "204", "400", "401", "404", "409", "413", "503"} == codes("post", "/runner/claim")
