@@ -77,8 +77,16 @@ def free_port() -> int:
 class ServerProcess:
     """`orchestrator serve` as a child process on 127.0.0.1; stopped by its PID (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, *, data_dir: Path, database_url: str | None, bootstrap_token: str) -> None:
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        database_url: str | None,
+        bootstrap_token: str,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self._extra_env = dict(extra_env or {})
         self.log_path = data_dir / "server.log"
         self.base_url = ""
         self._database_url = database_url
@@ -97,6 +105,7 @@ class ServerProcess:
             "PO_BOOTSTRAP_TOKEN": self._bootstrap_token,
             "PO_LOG_LEVEL": "warning",
         }
+        env |= self._extra_env
         if self._database_url is not None:
             env["PO_DATABASE_URL"] = self._database_url
         self.data_dir.mkdir(parents=True, exist_ok=True)

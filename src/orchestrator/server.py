@@ -20,6 +20,7 @@ import pydantic
 import structlog
 import uvicorn
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -44,7 +45,7 @@ from orchestrator.api import (
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import catalogue, creation, retention
+from orchestrator.dispatch import catalogue, creation, gauges, retention
 from orchestrator.dispatch import managed as managed_policy
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import (
@@ -76,6 +77,7 @@ from orchestrator.store import db, key_checks, listener, migrate
 from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
 from orchestrator.web import errors, openapi
+from orchestrator.web import metrics as web_metrics
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
@@ -98,11 +100,18 @@ API_DESCRIPTION = (
     "The orchestrator's API (`/orgs/...`) and its runner gateway (`/runner-gateway/v1/...`). Each operation "
     "names the credentials it needs (Authorize: an API token for the API; a deployment token, the state "
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
-    "body `{error, message, details?}`. `/healthz`, `/readyz`, `/runner-compatibility`, `/openapi.json`, "
+    "body `{error, message, details?}`. `/healthz`, `/readyz`, `/metrics`, `/runner-compatibility`, "
+    "`/openapi.json`, "
     "`/docs` and the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) "
     "need no credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own "
     "when it sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log "
     "lines about the request carry it as `request_id`."
+)
+
+METRICS_DESCRIPTION = (
+    "The server's metrics in Prometheus' text format (requests, deployments, dispatch, agent commands, "
+    "database pools, retention; README's Metrics). Needs no credentials and shows no ids, names or "
+    "secrets: route templates, runner types, statuses and counts only."
 )
 
 #: Fixed id of the bootstrap token's row, so a changed PO_BOOTSTRAP_TOKEN replaces the old one.
@@ -315,6 +324,37 @@ async def prepare(settings: ServerSettings) -> None:
         close()
 
 
+def _measure_engine(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
+    """Pool metrics of the engine (``main``) and, on SQLite, of its readers' engine (``readers``); the
+    gauges ``/metrics`` reads from the database."""
+    if not settings.metrics_enabled:
+        return
+    app.state.metrics_refresh = gauges.DatabaseGauges(reader=db.readonly(engine)).refresh
+    web_metrics.instrument_pool(engine, "main")
+    reader = db.readonly(engine)
+    if reader is not engine and reader.sync_engine.pool is not engine.sync_engine.pool:
+        web_metrics.instrument_pool(reader, "readers")
+
+
+def _install_metrics(app: FastAPI, settings: ServerSettings) -> None:
+    """Unless ``PO_METRICS_ENABLED`` is false: the requests' metrics middleware (call it after every other
+    middleware is added: it is then the outermost of ours, and counts their answers too), and
+    ``GET /metrics``, documented as a plain-text answer without credentials."""
+    if not settings.metrics_enabled:
+        return
+    app.add_middleware(web_metrics.MetricsMiddleware)
+    app.add_api_route(
+        "/metrics",
+        web_metrics.metrics_endpoint,
+        methods=["GET"],
+        tags=["Meta"],
+        summary="Metrics",
+        description=METRICS_DESCRIPTION,
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+
+
 def _managed_worker(
     settings: ServerSettings,
     engine: AsyncEngine,
@@ -513,6 +553,7 @@ def create_app(
         data_dir.private_sqlite_file(settings.resolved_database_url)
         key = _server_key(settings)
         engine = db.create_engine(settings.resolved_database_url, pool_size=settings.db_pool_size)
+        _measure_engine(app, engine, settings)
         stop = asyncio.Event()
         worker: asyncio.Task[None] | None = None
         check: asyncio.Task[None] | None = None
@@ -669,6 +710,7 @@ def create_app(
     # included).
     app.add_middleware(InputCheckMiddleware, routes=[route for router in routers for route in router.routes])
     _require_client_certificates(app, settings)
+    _install_metrics(app, settings)
     for router in routers:
         app.include_router(router)
     app.include_router(health.router)

@@ -254,6 +254,11 @@ class ServerSettings(BaseSettings):
         description="On SIGTERM, how long requests in flight may take to finish before they are cut "
         "(long polls answer at once); then the leases this server handed out are handed back.",
     )
+    metrics_enabled: bool = Field(
+        default=True,
+        description="Serve GET /metrics (Prometheus' text format, no credentials) and count requests for it; "
+        "false: no /metrics route and no per-request metrics (the benchmark's baseline).",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "console"] | None = Field(
         default=None, description="json or console; default: json unless stderr is a terminal."

@@ -21,6 +21,27 @@ async def test_healthz__answers_without_auth(admin: httpx.AsyncClient) -> None:
     assert 200 == response.status_code
 
 
+async def test_metrics__answer_without_auth_and_hold_no_token_or_id(admin: httpx.AsyncClient) -> None:
+    """``/metrics`` needs no credentials; after a request naming an organization and using a token, the
+    exposition names neither (routes are templates), and the database gauges are there."""
+    created = await admin.post("/orgs", json={"id": "metrics-org"})
+    await admin.get("/orgs/metrics-org/projects/nope")
+    anonymous = httpx.AsyncClient(transport=admin._transport, base_url="http://po.test")
+    response = await anonymous.get("/metrics")
+
+    assert 201 == created.status_code
+    assert 200 == response.status_code
+    assert response.headers["content-type"].startswith("text/plain")
+    assert "metrics-org" not in response.text
+    assert BOOTSTRAP_TOKEN not in response.text
+    assert (
+        'po_http_requests_total{method="GET",route="/orgs/{org_id}/projects/{project_id}",status="404"}'
+        in response.text
+    )
+    assert "# TYPE po_deployments_running gauge" in response.text
+    assert "po_agent_commands_pending 0.0" in response.text
+
+
 async def test_orgs__create_with_id_and_generated(admin: httpx.AsyncClient) -> None:
     named = await admin.post("/orgs", json={"id": "my-org"})
     generated = await admin.post("/orgs")

@@ -73,6 +73,7 @@ async def test_openapi__each_operation_names_its_credentials(document: dict[str,
     assert {
         "/healthz",
         "/readyz",
+        "/metrics",
         "/runner-compatibility",
         "/openapi.json",
         "/docs",
@@ -124,6 +125,8 @@ async def test_openapi__statuses_follow_what_the_route_does(document: dict[str, 
     assert {"200"} == codes("get", "/healthz")
     # A probe: 503 names the check that failed; never a credential to miss.
     assert {"200", "503"} == codes("get", "/readyz")
+    assert {"200"} == codes("get", "/metrics")
+    assert ["text/plain"] == list(paths["/metrics"]["get"]["responses"]["200"]["content"])
     # Managed runners: 404 when not enabled; a wrong secret 401; registering replaces, never conflicts.
     assert {"201", "400", "401", "404", "413", "503"} == codes("post", "/runner/register")
     assert {"200", "204", "400", "401", "404", "409", "413", "503"} == codes("post", "/runner/claim")

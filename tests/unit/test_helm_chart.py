@@ -20,10 +20,19 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from orchestrator.agent.metrics import parse_address
+from orchestrator.agent.settings import AgentSettings
 from orchestrator.launchers.images import DEFAULT_RUNNER_IMAGE
-from tests.support.helm_charts import by_kind, env_of, import_helm, manifests, one, undocumented_values
+from tests.support.helm_charts import (
+    by_kind,
+    env_of,
+    import_helm,
+    manifest_problems,
+    manifests,
+    one,
+    undocumented_values,
+)
 from tests.support.helm_charts import merged as merged_values
-from tests.support.kube_schema import schema_problems
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "platform-orchestrator-agent"
 KUBERNETES_VERSIONS = (latest_version(), "1.30.0")
@@ -55,10 +64,14 @@ def merged(*overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(chart: Any, values: dict[str, Any], namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    """Every manifest the chart renders for ``values``, each validated strictly."""
+    """Every manifest the chart renders for ``values``, each validated strictly (a ServiceMonitor, a custom
+    resource kubernetes-validate has no schema for, by the Prometheus Operator's fields)."""
     rendered = manifests(chart.render(values, name=RELEASE, namespace=namespace))
     assert rendered
     for manifest in rendered:
+        if manifest["kind"] == "ServiceMonitor":
+            assert [] == manifest_problems(manifest)
+            continue
         for version in KUBERNETES_VERSIONS:
             kubernetes_validate.validate(manifest, version, strict=True)
     return rendered
@@ -391,6 +404,73 @@ def test_required_values__refused(
         chart.render(merged(override), name=RELEASE, namespace=NAMESPACE)
 
 
+# -- metrics -----------------------------------------------------------------------------------------
+
+METRICS = {"metrics": {"enabled": True, "port": 9300}}
+SERVICE_MONITOR = {
+    "metrics": {
+        "enabled": True,
+        "serviceMonitor": {"enabled": True, "interval": "1m", "labels": {"release": "p"}},
+    }
+}
+SCRAPE_ANNOTATIONS = {"prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path"}
+
+
+def test_metrics__off_by_default(chart: Any) -> None:
+    rendered = render(chart, BASE_VALUES)
+    container = agent_container(rendered)
+    template = one(rendered, "Deployment")["spec"]["template"]["metadata"]
+    assert "AGENT_METRICS_ADDR" not in env_of(container)
+    assert "ports" not in container
+    assert not SCRAPE_ANNOTATIONS & set(template.get("annotations", {}))
+    assert [] == by_kind(rendered, "ServiceMonitor")
+
+
+def test_metrics__endpoint_port_and_annotations_the_agent_accepts(chart: Any) -> None:
+    rendered = render(chart, merged(METRICS))
+    container = agent_container(rendered)
+    annotations = one(rendered, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    address = env_of(container)["AGENT_METRICS_ADDR"]["value"]
+    assert [{"name": "metrics", "containerPort": 9300, "protocol": "TCP"}] == container["ports"]
+    assert {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9300",
+        "prometheus.io/path": "/metrics",
+    } == {k: v for k, v in annotations.items() if k in SCRAPE_ANNOTATIONS}
+    # The agent's own settings take the address the chart sets, and listen on the annotated port.
+    settings = AgentSettings(
+        org_id="acme",
+        runner_id="cluster-agent",
+        private_key=PRIVATE_KEY,
+        runner_gateway_url="https://orchestrator.example.com",
+        agent_metrics_addr=address,
+    )
+    assert ("0.0.0.0", 9300) == parse_address(settings.agent_metrics_addr)
+    assert [] == by_kind(rendered, "ServiceMonitor")
+
+
+def test_service_monitor__a_metrics_service_of_the_agent_pods_and_its_monitor(chart: Any) -> None:
+    rendered = render(chart, merged(SERVICE_MONITOR))
+    monitor = one(rendered, "ServiceMonitor")
+    service = one(rendered, "Service")
+    pod_labels = one(rendered, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}] == service["spec"][
+        "ports"
+    ]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [{"port": "metrics", "path": "/metrics", "interval": "1m"}] == monitor["spec"]["endpoints"]
+    assert [NAMESPACE] == monitor["spec"]["namespaceSelector"]["matchNames"]
+    assert "p" == monitor["metadata"]["labels"]["release"]
+    assert "0.0.0.0:9090" == env_of(agent_container(rendered))["AGENT_METRICS_ADDR"]["value"]
+
+
+def test_service_monitor__refused_without_metrics(helm: ModuleType, chart: Any) -> None:
+    values = merged({"metrics": {"serviceMonitor": {"enabled": True}}})
+    with pytest.raises(helm.HelmError, match=r"metrics\.serviceMonitor\.enabled needs metrics\.enabled"):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
 # -- strict schemas, every value set -----------------------------------------------------------------
 
 #: What each switch renders besides the Deployment.
@@ -454,6 +534,12 @@ VALUE_SETS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC],
     ),
     ("nothing-created", merged(NOTHING_CREATED), ["Deployment", "Secret"]),
+    ("metrics", merged(METRICS), ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC]),
+    (
+        "service-monitor",
+        merged(SERVICE_MONITOR),
+        ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC, "Service", "ServiceMonitor"],
+    ),
     ("overrides", merged(OVERRIDES), ["Deployment", "Secret", "ServiceAccount", *AGENT_RBAC, *JOBS_RBAC]),
     (
         "other-private-key",
@@ -502,7 +588,9 @@ def test_value_sets__every_manifest_passes_the_strict_schemas(
 
     assert sorted(m["kind"] for m in rendered) == sorted(kinds)
     problems = [
-        f"{m['kind']} {m['metadata']['name']}: {problem}" for m in rendered for problem in schema_problems(m)
+        f"{m['kind']} {m['metadata']['name']}: {problem}"
+        for m in rendered
+        for problem in manifest_problems(m)
     ]
     assert problems == []
     names = [(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in rendered]
@@ -519,8 +607,9 @@ def test_value_sets__every_manifest_passes_the_strict_schemas(
         merged({"gateway": {"privateKey": "", "privateKeyExistingSecret": "agent-key"}}),
         merged({"gateway": {"caExistingSecret": "ca", "clientCertificateExistingSecret": "tls"}}),
         merged({"jobsRbac": {"create": False}}),
+        merged(SERVICE_MONITOR),
     ],
-    ids=["defaults", "existing-secret", "ca-mtls", "jobs-rbac-off"],
+    ids=["defaults", "existing-secret", "ca-mtls", "jobs-rbac-off", "service-monitor"],
 )
 def test_helm_lint__strict_passes(helm: ModuleType, values: dict[str, Any]) -> None:
     report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)

@@ -31,7 +31,15 @@ from orchestrator.api import health
 from orchestrator.launchers.images import DEFAULT_RUNNER_IMAGE, DEFAULT_SERVER_IMAGE, IMAGE_TAG
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
-from tests.support.helm_charts import by_kind, env_of, import_helm, manifests, one, undocumented_values
+from tests.support.helm_charts import (
+    by_kind,
+    env_of,
+    import_helm,
+    manifest_problems,
+    manifests,
+    one,
+    undocumented_values,
+)
 from tests.support.helm_charts import merged as merged_values
 from tests.support.kube_api import KubeApiServer
 from tests.support.kube_schema import schema_problems
@@ -76,7 +84,9 @@ def render(chart: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
     rendered = manifests(chart.render(values, name=RELEASE, namespace=NAMESPACE))
     assert rendered
     problems = [
-        f"{m['kind']} {m['metadata']['name']}: {problem}" for m in rendered for problem in schema_problems(m)
+        f"{m['kind']} {m['metadata']['name']}: {problem}"
+        for m in rendered
+        for problem in manifest_problems(m)
     ]
     assert problems == []
     return rendered
@@ -289,6 +299,86 @@ def test_service__selects_the_server_pods_only(chart: Any) -> None:
         {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
     ]
     assert SERVICE_URL == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:8080"
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+SERVICE_MONITOR = {
+    "metrics": {"serviceMonitor": {"enabled": True, "interval": "30s", "labels": {"release": "prom"}}}
+}
+SCRAPE_ANNOTATIONS = {"prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path"}
+
+
+async def test_metrics__annotated_pods_and_a_path_the_server_answers(chart: Any, tmp_path: Path) -> None:
+    """By default the server pods carry scrape annotations naming the port the server listens on and a path
+    its app answers with Prometheus' text format; no ServiceMonitor."""
+    rendered = render(chart, DEFAULTS)
+    server = container(rendered, "Deployment")
+    annotations = one(rendered, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    assert "true" == annotations["prometheus.io/scrape"]
+    assert ports["http"] == int(annotations["prometheus.io/port"])
+    assert "true" == env_of(server)["PO_METRICS_ENABLED"]["value"]
+    assert [] == by_kind(rendered, "ServiceMonitor")
+
+    settings = ServerSettings(data_dir=tmp_path / "data", local_runs_dir=tmp_path / "runs")
+    app = create_app(settings, run_migrations=False, run_dispatcher=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test") as client:
+        response = await client.get(annotations["prometheus.io/path"])
+    assert 200 == response.status_code
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    assert "# TYPE po_http_requests_total counter" in response.text
+
+
+async def test_metrics_disabled__no_annotations_and_no_route(chart: Any, tmp_path: Path) -> None:
+    rendered = render(chart, merged({"metrics": {"enabled": False}}))
+    template = one(rendered, "Deployment")["spec"]["template"]["metadata"]
+    assert not SCRAPE_ANNOTATIONS & set(template.get("annotations", {}))
+    assert "false" == env_of(container(rendered, "Deployment"))["PO_METRICS_ENABLED"]["value"]
+
+    settings = ServerSettings(
+        data_dir=tmp_path / "data", local_runs_dir=tmp_path / "runs", metrics_enabled=False
+    )
+    app = create_app(settings, run_migrations=False, run_dispatcher=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://po.test") as client:
+        response = await client.get("/metrics")
+    assert 404 == response.status_code
+
+
+def test_service_monitor__scrapes_the_server_service_only(chart: Any) -> None:
+    rendered = render(chart, merged(SERVICE_MONITOR))
+    monitor = one(rendered, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    server_service = one(rendered, "Service", FULLNAME)
+    runners_service = one(rendered, "Service", RUNNERS)
+    assert selector.items() <= server_service["metadata"]["labels"].items()
+    assert not selector.items() <= runners_service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert {"port": "http", "path": "/metrics", "interval": "30s"} == endpoint
+    assert endpoint["port"] in {p["name"] for p in server_service["spec"]["ports"]}
+    assert [NAMESPACE] == monitor["spec"]["namespaceSelector"]["matchNames"]
+    assert "prom" == monitor["metadata"]["labels"]["release"]
+    assert [] == manifest_problems(monitor)
+
+
+def test_service_monitor__refused_without_metrics(helm: ModuleType, chart: Any) -> None:
+    values = merged(SERVICE_MONITOR, {"metrics": {"enabled": False}})
+    with pytest.raises(helm.HelmError, match=r"metrics\.serviceMonitor\.enabled needs metrics\.enabled"):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_service_monitor__the_check_finds_a_bad_one() -> None:
+    """The ServiceMonitor check (kubernetes-validate has no schema for it) can fail."""
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "m", "labels": {"a": 1}},
+        "spec": {
+            "selector": {"matchLabels": {}},
+            "endpoints": [{"port": "http", "interval": "soon", "x": 1}],
+        },
+    }
+    assert 3 == len(manifest_problems(bad)), manifest_problems(bad)
 
 
 # -- managed runners ---------------------------------------------------------------------------------
@@ -755,6 +845,11 @@ VALUE_SETS: list[tuple[str, dict[str, Any], list[str]]] = [
         [*SERVER_KINDS, "PersistentVolumeClaim", *RUNNER_KINDS],
     ),
     (
+        "service-monitor",
+        merged(SERVICE_MONITOR),
+        [*SERVER_KINDS, "PersistentVolumeClaim", *RUNNER_KINDS, "ServiceMonitor"],
+    ),
+    (
         "everything-set-runners-off",
         merged(EVERYTHING, {"managedRunners": {"enabled": False}, "fullnameOverride": "cell"}),
         SERVER_KINDS,
@@ -774,7 +869,9 @@ def test_value_sets__every_manifest_passes_the_strict_schemas(
 
     assert sorted(m["kind"] for m in rendered) == sorted(kinds)
     problems = [
-        f"{m['kind']} {m['metadata']['name']}: {problem}" for m in rendered for problem in schema_problems(m)
+        f"{m['kind']} {m['metadata']['name']}: {problem}"
+        for m in rendered
+        for problem in manifest_problems(m)
     ]
     assert problems == []
     names = [(m["kind"], m["metadata"]["name"]) for m in rendered]
@@ -791,6 +888,7 @@ def test_value_sets__every_manifest_passes_the_strict_schemas(
         merged({"managedRunners": {"secret": EXPLICIT_SECRET}}),
         merged(POSTGRES),
         EVERYTHING,
+        merged(SERVICE_MONITOR),
     ],
     ids=[
         "defaults",
@@ -800,6 +898,7 @@ def test_value_sets__every_manifest_passes_the_strict_schemas(
         "explicit-secret",
         "database-secret",
         "everything",
+        "service-monitor",
     ],
 )
 def test_helm_lint__strict_passes(helm: ModuleType, values: dict[str, Any]) -> None:

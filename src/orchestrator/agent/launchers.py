@@ -61,9 +61,10 @@ class AgentLaunchers:
         run_user: RunUser | None = None,
         kubernetes: LauncherFactory | None = None,
         cluster: LaunchedRuns | None = None,
+        on_exit: Callable[[int], None] | None = None,
     ) -> None:
         self.local = LocalLauncher(
-            runs_dir, environ=environ, run_user=run_user, user_setting="AGENT_RUN_USER"
+            runs_dir, environ=environ, run_user=run_user, user_setting="AGENT_RUN_USER", on_exit=on_exit
         )
         self._kubernetes = kubernetes
         self.cluster = cluster

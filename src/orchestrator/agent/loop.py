@@ -37,6 +37,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator.agent import metrics
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.kubernetes import job_with_agent_additions, stuck_detail
 from orchestrator.agent.launchers import AgentLaunchers
@@ -101,6 +102,7 @@ class Agent:
                 delivered = await self._next_or_stop(stop)
             except AuthError as exc:
                 failures += 1
+                metrics.POLLS.labels("unauthorized").inc()
                 log.error(
                     "THE RUNNER GATEWAY REJECTS THIS AGENT'S CREDENTIALS: check ORG_ID, RUNNER_ID and that "
                     "PRIVATE_KEY matches the public key registered on the runner",
@@ -112,12 +114,16 @@ class Agent:
                 continue
             except ClientError as exc:
                 failures += 1
+                metrics.POLLS.labels("error").inc()
                 log.warning("runner gateway unreachable", error=exc.message, failures=failures)
                 await self._pause(failures, stop)
                 continue
             failures = 0
             if delivered is not None:
+                metrics.POLLS.labels("command").inc()
                 await self.handle(delivered)
+            elif not stop.is_set():
+                metrics.POLLS.labels("empty").inc()
         await self.stop_watching()
         log.info("agent stopped")
 
@@ -196,6 +202,7 @@ class Agent:
     async def _handle(self, delivered: protocol.NextCommand) -> Outcome:
         envelope = delivered.command
         context = {"command_id": envelope.command_id, "attempt": delivered.attempt}
+        metrics.COMMANDS_RECEIVED.inc()
         try:
             payload = protocol.check_envelope(
                 envelope,
@@ -205,6 +212,7 @@ class Agent:
             )
         except protocol.EnvelopeError as exc:
             log.warning("command refused", code=exc.code, reason=exc.reason, **context)
+            metrics.COMMANDS_REFUSED.inc()
             if exc.code == protocol.COMMAND_EXPIRED_CODE:
                 await self._runner_error(envelope, None, exc.code, exc.reason, retryable=False)
             return await self._answer("reject", envelope, delivered, reason=f"{exc.code}: {exc.reason}")
@@ -218,6 +226,7 @@ class Agent:
             log.exception("launch failed unexpectedly", **context)
             return await self._launch_failed(delivered, payload, f"unexpected error: {exc}", retryable=True)
         log.info("job launched", job_id=payload.job_id, handle=handle, note=started.note, **context)
+        metrics.RUNS_LAUNCHED.labels("kubernetes" if self.launchers.watches_start(payload) else "local").inc()
         created = protocol.EventEnvelope(
             protocol_version=protocol.PROTOCOL_VERSION,
             event_id=protocol.event_id(envelope.command_id, protocol.EventType.JOB_CREATED),
@@ -271,9 +280,11 @@ class Agent:
             self._watch_start(launcher, handle, command, job_id, age_seconds=age_seconds)
         )
         self.watches[command_id] = task
+        metrics.RUNS_WATCHED.inc()
         task.add_done_callback(lambda done: self._watch_done(command_id, done))
 
     def _watch_done(self, command_id: str, task: asyncio.Task[None]) -> None:
+        metrics.RUNS_WATCHED.dec()
         if self.watches.get(command_id) is task:
             del self.watches[command_id]
         if not task.cancelled() and task.exception() is not None:
@@ -322,6 +333,7 @@ class Agent:
     ) -> Outcome:
         envelope = delivered.command
         terminal = not retryable or delivered.attempt >= self.settings.agent_max_attempts
+        metrics.LAUNCH_FAILURES.labels("true" if terminal else "false").inc()
         log.warning(
             "launch failed",
             command_id=envelope.command_id,
@@ -384,7 +396,9 @@ class Agent:
         context = {"command_id": command_id, "attempt": delivered.attempt}
         if await self._deliver(call, action, context):
             log.info(f"command {outcome}", **context)
+            metrics.ANSWERS.labels(action).inc()
             return outcome
+        metrics.ANSWERS.labels("unanswered").inc()
         return Outcome.UNANSWERED
 
     async def _deliver(self, call: Callable[[], Awaitable[None]], what: str, context: dict[str, Any]) -> bool:

@@ -6,12 +6,14 @@ import asyncio
 import os
 import signal
 
+from orchestrator.agent import metrics
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.kubernetes import kubernetes_launchers
 from orchestrator.agent.launchers import AgentLaunchers
 from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.client.gateway import RunnerGateway
+from orchestrator.errors import ConfigurationError
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import agent_auth
 
@@ -28,6 +30,8 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
         poll_timeout_seconds=settings.agent_poll_timeout_seconds,
     )
     stop = stop or asyncio.Event()
+    # Off unless AGENT_METRICS_ADDR is set; an address that cannot be bound stops the agent here.
+    exposed = _metrics_server(settings.agent_metrics_addr) if settings.agent_metrics_addr else None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -43,6 +47,7 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
             run_user=run_user,
             kubernetes=cluster,
             cluster=cluster,
+            on_exit=metrics.run_finished,
         )
         # Local runs an earlier agent started go on without it; what a runner of theirs leaves behind
         # when it dies is stopped all the same.
@@ -50,5 +55,16 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
         await Agent(settings=settings, client=client, launchers=launchers).run(stop)
     finally:
         await client.aclose()
+        if exposed is not None:
+            exposed.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+def _metrics_server(address: str) -> metrics.MetricsServer:
+    try:
+        return metrics.MetricsServer(address)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"AGENT_METRICS_ADDR {address}: cannot listen: {exc.strerror or exc}"
+        ) from exc

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.agent.metrics import parse_address
 from orchestrator.client.tls import GatewayTls, read_ca_file
 from orchestrator.protocol import results
 
@@ -93,6 +94,12 @@ class AgentSettings(BaseSettings):
         default=10, ge=1, description="Deliveries of a command after which a launch error is terminal."
     )
 
+    agent_metrics_addr: str = Field(
+        default="",
+        description="host:port where the agent serves its Prometheus metrics at /metrics (0.0.0.0:9090); "
+        "empty: no metrics endpoint.",
+    )
+
     k8s_runner_pod_scheduling_delay: float = Field(
         default=300.0,
         ge=0,
@@ -132,6 +139,13 @@ class AgentSettings(BaseSettings):
         if self.runner_gateway_ca_file is not None:
             self._gateway_ca_pem = read_ca_file(self.runner_gateway_ca_file)
         return self
+
+    @field_validator("agent_metrics_addr")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if value.strip():
+            parse_address(value)
+        return value.strip()
 
     @field_validator("k8s_runner_pod_scheduling_delay", mode="before")
     @classmethod

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator import compiler
+from orchestrator import compiler, metrics
 from orchestrator.blobs import BlobStore
-from orchestrator.dispatch import bundles, env_catalogue, links
+from orchestrator.dispatch import bundles, env_catalogue, gauges, links
 from orchestrator.domain import provider_secrets
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -278,6 +278,7 @@ async def create(
             **_managed(runner.id, env.required_tags),
         },
     )
+    metrics.DEPLOYMENTS_CREATED.labels(runner.type).inc()
     return Created(deployment=deployment, new=True)
 
 
@@ -302,7 +303,7 @@ async def create_destroy(
         column: getattr(last, column)
         for column in ("org_id", "project_id", "env_id", "env_uuid", "runner_id", "manifest", "tf", "graph")
     }
-    return await store.insert(
+    deployment = await store.insert(
         conn,
         {
             **values,
@@ -325,3 +326,5 @@ async def create_destroy(
             ),
         },
     )
+    metrics.DEPLOYMENTS_CREATED.labels(await gauges.runner_type(conn, deployment)).inc()
+    return deployment

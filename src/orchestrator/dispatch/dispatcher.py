@@ -36,7 +36,7 @@ import structlog
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from orchestrator import deployment_tokens
+from orchestrator import deployment_tokens, metrics
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import agent_commands as agent_policy
 from orchestrator.dispatch import errored_states
@@ -101,6 +101,13 @@ def describe(exc: BaseException, *, error_id: str) -> str:
         reason = exc.strerror or type(exc).__name__
         return f"{reason}: {exc.filename}" if exc.filename else reason
     return f"unexpected {type(exc).__name__} (error id {error_id}; the server log has the details)"
+
+
+def _launched(deployment: Deployment, runner_type: str, now: datetime) -> None:
+    """Observe the dispatch latency: from the deployment's creation to its launch."""
+    metrics.DISPATCH_LATENCY.labels(runner_type).observe(
+        max(0.0, (now - deployment.created_at).total_seconds())
+    )
 
 
 class _LeaseLostError(Exception):
@@ -188,6 +195,7 @@ class Dispatcher:
         if expiry_due:
             async with self.engine.begin() as conn:
                 expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
+            metrics.AGENT_COMMANDS_EXPIRED.inc(len(expired))
             for deployment in expired:
                 log.info("agent command expired", **deployment.log_context())
                 self.on_final(str(deployment.id))
@@ -303,6 +311,8 @@ class Dispatcher:
         except _LeaseLostError:
             log.warning("lost the dispatch lease before enqueueing", deployment_id=str(deployment.id))
             return
+        metrics.AGENT_COMMANDS_QUEUED.inc()
+        _launched(deployment, target.runner_type, now)
         if self.on_command is not None:
             self.on_command(deployment.org_id, deployment.runner_id)
         log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
@@ -313,12 +323,14 @@ class Dispatcher:
             await self._release(deployment, dispatch_state=DispatchState.QUEUED)
             return
         if deployment.timeout_at <= datetime.now(UTC):
+            metrics.LAUNCH_FAILURES.labels("timeout").inc()
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
         attempts = deployment.dispatch_attempts + 1
         try:
             found = await self._spec(deployment)
             if isinstance(found, str):
+                metrics.LAUNCH_FAILURES.labels("runner_unavailable").inc()
                 await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
                 return
             if found.launcher is None:
@@ -327,10 +339,12 @@ class Dispatcher:
             started = launched(await found.launcher.launch(found.spec))
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
+                metrics.LAUNCH_FAILURES.labels("launch_error").inc()
                 await self._fail(
                     deployment, f"the runner could not be launched: {exc.message}", code="LAUNCH_FAILED"
                 )
                 return
+            metrics.LAUNCH_FAILURES.labels("launch_error_retried").inc()
             log.warning("launch failed, will retry", deployment_id=str(deployment.id), error=exc.message)
             await self._retry_later(deployment, attempts)
             return
@@ -338,12 +352,14 @@ class Dispatcher:
             if transient(exc):
                 # Not counted against launch_attempts: the dependency may take a while to come back;
                 # the deployment timeout bounds the wait.
+                metrics.LAUNCH_FAILURES.labels("dependency_unavailable").inc()
                 log.warning(
                     "launch interrupted, will retry", deployment_id=str(deployment.id), error=str(exc)
                 )
                 await self._retry_later(deployment, attempts)
                 return
             error_id = uuid.uuid4().hex[:16]
+            metrics.LAUNCH_FAILURES.labels("internal_error").inc()
             log.error("launch failed", deployment_id=str(deployment.id), error_id=error_id, exc_info=exc)
             await self._fail(
                 deployment,
@@ -364,6 +380,7 @@ class Dispatcher:
             next_check_at=now + timedelta(seconds=self.settings.check_interval_seconds),
             **(noted if note else {}),
         )
+        _launched(deployment, found.runner_type, now)
         log.info("runner launched", deployment_id=str(deployment.id), handle=started.handle, note=note)
 
     async def _retry_later(self, deployment: Deployment, attempts: int) -> None:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.dispatch import environments
+from orchestrator.dispatch import environments, gauges
 from orchestrator.domain.deployments import Deployment, Mode, Status, with_launch_note
 from orchestrator.errors import ConflictError, NotFoundError
 from orchestrator.protocol.results import DeploymentResults, ResultStatus
@@ -104,6 +104,7 @@ async def apply_results(
         results_digest=results_digest(results),
     )
     if applied:
+        await gauges.finished(conn, deployment, succeeded=succeeded)
         await after_final(conn, deployment, succeeded=succeeded, message=failure_message(results), now=now)
     return applied
 
@@ -121,6 +122,7 @@ async def fail(
         error={"error": code, "message": message},
     )
     if applied:
+        await gauges.finished(conn, deployment, succeeded=False)
         await after_final(conn, deployment, succeeded=False, message=message, now=now)
     return applied
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from orchestrator import metrics
 from orchestrator.blobs import BlobStore
 from orchestrator.errors import OrchestratorError
 from orchestrator.notify import sleep_unless_stopped
@@ -106,6 +107,7 @@ class RetentionWorker:
                 return 0
         async with self.engine.begin() as conn:
             count = await store.delete_outputs(conn, cutoff=cutoff)
+        metrics.RETENTION_DELETED.labels("outputs").inc(count)
         if count:
             log.info("deployment outputs deleted after their retention", deployments=count)
         return count
@@ -116,6 +118,7 @@ class RetentionWorker:
         try:
             for key in item.keys:
                 await self.blobs.delete(key)
+                metrics.RETENTION_DELETED.labels("object").inc()
         except OrchestratorError as exc:
             log.warning("deleting deployment objects failed", deployment_id=str(item.id), error=str(exc))
             return False

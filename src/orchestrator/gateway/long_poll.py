@@ -26,6 +26,7 @@ from fastapi import Response
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestrator import metrics
 from orchestrator.errors import OrchestratorError, PayloadTooLargeError
 from orchestrator.gateway.agent_authentication import AgentAuthentication
 from orchestrator.gateway.claim import MAX_ANSWER_BYTES, Claims
@@ -34,10 +35,13 @@ from orchestrator.gateway.presence import Presence
 from orchestrator.settings import ServerSettings
 from orchestrator.store import agent_commands as store
 from orchestrator.web.errors import busy_response, error_response
+from orchestrator.web.metrics import ROUTE_KEY
 from orchestrator.web.services import Services
 
 log = structlog.get_logger(__name__)
 
+#: The route template of the long poll (as the documented route, ``gateway.commands``, names it).
+ROUTE = "/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}/commands/next"
 PATH = re.compile(r"/runner-gateway/v1/orgs/(?P<org>[^/]+)/runners/(?P<runner>[^/]+)/commands/next")
 
 
@@ -63,6 +67,12 @@ class LongPoll:
         when none came within the wait (``PO_AGENT_FETCH_WAIT_SECONDS``, less up to a quarter at random
         so that polls started together do not all come back together) or the server is stopping."""
         self.presence.seen(org_id, runner_id)
+        with metrics.AGENT_LONG_POLLS.track_inprogress():
+            return await self._next_command(svc, org_id, runner_id, disconnected)
+
+    async def _next_command(
+        self, svc: Services, org_id: str, runner_id: str, disconnected: Callable[[], Awaitable[bool]]
+    ) -> Response:
         loop = asyncio.get_running_loop()
         wait = self.settings.agent_fetch_wait_seconds
         deadline = loop.time() + wait - random.uniform(0, wait / 4)
@@ -72,6 +82,9 @@ class LongPoll:
                 return Response(status_code=204)
             delivered = await self.claims.claim(svc, org_id, runner_id)
             if delivered is not None:
+                metrics.AGENT_COMMANDS_DELIVERED.inc()
+                if delivered.attempt > 1:
+                    metrics.AGENT_COMMAND_REDELIVERIES.inc()
                 log.info(
                     "command delivered",
                     command_id=delivered.command.command_id,
@@ -117,6 +130,7 @@ class LongPollMiddleware:
         if match is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        scope[ROUTE_KEY] = ROUTE
         state = scope["app"].state
         authentication: AgentAuthentication = state.agent_gateway.authentication
         long_poll: LongPoll = state.agent_gateway.long_poll

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +125,11 @@ class LocalLauncher:
         user_setting: str = "PO_LOCAL_RUN_USER",
         python: str = sys.executable,
         reap_grace_seconds: float = REAP_GRACE_SECONDS,
+        on_exit: Callable[[int], None] | None = None,
     ) -> None:
         self.runs_dir = runs_dir
+        #: Told the exit code of each runner this launcher started, once it exited (the agent's metrics).
+        self.on_exit = on_exit
         self.run_user = run_user
         self.hostname = socket.gethostname()
         self._inherited = {k: environ[k] for k in INHERITED if k in environ}
@@ -323,6 +326,8 @@ class LocalLauncher:
         remove_code_dir(run_dir, whole_run=code == 0)
         self._exit_codes[handle] = code
         self._running.discard(handle)
+        if self.on_exit is not None:
+            self.on_exit(code)
 
     def _run_processes(self, handle: str) -> processes.RunProcesses:
         with self._lock:

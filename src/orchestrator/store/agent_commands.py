@@ -354,3 +354,11 @@ async def last_seen(conn: AsyncConnection, org_id: str, runner_id: str) -> datet
         )
     ).scalar_one_or_none()
     return value
+
+
+async def open_count(conn: AsyncConnection) -> int:
+    """How many commands are open (pending or leased), of every runner."""
+    stmt = (
+        sa.select(sa.func.count()).select_from(agent_commands).where(agent_commands.c.state.in_(OPEN_STATES))
+    )
+    return int((await conn.execute(stmt)).scalar_one())

@@ -16,7 +16,7 @@ from orchestrator.domain.deployments import Deployment, DispatchState, Status
 from orchestrator.domain.usage import Run
 from orchestrator.errors import ConflictError
 from orchestrator.store.pages import Page, newest_first, newest_key, to_page
-from orchestrator.store.schema import deployments, envs
+from orchestrator.store.schema import deployments, envs, runners
 
 #: Columns of the row that are not fields of ``Deployment`` (read with their own functions).
 _NOT_IN_ENTITY = frozenset({"objects_deleted_at"})
@@ -420,3 +420,28 @@ async def objects_deleted_at(conn: AsyncConnection, org_id: str, deployment_id: 
             )
         )
     ).scalar_one_or_none()
+
+
+# --- metrics ------------------------------------------------------------------------------------------
+
+
+async def executing_by_runner_type(conn: AsyncConnection) -> dict[str, int]:
+    """How many deployments execute now, by the type of their runner (``unknown``: the runner is gone)."""
+    c = deployments.c
+    kind = sa.func.coalesce(runners.c.type, "unknown")
+    stmt = (
+        sa.select(kind, sa.func.count())
+        .select_from(
+            deployments.outerjoin(runners, sa.and_(runners.c.org_id == c.org_id, runners.c.id == c.runner_id))
+        )
+        .where(c.status == Status.EXECUTING)
+        .group_by(kind)
+    )
+    return {str(name): int(count) for name, count in (await conn.execute(stmt)).all()}
+
+
+async def runner_type(conn: AsyncConnection, org_id: str, runner_id: str) -> str | None:
+    """The type of a runner, if it exists."""
+    stmt = sa.select(runners.c.type).where(runners.c.org_id == org_id, runners.c.id == runner_id)
+    found = (await conn.execute(stmt)).scalar_one_or_none()
+    return None if found is None else str(found)
