@@ -103,7 +103,7 @@ def run_options(func: F) -> F:
         click.option(
             "-o",
             "--out",
-            type=click.Choice(("yaml", "json")),
+            type=click.Choice(output.FORMATS),
             default="yaml",
             show_default=True,
             help="Format of the outputs (or dry-run result) on stdout.",
