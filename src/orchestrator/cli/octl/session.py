@@ -141,23 +141,40 @@ class Session:
         if self.debug:
             traceback.print_exception(exc, file=sys.stderr)
         if isinstance(exc, ApiError):
-            message = str(exc)
-            errors = (exc.details or {}).get("errors")
-            if isinstance(errors, list) and len(errors) > 1:
-                message += "".join(
-                    f"\n  also: {e.get('field')}: {e.get('message')}"
-                    for e in errors[1:]
-                    if isinstance(e, dict)
-                )
-            if exc.status == 401 and not self.token():
-                message += "\n  (no token: pass --token, set PO_AUTH_TOKEN, or run `octl config set-token`)"
-            return ApiFailure(message)
+            return ApiFailure(self._api_message(exc))
         if isinstance(exc, ApiConnectionError):
-            return UnreachableFailure(exc.message)
+            return UnreachableFailure(
+                f"{exc.message}: is `orchestrator serve` running there? Start it, or point octl at it with "
+                "--api-url, PO_API_URL or `octl config set-url URL`"
+            )
         if isinstance(exc, inputs.InputError):
             return UsageFailure(str(exc))
         hint = "" if self.debug else " (run with --debug for details)"
         return UnexpectedFailure(f"unexpected error: {type(exc).__name__}: {exc}{hint}")
+
+
+    def _api_message(self, exc: ApiError) -> str:
+        """The API's error, with what to do next where the cause is the token or the organization."""
+        message = str(exc)
+        errors = (exc.details or {}).get("errors")
+        if isinstance(errors, list) and len(errors) > 1:
+            message += "".join(
+                f"\n  also: {e.get('field')}: {e.get('message')}" for e in errors[1:] if isinstance(e, dict)
+            )
+        if exc.status == 401:
+            given = "no token given" if not self.token() else "the token was refused"
+            message += (
+                f" ({given}: pass one with --token, PO_AUTH_TOKEN or `octl config set-token`; "
+                "`orchestrator token create` on the server mints one)"
+            )
+        elif exc.status == 403:
+            message += " (ask an admin of the organization for a token with a role that may do this)"
+        elif exc.status == 404 and exc.message.startswith("organization '"):
+            message += (
+                " (check the organization: --org, PO_ORG_ID or `octl config set-org ORG`; a token works only "
+                "in the organization it was made in)"
+            )
+        return message
 
 
 class OctlGroup(click.Group):
