@@ -80,7 +80,9 @@ def test_every_command__with_a_wrong_token(
 
 
 @pytest.mark.parametrize("path", [p for p in AUTHENTICATED if p[-1] not in ("org", "orgs")], ids=" ".join)
-def test_every_command__in_a_wrong_org(path: tuple[str, ...], server: tuple[str, str], tmp_path: Path) -> None:
+def test_every_command__in_a_wrong_org(
+    path: tuple[str, ...], server: tuple[str, str], tmp_path: Path
+) -> None:
     octl = Octl(base_url=server[0], token=server[1], config_path=tmp_path / "config.yaml")
 
     result = octl(*sample_args(path, tmp_path), PO_ORG_ID="no-such-org")

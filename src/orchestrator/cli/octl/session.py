@@ -152,7 +152,6 @@ class Session:
         hint = "" if self.debug else " (run with --debug for details)"
         return UnexpectedFailure(f"unexpected error: {type(exc).__name__}: {exc}{hint}")
 
-
     def _api_message(self, exc: ApiError) -> str:
         """The API's error, with what to do next where the cause is the token or the organization."""
         message = str(exc)
