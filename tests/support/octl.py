@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 
 from orchestrator.cli.octl import main
 from orchestrator.client.api import ApiClient
+from orchestrator.protocol import age
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.support.live_server import serve_in_thread
@@ -45,6 +46,7 @@ class Octl:
             "PO_AUTH_TOKEN": self.token,
             "PO_ORG_ID": ORG,
             "OCTL_CONFIG": str(self.config_path),
+            "OCTL_KEYS_DIR": str(self.config_path.parent / "keys"),
             **self.env,
             **env,
         }
@@ -78,6 +80,7 @@ class OctlProcess(Octl):
             "PO_AUTH_TOKEN": self.token,
             "PO_ORG_ID": ORG,
             "OCTL_CONFIG": str(self.config_path),
+            "OCTL_KEYS_DIR": str(self.config_path.parent / "keys"),
         }
         for name, value in {**self.env, **env}.items():
             if value is None:
@@ -135,7 +138,8 @@ def command_of(path: tuple[str, ...]) -> click.Command:
 
 def sample_args(path: tuple[str, ...], files: Path) -> list[str]:
     """Arguments that get ``path`` past its own checks to the API: a value of the right type for each
-    argument and required option, a body for the commands that send one, ``--yes`` where asked for."""
+    argument and required option, a body for the commands that send one, ``--yes`` where asked for, a
+    key where one is read."""
     command = command_of(path)
     args = list(path)
     for param in command.params:
@@ -162,4 +166,6 @@ def sample_args(path: tuple[str, ...], files: Path) -> list[str]:
         args += ["--set", "description=sample"]
     if "yes" in names:
         args.append("--yes")
+    if "key" in names:
+        args += ["--key", age.generate_identity()[0]]
     return args
