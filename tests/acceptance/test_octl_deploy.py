@@ -419,3 +419,44 @@ def test_outputs__read_again_after_ctrl_c(platform: Platform) -> None:
     assert f"`octl outputs {deployment_id}` prints its outputs" in stderr
     _ok(read)
     assert {"app": {"greeting": "hello interrupted"}} == yaml.safe_load(read.stdout)
+
+
+KEPT_CODE = """\
+resource "terraform_data" "kept" {
+  input = "kept"
+  lifecycle {
+    prevent_destroy = true
+  }
+}
+"""
+
+
+def test_delete_env__failed_destroy_says_how_to_go_on_and_keeps_its_logs(platform: Platform) -> None:
+    """A destroy that fails (prevent_destroy) leaves the environment, says how to read the destroy's logs
+    and how to go on (--force); the logs open with the key octl saved; --force then deletes it."""
+    octl = platform.octl
+    kept = {"resource_type": "kept", "module_source": "inline", "module_source_code": KEPT_CODE}
+    _ok(octl("create", "resource-type", "kept", "--set-json", '{"output_schema": {"type": "object"}}'))
+    _ok(octl("create", "module", "kept", "--set-json", json.dumps(kept)))
+    _ok(octl("create", "module-rule", "--set", "module_id=kept"))
+    manifest = yaml.safe_dump({"workloads": {"app": {"resources": {"k": {"type": "kept"}}}}})
+    _ok(octl("deploy", "shop", "dev", "-", input=manifest))
+
+    failed = octl("delete", "env", "shop", "dev", "--yes", "--wait")
+
+    assert 1 == failed.exit_code, failed.output
+    assert "Traceback" not in failed.output
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: delete failed due to a failure in deployment '")
+    assert "to delete it without destroying its resources: `octl delete env shop dev --force`" in error
+    read_logs = re.search(r"`octl logs ([0-9a-f-]{36}) --key @(\S+)`", error)
+    assert read_logs is not None, error
+    logs = _ok(octl("logs", read_logs.group(1), "--key", f"@{read_logs.group(2)}"))
+    assert "prevent_destroy" in logs.stdout
+    env = yaml.safe_load(_ok(octl("get", "env", "shop", "dev", "-o", "yaml")).stdout)
+    assert "delete_failed" == env["status"]
+
+    forced = octl("delete", "env", "shop", "dev", "--force", "--yes")
+
+    _ok(forced)
+    assert "No environments found" in octl("get", "envs", "shop").stderr

@@ -183,7 +183,8 @@ def test_env_types_and_envs__crud(octl: Octl) -> None:
     got = octl("get", "env", "shop", "dev", "-o", "yaml")
     renamed = octl("update", "env", "shop", "dev", "--set", "display_name=Dev env")
     types = octl("get", "env-types")
-    deleted = octl("delete", "env", "shop", "dev")
+    unconfirmed = octl("delete", "env", "shop", "dev")
+    deleted = octl("delete", "env", "shop", "dev", "--yes")
     empty = octl("get", "envs", "shop")
 
     assert 0 == env_type.exit_code, env_type.output
@@ -198,6 +199,9 @@ def test_env_types_and_envs__crud(octl: Octl) -> None:
     assert "runner_id" not in yaml.safe_load(got.stdout)
     assert "Dev env" == yaml.safe_load(renamed.stdout)["display_name"]
     assert "development" in types.stdout
+    # Standard input is not a terminal here: without --yes nothing is deleted, and the error says so.
+    assert 2 == unconfirmed.exit_code
+    assert "pass --yes to delete without asking" in unconfirmed.stderr
     assert 0 == deleted.exit_code
     assert "No environments found in project shop." in empty.stderr
 
