@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -19,7 +20,7 @@ from orchestrator.client.api import ApiClient, ApiError
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.support.live_server import serve_in_thread
-from tests.support.octl import ORG, Octl
+from tests.support.octl import OCTL_EXECUTABLE, ORG, Octl
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
 RUNNER_DATA = Path(__file__).parents[1] / "data" / "runners"
@@ -543,3 +544,72 @@ def test_compatibility_matrix__table_and_json(octl: Octl) -> None:
     ecs_storages = json.loads(as_json.stdout)["serverless-ecs"]
     assert "s3" in ecs_storages
     assert "kubernetes" not in ecs_storages
+
+
+def test_config__profiles_use_and_profile_flag(octl: Octl) -> None:
+    """`config use` switches the profile the set-* commands and every other command use; the top-level
+    keys stay the `default` profile; --profile picks one for a single command."""
+    octl("config", "set-url", octl.base_url)
+    octl("config", "set-org", ORG)
+    octl("config", "set-token", octl.token)
+    octl("create", "project", "shop")
+
+    used = octl("config", "use", "other")
+    octl("config", "set-url", octl.base_url)
+    octl("config", "set-org", "other-org")
+    octl("config", "set-token", octl.token)
+    in_other = octl("get", "projects", PO_API_URL=None, PO_AUTH_TOKEN=None, PO_ORG_ID=None)
+    in_default = octl("--profile", "default", "get", "projects", "-o", "json", PO_ORG_ID=None)
+    shown = octl("config", "show")
+    back = octl("config", "use", "default")
+    after = octl("get", "projects", "-o", "json", PO_API_URL=None, PO_AUTH_TOKEN=None, PO_ORG_ID=None)
+
+    assert 0 == used.exit_code, used.output
+    assert "Using profile other (new and empty" in used.stderr
+    assert "organization 'other-org' not found" in in_other.stderr
+    assert 0 == in_default.exit_code, in_default.output
+    assert ["shop"] == [p["id"] for p in json.loads(in_default.stdout)]
+    assert "profile other (profiles: default, other)" in shown.stderr
+    assert "other-org" == yaml.safe_load(shown.stdout)["default_org_id"]
+    assert 0 == back.exit_code
+    assert ["shop"] == [p["id"] for p in json.loads(after.stdout)]
+    document = yaml.safe_load(octl.config_path.read_text())
+    assert ORG == document["default_org_id"]
+    assert "other-org" == document["profiles"]["other"]["default_org_id"]
+    assert "current_profile" not in document
+
+
+def test_version_and_completion_scripts(octl: Octl) -> None:
+    """`octl --version`; the shell completion scripts click makes (README: Shell completion)."""
+    version = octl("--version")
+    scripts = {
+        shell: subprocess.run(
+            [str(OCTL_EXECUTABLE)],
+            env={**os.environ, "_OCTL_COMPLETE": f"{shell}_source"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for shell in ("bash", "zsh", "fish")
+    }
+    completed = subprocess.run(
+        [str(OCTL_EXECUTABLE)],
+        env={
+            **os.environ,
+            "_OCTL_COMPLETE": "bash_complete",
+            "COMP_WORDS": "octl get runn",
+            "COMP_CWORD": "2",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert 0 == version.exit_code
+    assert re.match(r"octl, version \d+\.\d+", version.stdout)
+    for shell, done in scripts.items():
+        assert 0 == done.returncode, done.stderr
+        assert "_OCTL_COMPLETE" in done.stdout, shell
+    assert {"runner", "runner-rule", "runner-rules", "runners"} <= {
+        line.split(",")[-1] for line in completed.stdout.splitlines()
+    }

@@ -83,6 +83,8 @@ class Session:
     token_flag: str | None = None
     org_flag: str | None = None
     debug: bool = False
+    #: ``--profile`` or ``OCTL_PROFILE``: the config file's profile for this run (else its current one).
+    profile: str | None = None
     config_path: Path = field(default_factory=lambda: config_file.path_from(os.environ))
     _config: config_file.Config | None = None
     _client: ApiClient | None = None
@@ -90,7 +92,7 @@ class Session:
     def config(self) -> config_file.Config:
         if self._config is None:
             try:
-                self._config = config_file.load(self.config_path)
+                self._config = config_file.load(self.config_path, self.profile)
             except config_file.ConfigFileError as exc:
                 raise UsageFailure(str(exc)) from exc
         return self._config
