@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from orchestrator.cli.octl import examples
 from orchestrator.cli.octl.commands import config, deploy, deployments, envs, verbs
 from orchestrator.cli.octl.session import EXIT_CODES_HELP, OctlGroup, Session
 
@@ -73,3 +74,4 @@ main.add_command(deploy.rollback)
 main.add_command(deploy.outputs)
 main.add_command(deployments.logs)
 main.add_command(deployments.tf)
+examples.attach(main)
