@@ -118,7 +118,7 @@ def has_example(command: click.Command) -> bool:
 def attach(group: click.Group, path: tuple[str, ...] = ()) -> None:
     """Give each command under ``group`` (and the group) its examples, unless its docstring has some."""
     lines = EXAMPLES.get(path)
-    if lines and not has_example(group if path else group):
+    if lines and not has_example(group):
         _add(group, lines)
     for name, command in group.commands.items():
         if isinstance(command, click.Group):
