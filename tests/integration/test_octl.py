@@ -280,7 +280,10 @@ def test_runner_rule__missing_runner_and_bad_uuid(octl: Octl) -> None:
     bad_uuid = octl("get", "runner-rule", "not-a-uuid")
 
     assert 1 == missing.exit_code
-    assert "Error: conflict: runner 'nope' not found\n" == missing.stderr
+    assert (
+        "Error: not found: runner 'nope' not found: create it first, or name one `octl get runners` lists\n"
+        == missing.stderr
+    )
     assert 2 == bad_uuid.exit_code
     assert "not-a-uuid" in bad_uuid.stderr
 
@@ -314,7 +317,10 @@ def test_refresh_runner__no_rule_is_a_conflict_and_missing_env_not_found(octl: O
     no_env = octl("refresh-runner", "shop", "prod", "--dry-run")
 
     assert 1 == no_rule.exit_code
-    assert "Error: conflict: no matching runner found for the supplied environment\n" == no_rule.stderr
+    assert no_rule.stderr.startswith(
+        "Error: conflict: no matching runner found for the supplied environment: "
+    )
+    assert "the organization has no runner rules; create one, e.g. `octl create runner-rule" in no_rule.stderr
     assert 1 == no_env.exit_code
     assert "Error: not found: environment 'prod' not found in project 'shop'\n" == no_env.stderr
 
