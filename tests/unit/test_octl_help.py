@@ -55,3 +55,18 @@ def test_help_ends_with_the_exit_codes(program: click.Group) -> None:
     shown = CliRunner().invoke(program, ["--help"], terminal_width=200)
 
     assert "Exit codes: 0 " in shown.output
+
+
+def test_readme__lists_each_programs_exit_codes() -> None:
+    from pathlib import Path
+
+    from orchestrator.cli.octl.session import EXIT_CODES_HELP as OCTL_CODES
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+
+    for name, codes in (
+        ("octl", OCTL_CODES),
+        ("orchestrator", server.EXIT_CODES_HELP),
+        ("po-runner", runner.EXIT_CODES_HELP),
+    ):
+        assert f"| `{name}` | {codes}" in readme, name

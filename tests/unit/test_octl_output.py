@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import re
 import uuid
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
-from orchestrator.cli.octl import output
+from orchestrator.cli.octl import main, output
 from orchestrator.cli.octl.commands.deployments import DEPLOYMENT_SUMMARY
 from orchestrator.cli.octl.commands.module_rules import MODULE_RULE
 
@@ -117,3 +120,37 @@ def test_every_format_prints_a_list(fmt: str, capsys: pytest.CaptureFixture[str]
     for deployment in DEPLOYMENTS:
         assert deployment["id"] in text
     assert ("RunnerId" in text) == (fmt == "wide")
+
+
+def _set_org(tmp_path: Path, *, color: bool, **env: str | None) -> str:
+    result = CliRunner().invoke(
+        main,
+        ["config", "set-org", "acme"],
+        env={"OCTL_CONFIG": str(tmp_path / "config.yaml"), **env},
+        color=color,
+    )
+    assert 0 == result.exit_code, result.output
+    return result.stderr
+
+
+def test_colours__only_on_a_terminal_and_never_with_no_color(tmp_path: Path) -> None:
+    """CliRunner's color=True stands for a terminal, color=False for a pipe."""
+    terminal = _set_org(tmp_path, color=True, NO_COLOR=None)
+    piped = _set_org(tmp_path, color=False, NO_COLOR=None)
+    no_color = _set_org(tmp_path, color=True, NO_COLOR="1")
+
+    assert "\x1b[32m" in terminal
+    assert "\x1b[" not in piped
+    assert "\x1b[" not in no_color
+    assert "Default organization set to acme" in no_color
+
+
+def test_table__no_color_on_a_terminal_has_no_colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=200)
+
+    output.table(DEPLOYMENTS, DEPLOYMENT_SUMMARY, console=console)
+
+    assert DEPLOYMENTS[0]["id"] in buffer.getvalue()
+    assert not re.search(r"\x1b\[[0-9;]*3[0-9]m", buffer.getvalue())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -161,14 +162,27 @@ def emit(data: dict[str, Any] | list[dict[str, Any]], fmt: str, columns: Sequenc
         table(data if isinstance(data, list) else [data], columns, wide=fmt == "wide")
 
 
+def colour_wanted() -> bool:
+    """False when ``NO_COLOR`` is set to anything (no-color.org); click adds colours only on a terminal."""
+    return not os.environ.get("NO_COLOR")
+
+
 def success(message: str) -> None:
-    """A success message on stderr, green where stderr is a terminal."""
-    click.secho(message, fg="green", err=True)
+    """A success message on stderr, green where stderr is a terminal and NO_COLOR is not set."""
+    _coloured(message, "green")
 
 
 def warning(message: str) -> None:
-    """``Warning: message`` on stderr, yellow where stderr is a terminal."""
-    click.secho(f"Warning: {message}", fg="yellow", err=True)
+    """``Warning: message`` on stderr, yellow where stderr is a terminal and NO_COLOR is not set."""
+    _coloured(f"Warning: {message}", "yellow")
+
+
+def _coloured(message: str, colour: str) -> None:
+    # click drops the colour where stderr is no terminal; NO_COLOR drops it everywhere.
+    if colour_wanted():
+        click.secho(message, fg=colour, err=True)
+    else:
+        click.echo(message, err=True)
 
 
 def note(message: str) -> None:
