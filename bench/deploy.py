@@ -409,6 +409,7 @@ class Overhead:
             "PO_AUTH_TOKEN": token,
             "PO_ORG_ID": ORG,
             "OCTL_CONFIG": str(work / "octl-config.yaml"),  # absent: no user config file is read
+            "OCTL_KEYS_DIR": str(work / "keys"),  # the deployments' keys, not in the user's home
         }
         self.baseline_state = work / "baseline.tfstate"
         self.steps_state = work / "runner-steps.tfstate"

@@ -85,13 +85,20 @@ def key_check_value(key: bytes) -> str:
     return hmac.new(key, _KEY_CHECK_LABEL, hashlib.sha256).hexdigest()
 
 
+#: What to do about a malformed PO_ENCRYPTION_KEY, said with the error.
+_KEY_HINT = (
+    "; give the base64 of 32 random bytes (`openssl rand -base64 32`), the key this database was created "
+    "with, or unset it to use the data dir's server.key"
+)
+
+
 def decode_key(value: str) -> bytes:
     try:
         key = base64.b64decode(value.strip(), validate=True)
     except ValueError as exc:
-        raise ConfigurationError("PO_ENCRYPTION_KEY is not valid base64") from exc
+        raise ConfigurationError("PO_ENCRYPTION_KEY is not valid base64" + _KEY_HINT) from exc
     if len(key) != 32:
-        raise ConfigurationError("PO_ENCRYPTION_KEY must decode to 32 bytes")
+        raise ConfigurationError("PO_ENCRYPTION_KEY must decode to 32 bytes" + _KEY_HINT)
     return key
 
 

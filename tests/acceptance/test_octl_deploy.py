@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import signal
 import stat
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ import yaml
 from orchestrator.client.api import ApiClient
 from orchestrator.protocol import age
 from orchestrator.settings import ServerSettings
-from tests.support.octl import ORG, OctlProcess, Ran, org_admin_token, serve
+from tests.support.octl import OCTL_EXECUTABLE, ORG, OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
 pytestmark = pytest.mark.slow
@@ -353,3 +356,107 @@ def test_deploy__a_lost_answer_is_retried_with_the_same_idempotency_key(platform
     assert keys[0] and keys[0] == keys[1]
     listed = json.loads(_ok(platform.octl("get", "deployments", "-o", "json")).stdout)
     assert [yaml.safe_load(result.stdout)["deployment_id"]] == [d["id"] for d in listed]
+
+
+def test_outputs__read_again_after_no_wait_with_the_saved_key(platform: Platform) -> None:
+    """`deploy --no-wait` saves the keys where `octl outputs` finds them; --key reads them too."""
+    octl = platform.octl
+    started = _ok(octl("deploy", "shop", "dev", "-", "--no-wait", input=_manifest("again")))
+    deployment_id = yaml.safe_load(started.stdout)["deployment_id"]
+    keys_dir = platform.tmp_path / "keys"  # OCTL_KEYS_DIR of OctlProcess
+
+    read = octl("outputs", deployment_id)
+    as_json = octl(
+        "outputs", deployment_id, "-o", "json", "--key", f"@{keys_dir}/{deployment_id}.outputs.key"
+    )
+    wrong_dir = octl("outputs", deployment_id, "--keys-dir", str(platform.tmp_path / "elsewhere"))
+
+    assert f"`octl outputs {deployment_id}` waits for it and prints its outputs." in started.stderr
+    assert f"Keys saved to {keys_dir}" in started.stderr
+    _ok(read)
+    assert {"app": {"greeting": "hello again"}} == yaml.safe_load(read.stdout)
+    assert re.search(rf"Deployment {deployment_id} succeeded after \d+s", read.stderr)
+    _ok(as_json)
+    assert {"app": {"greeting": "hello again"}} == json.loads(as_json.stdout)
+    assert 2 == wrong_dir.exit_code
+    assert "no outputs key of deployment" in wrong_dir.stderr
+    assert "pass --key" in wrong_dir.stderr
+
+
+def test_outputs__read_again_after_ctrl_c(platform: Platform) -> None:
+    """Ctrl-C while `octl deploy` waits says how to read the outputs, which `octl outputs` then prints."""
+    octl = platform.octl
+    environ = {
+        **os.environ,
+        "PO_API_URL": octl.base_url,
+        "PO_AUTH_TOKEN": octl.token,
+        "PO_ORG_ID": ORG,
+        "OCTL_CONFIG": str(octl.config_path),
+        "OCTL_KEYS_DIR": str(platform.tmp_path / "keys"),
+    }
+    process = subprocess.Popen(
+        [str(OCTL_EXECUTABLE), "deploy", "shop", "dev", str(platform.manifest("interrupted"))],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.startswith("Waiting for deployment"):
+            break
+    process.send_signal(signal.SIGINT)
+    _, more = process.communicate(timeout=120)
+    stderr = "".join(seen) + more
+    deployment_id = re.search(r"Deployment ([0-9a-f-]{36}) created", stderr).group(1)  # type: ignore[union-attr]
+
+    read = octl("outputs", deployment_id)
+
+    assert 130 == process.returncode, stderr
+    assert "Traceback" not in stderr
+    assert f"`octl outputs {deployment_id}` prints its outputs" in stderr
+    _ok(read)
+    assert {"app": {"greeting": "hello interrupted"}} == yaml.safe_load(read.stdout)
+
+
+KEPT_CODE = """\
+resource "terraform_data" "kept" {
+  input = "kept"
+  lifecycle {
+    prevent_destroy = true
+  }
+}
+"""
+
+
+def test_delete_env__failed_destroy_says_how_to_go_on_and_keeps_its_logs(platform: Platform) -> None:
+    """A destroy that fails (prevent_destroy) leaves the environment, says how to read the destroy's logs
+    and how to go on (--force); the logs open with the key octl saved; --force then deletes it."""
+    octl = platform.octl
+    kept = {"resource_type": "kept", "module_source": "inline", "module_source_code": KEPT_CODE}
+    _ok(octl("create", "resource-type", "kept", "--set-json", '{"output_schema": {"type": "object"}}'))
+    _ok(octl("create", "module", "kept", "--set-json", json.dumps(kept)))
+    _ok(octl("create", "module-rule", "--set", "module_id=kept"))
+    manifest = yaml.safe_dump({"workloads": {"app": {"resources": {"k": {"type": "kept"}}}}})
+    _ok(octl("deploy", "shop", "dev", "-", input=manifest))
+
+    failed = octl("delete", "env", "shop", "dev", "--yes", "--wait")
+
+    assert 1 == failed.exit_code, failed.output
+    assert "Traceback" not in failed.output
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: delete failed due to a failure in deployment '")
+    assert "to delete it without destroying its resources: `octl delete env shop dev --force`" in error
+    read_logs = re.search(r"`octl logs ([0-9a-f-]{36}) --key @(\S+)`", error)
+    assert read_logs is not None, error
+    logs = _ok(octl("logs", read_logs.group(1), "--key", f"@{read_logs.group(2)}"))
+    assert "prevent_destroy" in logs.stdout
+    env = yaml.safe_load(_ok(octl("get", "env", "shop", "dev", "-o", "yaml")).stdout)
+    assert "delete_failed" == env["status"]
+
+    forced = octl("delete", "env", "shop", "dev", "--force", "--yes")
+
+    _ok(forced)
+    assert "No environments found" in octl("get", "envs", "shop").stderr

@@ -113,3 +113,14 @@ async def test_create__valid_age_recipient_accepted(ready: Org) -> None:
     response = await create(ready, manifest=manifest(), encrypted_outputs_recipient=recipient)
 
     assert 200 == response.status_code, response.text
+
+
+async def test_delete_env__a_malformed_logs_recipient_is_400_naming_it(ready: Org) -> None:
+    url = f"/orgs/{ready.id}/projects/shop/envs/dev"
+
+    refused = await ready.admin.delete(url, params={"encrypted_logs_recipient": "age1notakey"})
+    still = await ready.admin.get(url)
+
+    assert 400 == refused.status_code, refused.text
+    assert refused.json()["message"].startswith("encrypted_logs_recipient: ")
+    assert 200 == still.status_code

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -19,7 +20,7 @@ from orchestrator.client.api import ApiClient, ApiError
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.support.live_server import serve_in_thread
-from tests.support.octl import ORG, Octl
+from tests.support.octl import OCTL_EXECUTABLE, ORG, Octl
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
 RUNNER_DATA = Path(__file__).parents[1] / "data" / "runners"
@@ -183,7 +184,8 @@ def test_env_types_and_envs__crud(octl: Octl) -> None:
     got = octl("get", "env", "shop", "dev", "-o", "yaml")
     renamed = octl("update", "env", "shop", "dev", "--set", "display_name=Dev env")
     types = octl("get", "env-types")
-    deleted = octl("delete", "env", "shop", "dev")
+    unconfirmed = octl("delete", "env", "shop", "dev")
+    deleted = octl("delete", "env", "shop", "dev", "--yes")
     empty = octl("get", "envs", "shop")
 
     assert 0 == env_type.exit_code, env_type.output
@@ -198,6 +200,9 @@ def test_env_types_and_envs__crud(octl: Octl) -> None:
     assert "runner_id" not in yaml.safe_load(got.stdout)
     assert "Dev env" == yaml.safe_load(renamed.stdout)["display_name"]
     assert "development" in types.stdout
+    # Standard input is not a terminal here: without --yes nothing is deleted, and the error says so.
+    assert 2 == unconfirmed.exit_code
+    assert "pass --yes to delete without asking" in unconfirmed.stderr
     assert 0 == deleted.exit_code
     assert "No environments found in project shop." in empty.stderr
 
@@ -275,7 +280,10 @@ def test_runner_rule__missing_runner_and_bad_uuid(octl: Octl) -> None:
     bad_uuid = octl("get", "runner-rule", "not-a-uuid")
 
     assert 1 == missing.exit_code
-    assert "Error: conflict: runner 'nope' not found\n" == missing.stderr
+    assert (
+        "Error: not found: runner 'nope' not found: create it first, or name one `octl get runners` lists\n"
+        == missing.stderr
+    )
     assert 2 == bad_uuid.exit_code
     assert "not-a-uuid" in bad_uuid.stderr
 
@@ -309,7 +317,10 @@ def test_refresh_runner__no_rule_is_a_conflict_and_missing_env_not_found(octl: O
     no_env = octl("refresh-runner", "shop", "prod", "--dry-run")
 
     assert 1 == no_rule.exit_code
-    assert "Error: conflict: no matching runner found for the supplied environment\n" == no_rule.stderr
+    assert no_rule.stderr.startswith(
+        "Error: conflict: no matching runner found for the supplied environment: "
+    )
+    assert "the organization has no runner rules; create one, e.g. `octl create runner-rule" in no_rule.stderr
     assert 1 == no_env.exit_code
     assert "Error: not found: environment 'prod' not found in project 'shop'\n" == no_env.stderr
 
@@ -338,7 +349,9 @@ def test_tokens__secret_shown_once_then_listed_without_it_and_revoked(octl: Octl
     assert viewer_writes.stderr.startswith("Error: forbidden: ")
     assert f"Token {token['id']} deleted from organization acme." in revoked.stderr
     assert 1 == after.exit_code
-    assert "Error: unauthenticated: invalid or expired token\n" == after.stderr
+    assert after.stderr.startswith(
+        "Error: unauthenticated: invalid or expired token (the token was refused: "
+    )
 
 
 # -- errors -----------------------------------------------------------------------------------------
@@ -539,3 +552,72 @@ def test_compatibility_matrix__table_and_json(octl: Octl) -> None:
     ecs_storages = json.loads(as_json.stdout)["serverless-ecs"]
     assert "s3" in ecs_storages
     assert "kubernetes" not in ecs_storages
+
+
+def test_config__profiles_use_and_profile_flag(octl: Octl) -> None:
+    """`config use` switches the profile the set-* commands and every other command use; the top-level
+    keys stay the `default` profile; --profile picks one for a single command."""
+    octl("config", "set-url", octl.base_url)
+    octl("config", "set-org", ORG)
+    octl("config", "set-token", octl.token)
+    octl("create", "project", "shop")
+
+    used = octl("config", "use", "other")
+    octl("config", "set-url", octl.base_url)
+    octl("config", "set-org", "other-org")
+    octl("config", "set-token", octl.token)
+    in_other = octl("get", "projects", PO_API_URL=None, PO_AUTH_TOKEN=None, PO_ORG_ID=None)
+    in_default = octl("--profile", "default", "get", "projects", "-o", "json", PO_ORG_ID=None)
+    shown = octl("config", "show")
+    back = octl("config", "use", "default")
+    after = octl("get", "projects", "-o", "json", PO_API_URL=None, PO_AUTH_TOKEN=None, PO_ORG_ID=None)
+
+    assert 0 == used.exit_code, used.output
+    assert "Using profile other (new and empty" in used.stderr
+    assert "organization 'other-org' not found" in in_other.stderr
+    assert 0 == in_default.exit_code, in_default.output
+    assert ["shop"] == [p["id"] for p in json.loads(in_default.stdout)]
+    assert "profile other (profiles: default, other)" in shown.stderr
+    assert "other-org" == yaml.safe_load(shown.stdout)["default_org_id"]
+    assert 0 == back.exit_code
+    assert ["shop"] == [p["id"] for p in json.loads(after.stdout)]
+    document = yaml.safe_load(octl.config_path.read_text())
+    assert ORG == document["default_org_id"]
+    assert "other-org" == document["profiles"]["other"]["default_org_id"]
+    assert "current_profile" not in document
+
+
+def test_version_and_completion_scripts(octl: Octl) -> None:
+    """`octl --version`; the shell completion scripts click makes (README: Shell completion)."""
+    version = octl("--version")
+    scripts = {
+        shell: subprocess.run(
+            [str(OCTL_EXECUTABLE)],
+            env={**os.environ, "_OCTL_COMPLETE": f"{shell}_source"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for shell in ("bash", "zsh", "fish")
+    }
+    completed = subprocess.run(
+        [str(OCTL_EXECUTABLE)],
+        env={
+            **os.environ,
+            "_OCTL_COMPLETE": "bash_complete",
+            "COMP_WORDS": "octl get runn",
+            "COMP_CWORD": "2",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert 0 == version.exit_code
+    assert re.match(r"octl, version \d+\.\d+", version.stdout)
+    for shell, done in scripts.items():
+        assert 0 == done.returncode, done.stderr
+        assert "_OCTL_COMPLETE" in done.stdout, shell
+    assert {"runner", "runner-rule", "runner-rules", "runners"} <= {
+        line.split(",")[-1] for line in completed.stdout.splitlines()
+    }

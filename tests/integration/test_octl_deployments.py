@@ -49,7 +49,9 @@ def test_deploy__environment_without_a_matching_runner_is_a_conflict(octl: Octl,
     result = octl("deploy", "shop", "dev", str(manifest_file))
 
     assert 1 == result.exit_code
-    assert result.stderr.endswith("Error: conflict: no matching runner found for the supplied environment\n")
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("Error: conflict: no matching runner found for the supplied environment: ")
+    assert "`octl create runner-rule --set runner_id=RUNNER --set project_id=shop`" in error
 
 
 def test_deploy__input_problems_are_usage_errors_before_any_request(octl: Octl, tmp_path: Path) -> None:

@@ -93,9 +93,17 @@ async def test_rules__duplicate_and_missing_references_conflict(org: Org) -> Non
         f"runner rule conflicts with existing rule '{first.json()['id']}' for runner 'r1'"
         == duplicate.json()["message"]
     )
-    assert (409, "runner 'nope' not found") == (no_runner.status_code, no_runner.json()["message"])
-    assert (409, "project 'nope' not found") == (no_project.status_code, no_project.json()["message"])
-    assert (409, "environment type 'nope' not found") == (no_type.status_code, no_type.json()["message"])
+    # 404, not a conflict: the rule names an object that does not exist (README, Compatibility).
+    for answer, what, listing in (
+        (no_runner, "runner", "runners"),
+        (no_project, "project", "projects"),
+        (no_type, "environment type", "env-types"),
+    ):
+        assert 404 == answer.status_code
+        assert (
+            f"{what} 'nope' not found: create it first, or name one `octl get {listing}` lists"
+            == answer.json()["message"]
+        )
 
 
 async def test_rules__immutable_get_delete(org: Org) -> None:
@@ -182,8 +190,21 @@ async def test_refresh__no_match_is_409_and_keeps_previous_link(org: Org) -> Non
     env = (await org.admin.get(f"/orgs/{org.id}/projects/shop/envs/dev")).json()
 
     assert 409 == response.status_code
-    assert "no matching runner found for the supplied environment" == response.json()["message"]
+    assert response.json()["message"].startswith("no matching runner found for the supplied environment: ")
     assert "r1" == env["runner_id"]
+
+
+async def test_refresh__no_match_names_the_rules_tried_and_what_to_do(org: Org) -> None:
+    await setup_org(org.platform, org.id, ["r1"])
+    await org.admin.post(f"/orgs/{org.id}/runner-rules", json={"runner_id": "r1", "project_id": "blog"})
+
+    response = await org.admin.post(refresh_url(org.id))
+
+    assert 409 == response.status_code
+    message = response.json()["message"]
+    assert "no runner rule applies to project 'shop' with env type 'development'" in message, message
+    assert "(runner r1 for project blog, env type any)" in message
+    assert "`octl create runner-rule --set runner_id=RUNNER --set project_id=shop`" in message
 
 
 async def test_refresh__unknown_env_is_404_and_deployer_may_not(org: Org) -> None:

@@ -9,15 +9,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 from click.testing import CliRunner, Result
 
 from orchestrator.cli.octl import main
 from orchestrator.client.api import ApiClient
+from orchestrator.protocol import age
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from tests.support.live_server import serve_in_thread
@@ -43,6 +46,7 @@ class Octl:
             "PO_AUTH_TOKEN": self.token,
             "PO_ORG_ID": ORG,
             "OCTL_CONFIG": str(self.config_path),
+            "OCTL_KEYS_DIR": str(self.config_path.parent / "keys"),
             **self.env,
             **env,
         }
@@ -76,6 +80,7 @@ class OctlProcess(Octl):
             "PO_AUTH_TOKEN": self.token,
             "PO_ORG_ID": ORG,
             "OCTL_CONFIG": str(self.config_path),
+            "OCTL_KEYS_DIR": str(self.config_path.parent / "keys"),
         }
         for name, value in {**self.env, **env}.items():
             if value is None:
@@ -109,3 +114,58 @@ def org_admin_token(base_url: str) -> str:
     with ApiClient(base_url, BOOTSTRAP_TOKEN) as platform:
         platform.create_org(ORG)
         return str(platform.create_token(ORG, {"role": "admin", "description": "octl tests"})["token"])
+
+
+def leaf_commands(group: click.Group | None = None, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The command lines (``("get", "runners")``...) of every leaf command of ``octl``, found by walking
+    its click groups, so a command added later is covered without a test naming it."""
+    group = group or main
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        if isinstance(command, click.Group):
+            yield from leaf_commands(command, (*path, name))
+        else:
+            yield (*path, name)
+
+
+def command_of(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = main
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+def sample_args(path: tuple[str, ...], files: Path) -> list[str]:
+    """Arguments that get ``path`` past its own checks to the API: a value of the right type for each
+    argument and required option, a body for the commands that send one, ``--yes`` where asked for, a
+    key where one is read."""
+    command = command_of(path)
+    args = list(path)
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            if isinstance(param.type, click.types.UUIDParameterType):
+                args.append(str(uuid.uuid4()))
+            elif param.name == "source":
+                manifest = files / "manifest.yaml"
+                manifest.write_text("workloads: {}\n")
+                args.append(str(manifest))
+            elif param.required:
+                args.append("sample")
+        elif isinstance(param, click.Option) and param.required:
+            if isinstance(param.type, click.Choice):
+                args += [param.opts[0], str(param.type.choices[0])]
+            elif isinstance(param.type, click.File | click.Path):
+                sample = files / "sample.txt"
+                sample.write_text("sample\n")
+                args += [param.opts[0], str(sample)]
+            else:
+                args += [param.opts[0], "sample"]
+    names = {param.name for param in command.params}
+    if "sets" in names:
+        args += ["--set", "description=sample"]
+    if "yes" in names:
+        args.append("--yes")
+    if "key" in names:
+        args += ["--key", age.generate_identity()[0]]
+    return args

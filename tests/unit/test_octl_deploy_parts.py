@@ -207,3 +207,11 @@ def test_to_yaml__multiline_strings_are_literal_blocks_and_round_trip(text: str)
     assert text == yaml.safe_load(printed)["tf"]
     if "\n" in text and "  \n" not in text:
         assert printed.startswith("tf: |")
+
+
+def test_keys__default_directory_follows_octl_keys_dir_then_xdg_state_home(tmp_path: Path) -> None:
+    from orchestrator.cli.octl.keys import default_directory
+
+    assert tmp_path / "k" == default_directory({"OCTL_KEYS_DIR": str(tmp_path / "k")})
+    assert tmp_path / "octl" / "keys" == default_directory({"XDG_STATE_HOME": str(tmp_path)})
+    assert Path.home() / ".local" / "state" / "octl" / "keys" == default_directory({})

@@ -162,3 +162,29 @@ def test_without_id__drops_an_agreeing_id_and_refuses_another() -> None:
     assert {"description": "d"} == inputs.without_id({"id": "r1", "description": "d"}, "id", "r1")
     with pytest.raises(inputs.InputError, match="must agree"):
         inputs.without_id({"id": "r2"}, "id", "r1")
+
+
+@pytest.mark.parametrize("flag", ["set_yaml", "set_json"])
+@pytest.mark.parametrize("value", ["runner-config.yaml", "conf/runner.yml", "runner.json"])
+def test_build_body__a_file_name_without_at_suggests_the_at(flag: str, value: str) -> None:
+    option = "--" + flag.replace("_", "-")
+
+    with pytest.raises(inputs.InputError) as caught:
+        inputs.build_body(**{flag: value}, stdin=io.StringIO())
+
+    assert f"write {option}=@{value}" in str(caught.value)
+
+
+def test_build_body__an_existing_file_without_at_suggests_the_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "runner").write_text("description: x\n")
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(inputs.InputError, match="write --set-yaml=@runner"):
+        inputs.build_body(set_yaml="runner", stdin=io.StringIO())
+
+
+@pytest.mark.parametrize("document", ["description: my.yaml", "{a: b.json}", "a: 1\nb: c.yaml"])
+def test_build_body__a_document_mentioning_a_file_is_still_a_document(document: str) -> None:
+    assert inputs.build_body(set_yaml=document, stdin=io.StringIO())

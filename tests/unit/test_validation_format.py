@@ -230,3 +230,22 @@ def test_runner_configuration_validated_alone_with_prefix() -> None:
         "runner_configuration.job.service_account: field required"
     )
     assert format_validation_error(info.value)[0] == "job.service_account: field required"
+
+
+@pytest.mark.parametrize("value", ["My_Project", "-shop", "shop-", "a--b", "x"])
+def test_id_pattern__is_explained_in_words_not_as_a_regex(value: str) -> None:
+    from orchestrator.api.schemas import Identifier
+
+    class Body(BaseModel):
+        id: Identifier
+
+    with pytest.raises(pydantic.ValidationError) as caught:
+        Body(id=value)
+    message, _ = format_validation_error(caught.value)
+
+    if value == "x":  # too short: pydantic's own words
+        assert message == "id: string should have at least 2 characters"
+        return
+    assert message.startswith("id: must start with a lowercase letter and hold only lowercase letters")
+    assert "^" not in message
+    assert "(?:" not in message

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
+import pyrage
 from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
@@ -264,11 +265,26 @@ async def delete_env(
     project_id: str,
     env_id: str,
     force: bool = False,
+    encrypted_logs_recipient: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="An age public key the destroy deployment's runner encrypts its logs to, so that "
+            "they are kept and can be read with the matching key (without it they are not kept).",
+        ),
+    ] = None,
     caller: Principal = DEPLOY,
     svc: Services = Depends(services),
 ) -> Response:
     """Delete an environment: a destroy deployment runs first (202), unless nothing was ever deployed or
     ``force`` is set (204; with force the infrastructure and its state are left behind)."""
+    if encrypted_logs_recipient is not None:
+        try:
+            pyrage.x25519.Recipient.from_str(encrypted_logs_recipient)
+        except Exception as exc:  # pyrage raises its own error types for a malformed key
+            raise InvalidInputError(
+                "encrypted_logs_recipient: does not look like an 'age' public key (age1...)"
+            ) from exc
     async with transaction(svc) as conn:
         deleting = await environments.delete(
             conn,
@@ -279,6 +295,7 @@ async def delete_env(
             force=force,
             created_by=caller.token_id,
             now=datetime.now(UTC),
+            logs_recipient=encrypted_logs_recipient,
         )
     if deleting is None:
         return Response(status_code=204)

@@ -9,12 +9,12 @@ from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from orchestrator.domain import entities
+from orchestrator.domain import entities, validation
 from orchestrator.domain.roles import ORG_ROLES
 
 T = TypeVar("T")
 
-ID_PATTERN = r"^[a-z](?:-?[a-z0-9]+)+$"
+ID_PATTERN = validation.ID_PATTERN
 Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN, min_length=2, max_length=50)]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")

@@ -32,17 +32,43 @@ class RunnerConfigurationError(click.ClickException):
     exit_code = 2
 
 
-@click.group(invoke_without_command=True)
+EXIT_CODES_HELP = (
+    "Exit codes: 0 the deployment succeeded and was reported, 1 it failed or was not reported, 2 configured "
+    "wrongly (managed: 0 stopped by a signal, 1 refused by the orchestrator, 2 configured wrongly)."
+)
+
+
+@click.group(
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES_HELP,
+)
+@click.version_option(package_name="platform-orchestrator", prog_name="po-runner")
 @click.pass_context
 def main(ctx: click.Context) -> None:
-    """Platform Orchestrator runner: executes deployments with OpenTofu/Terraform."""
+    """Platform Orchestrator runner: executes deployments with OpenTofu/Terraform.
+
+    Started by the orchestrator (or its agent) for each deployment, with its settings in the environment;
+    without a command it runs `standard`.
+
+    \b
+    Example:
+      po-runner standard        # one deployment, as the orchestrator starts it
+      RUNNER_GATEWAY_URL=https://po.example.com ORG_ID=acme RUNNER_ID=my-runner \\
+        PRIVATE_KEY="$(cat agent.pem)" po-runner remote
+    """
     if ctx.invoked_subcommand is None:
         ctx.invoke(standard)
 
 
 @main.command()
 def standard() -> None:
-    """Run one deployment: MODE, DEPLOYMENT_ID, TOKEN, RUNNER_GATEWAY_URL, ... come from the environment."""
+    """Run one deployment: MODE, DEPLOYMENT_ID, TOKEN, RUNNER_GATEWAY_URL, ... come from the environment.
+
+    \b
+    Example:
+      MODE=deploy DEPLOYMENT_ID=... TOKEN=... RUNNER_GATEWAY_URL=https://po.example.com po-runner standard
+    """
     try:
         settings = RunnerSettings()
     except ValidationError as exc:
@@ -65,7 +91,13 @@ def standard() -> None:
 @click.option("--gateway-url", default=None, help="Runner gateway URL (overrides RUNNER_GATEWAY_URL).")
 def remote(gateway_url: str | None) -> None:
     """The runner agent: ORG_ID, RUNNER_ID, PRIVATE_KEY (PKCS#8 PEM) and RUNNER_GATEWAY_URL come from the
-    environment. Polls the gateway for commands and launches each deployment's runner; runs until stopped."""
+    environment. Polls the gateway for commands and launches each deployment's runner; runs until stopped.
+
+    \b
+    Example:
+      ORG_ID=acme RUNNER_ID=my-runner PRIVATE_KEY="$(cat agent.pem)" \\
+        po-runner remote --gateway-url https://po.example.com
+    """
     # Imported here: every deployment starts `po-runner standard`, which needs none of the agent.
     import asyncio
 
@@ -87,7 +119,12 @@ def remote(gateway_url: str | None) -> None:
 def managed() -> None:
     """A managed runner: RUNNER_URL, RUNNER_MANAGED_SECRET and RUNNER_NAME (and optionally RUNNER_TAGS,
     RUNNER_WORK_DIR, RUNNER_GATEWAY_CA) come from the environment. Registers into the Managed pool and runs
-    the deployments it claims, one at a time, until stopped."""
+    the deployments it claims, one at a time, until stopped.
+
+    \b
+    Example:
+      RUNNER_URL=https://po.example.com RUNNER_MANAGED_SECRET=... RUNNER_NAME=pool-1 po-runner managed
+    """
     # Imported here: every deployment starts `po-runner standard`, which needs none of this.
     import asyncio
 

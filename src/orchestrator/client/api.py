@@ -318,12 +318,22 @@ class ApiClient:
     def update_env(self, org: str, project_id: str, env_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", self._env_path(org, project_id, env_id), body=patch)
 
-    def delete_env(self, org: str, project_id: str, env_id: str, *, force: bool = False) -> JsonObject | None:
+    def delete_env(
+        self,
+        org: str,
+        project_id: str,
+        env_id: str,
+        *,
+        force: bool = False,
+        logs_recipient: str | None = None,
+    ) -> JsonObject | None:
         """Delete an environment: None when it is gone (204), else the environment, ``deleting`` while
-        its destroy deployment runs (202)."""
-        response = self._send(
-            "DELETE", self._env_path(org, project_id, env_id), params={"force": "true"} if force else None
-        )
+        its destroy deployment runs (202). ``logs_recipient``: the age public key the destroy's logs are
+        encrypted to (kept only then)."""
+        params = {"force": "true"} if force else {}
+        if logs_recipient is not None:
+            params["encrypted_logs_recipient"] = logs_recipient
+        response = self._send("DELETE", self._env_path(org, project_id, env_id), params=params or None)
         if response.status_code == 202:
             data: JsonObject = response.json()
             return data

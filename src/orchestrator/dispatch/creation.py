@@ -283,10 +283,17 @@ async def create(
 
 
 async def create_destroy(
-    conn: AsyncConnection, ctx: Context, env: Environment, *, created_by: str, now: datetime
+    conn: AsyncConnection,
+    ctx: Context,
+    env: Environment,
+    *,
+    created_by: str,
+    now: datetime,
+    logs_recipient: str | None = None,
 ) -> Deployment | None:
     """The destroy deployment that deleting an environment runs first, with the code of its last
-    successful deployment; None when nothing was ever deployed (nothing to destroy)."""
+    successful deployment; None when nothing was ever deployed (nothing to destroy). ``logs_recipient``:
+    the age recipient its runner encrypts its logs to (none: the logs are not kept)."""
     last = await store.last_in_env(conn, env.uuid, succeeded_state_change=True)
     if last is None:
         return None
@@ -314,7 +321,7 @@ async def create_destroy(
             "rollback_to_deployment_id": None,
             "bundle_key": bundle_key,
             "encrypted_outputs_recipient": None,
-            "encrypted_logs_recipient": None,
+            "encrypted_logs_recipient": logs_recipient,
             "runner_log_level": "info",
             "idempotency_key_digest": None,
             "request_digest": _digest(env.org_id, "destroy", str(env.uuid), str(now)),

@@ -34,6 +34,7 @@ async def delete(
     force: bool,
     created_by: str,
     now: datetime,
+    logs_recipient: str | None = None,
 ) -> Environment | None:
     """Delete the environment (locked from the read on): purged at once when nothing was ever deployed or
     ``force`` is set (None; with force its infrastructure and state are left behind), else marked
@@ -48,7 +49,13 @@ async def delete(
             f"deployment '{executing.id}' is executing in environment '{project_id}/{env_id}'; "
             "wait for it to finish"
         )
-    destroy = None if force else await creation.create_destroy(conn, ctx, env, created_by=created_by, now=now)
+    destroy = (
+        None
+        if force
+        else await creation.create_destroy(
+            conn, ctx, env, created_by=created_by, now=now, logs_recipient=logs_recipient
+        )
+    )
     if destroy is None:
         await purge(conn, env)
         return None

@@ -163,6 +163,21 @@ def _lower_first(text: str) -> str:
     return text
 
 
+#: Ids of orgs, projects, environments, runners, types and modules (``api.schemas.Identifier``).
+ID_PATTERN: Final = r"^[a-z](?:-?[a-z0-9]+)+$"
+#: The patterns a user meets often, said in words instead of as a regular expression.
+PATTERN_WORDS: Final[dict[str, str]] = {
+    ID_PATTERN: "must start with a lowercase letter and hold only lowercase letters, digits and single "
+    "hyphens between them, e.g. 'my-project-2' (no capitals, underscores, spaces or leading, trailing or "
+    "double hyphens)",
+    r"^[A-Za-z_][A-Za-z0-9_]*$": "must be an environment variable name: letters, digits and underscores, "
+    "not starting with a digit",
+    r"^[a-z]{2}-[a-z]+-\d$": "must be a region name such as 'eu-west-1'",
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$": "must be a UUID "
+    "such as '5f0c6a52-3a4e-4d8f-9d0e-2b7c1e4f8a90'",
+}
+
+
 def _describe(error: Any) -> tuple[Loc, str]:
     """The cleaned location and our message for one pydantic error dict."""
     kind: str = error["type"]
@@ -174,6 +189,8 @@ def _describe(error: Any) -> tuple[Loc, str]:
         return loc, ELLIPSIS_MESSAGE
     if kind == "missing":
         return loc, "field required"
+    if kind == "string_pattern_mismatch" and str(ctx.get("pattern")) in PATTERN_WORDS:
+        return loc, PATTERN_WORDS[str(ctx.get("pattern"))]
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         discriminator = str(ctx.get("discriminator", "type")).strip("'\"")
         if kind == "union_tag_invalid":

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.deployments import Status
 from orchestrator.domain.entities import Runner, RunnerRule
-from orchestrator.errors import ConflictError, InvalidInputError
+from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
 from orchestrator.store.errors import conflict_on_integrity
 from orchestrator.store.pages import Page, fetch_page
 from orchestrator.store.rows import created_now, entity, insert_row, org_entity, org_row
@@ -190,15 +190,18 @@ async def create_rule(
     env_type_id: str | None,
     required_tags: list[str] | None = None,
 ) -> RunnerRule:
-    """Insert a rule; 409 when its runner, project or env type is missing or the match is taken."""
+    """Insert a rule; 404 when its runner, project or env type is missing (upstream: 409), 409 when the
+    match is taken."""
     named = (
-        ("runner", runners, runner_id),
-        ("project", projects, project_id),
-        ("environment type", env_types, env_type_id),
+        ("runner", runners, runner_id, "runners"),
+        ("project", projects, project_id, "projects"),
+        ("environment type", env_types, env_type_id, "env-types"),
     )
-    for what, table, object_id in named:
+    for what, table, object_id, listing in named:
         if object_id is not None and await org_row(conn, table, org_id, object_id) is None:
-            raise ConflictError(f"{what} '{object_id}' not found")
+            raise NotFoundError(
+                f"{what} '{object_id}' not found: create it first, or name one `octl get {listing}` lists"
+            )
     existing = (
         await conn.execute(
             runner_rules.select().where(

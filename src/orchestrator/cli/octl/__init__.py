@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from orchestrator.cli.octl import examples
 from orchestrator.cli.octl.commands import config, deploy, deployments, envs, verbs
 from orchestrator.cli.octl.session import EXIT_CODES_HELP, OctlGroup, Session
 
@@ -24,6 +25,13 @@ __all__ = ["main"]
     "--token", envvar="PO_AUTH_TOKEN", show_envvar=True, metavar="TOKEN", help="API token (Bearer)."
 )
 @click.option(
+    "--profile",
+    envvar="OCTL_PROFILE",
+    show_envvar=True,
+    metavar="PROFILE",
+    help="Config file profile for this command (default: the one `octl config use` chose).",
+)
+@click.option(
     "-d",
     "--debug",
     is_flag=True,
@@ -32,7 +40,15 @@ __all__ = ["main"]
     help="Print HTTP requests, and tracebacks on errors.",
 )
 @click.pass_context
-def main(ctx: click.Context, org: str | None, api_url: str | None, token: str | None, debug: bool) -> None:
+@click.version_option(package_name="platform-orchestrator", prog_name="octl")
+def main(
+    ctx: click.Context,
+    org: str | None,
+    api_url: str | None,
+    token: str | None,
+    profile: str | None,
+    debug: bool,
+) -> None:
     """Deploy to, and manage the runners, module catalogue, projects and environments of a Platform
     Orchestrator.
 
@@ -43,6 +59,7 @@ def main(ctx: click.Context, org: str | None, api_url: str | None, token: str | 
     session.org_flag = org or None
     session.api_url_flag = api_url or None
     session.token_flag = token or None
+    session.profile = profile or None
     session.debug = debug
 
 
@@ -54,5 +71,7 @@ main.add_command(verbs.delete)
 main.add_command(envs.refresh_runner)
 main.add_command(deploy.deploy)
 main.add_command(deploy.rollback)
+main.add_command(deploy.outputs)
 main.add_command(deployments.logs)
 main.add_command(deployments.tf)
+examples.attach(main)

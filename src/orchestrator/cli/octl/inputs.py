@@ -101,7 +101,24 @@ def read_source(flag: str, value: str, stdin: TextIO) -> str:
         return stdin.read()
     if value.startswith("@"):
         return read_file(flag, file_path(flag, value))
+    if looks_like_a_file_name(value):
+        raise InputError(
+            f"{flag}: '{value}' looks like a file name, and {flag} takes the document itself: to read the "
+            f"file, write {flag}=@{value}"
+        )
     return value
+
+
+#: What a file name given without ``@`` ends with.
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def looks_like_a_file_name(value: str) -> bool:
+    """A one-line value that names an existing file or ends like a document's file name."""
+    text = value.strip()
+    if not text or "\n" in text or text[0] in "{[" or ":" in text.replace("\\", "/").split("/")[-1]:
+        return False
+    return text.lower().endswith(_FILE_SUFFIXES) or Path(text).expanduser().is_file()
 
 
 def file_path(flag: str, value: str) -> Path:

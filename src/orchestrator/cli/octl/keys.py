@@ -1,14 +1,17 @@
 """The age keys of a deployment, on the user's side.
 
 ``octl deploy`` makes a fresh X25519 key pair for the outputs and one for the logs of each deployment and
-sends only the recipients (``age1...``). The identities (``AGE-SECRET-KEY-1...``) stay in memory unless
-the user asks for them to be saved (``--save-keys DIR``): then they go to files readable by the owner
-only, in the format of ``age-keygen``, which ``age -d -i FILE`` and ``octl logs --key @FILE`` read.
+sends only the recipients (``age1...``). The identities (``AGE-SECRET-KEY-1...``) are saved before the
+deployment is waited for, so that ``--no-wait`` or Ctrl-C never leave its outputs unreadable: to
+:func:`default_directory` (or ``--save-keys DIR``), in files readable by the owner only, in the format of
+``age-keygen``, which ``age -d -i FILE``, ``octl outputs`` and ``octl logs --key @FILE`` read.
+``--no-save-keys`` keeps them in memory only.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +21,25 @@ from orchestrator.cli.octl.inputs import InputError
 from orchestrator.protocol import age
 
 IDENTITY_PREFIX = "AGE-SECRET-KEY-"
+#: Overrides where the keys go by default.
+KEYS_DIR_ENV = "OCTL_KEYS_DIR"
+
+
+def default_directory(environ: Mapping[str, str]) -> Path:
+    """Where deployments' keys are saved without ``--save-keys``: ``$OCTL_KEYS_DIR``, else
+    ``$XDG_STATE_HOME/octl/keys``, else ``~/.local/state/octl/keys``."""
+    if environ.get(KEYS_DIR_ENV):
+        return Path(environ[KEYS_DIR_ENV]).expanduser()
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "octl" / "keys"
+
+
+def outputs_file(directory: Path, deployment_id: str) -> Path:
+    return directory / f"{deployment_id}.outputs.key"
+
+
+def logs_file(directory: Path, deployment_id: str) -> Path:
+    return directory / f"{deployment_id}.logs.key"
 
 
 @dataclass(frozen=True, kw_only=True)

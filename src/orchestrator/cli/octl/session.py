@@ -83,6 +83,8 @@ class Session:
     token_flag: str | None = None
     org_flag: str | None = None
     debug: bool = False
+    #: ``--profile`` or ``OCTL_PROFILE``: the config file's profile for this run (else its current one).
+    profile: str | None = None
     config_path: Path = field(default_factory=lambda: config_file.path_from(os.environ))
     _config: config_file.Config | None = None
     _client: ApiClient | None = None
@@ -90,7 +92,7 @@ class Session:
     def config(self) -> config_file.Config:
         if self._config is None:
             try:
-                self._config = config_file.load(self.config_path)
+                self._config = config_file.load(self.config_path, self.profile)
             except config_file.ConfigFileError as exc:
                 raise UsageFailure(str(exc)) from exc
         return self._config
@@ -141,23 +143,39 @@ class Session:
         if self.debug:
             traceback.print_exception(exc, file=sys.stderr)
         if isinstance(exc, ApiError):
-            message = str(exc)
-            errors = (exc.details or {}).get("errors")
-            if isinstance(errors, list) and len(errors) > 1:
-                message += "".join(
-                    f"\n  also: {e.get('field')}: {e.get('message')}"
-                    for e in errors[1:]
-                    if isinstance(e, dict)
-                )
-            if exc.status == 401 and not self.token():
-                message += "\n  (no token: pass --token, set PO_AUTH_TOKEN, or run `octl config set-token`)"
-            return ApiFailure(message)
+            return ApiFailure(self._api_message(exc))
         if isinstance(exc, ApiConnectionError):
-            return UnreachableFailure(exc.message)
+            return UnreachableFailure(
+                f"{exc.message}: is `orchestrator serve` running there? Start it, or point octl at it with "
+                "--api-url, PO_API_URL or `octl config set-url URL`"
+            )
         if isinstance(exc, inputs.InputError):
             return UsageFailure(str(exc))
         hint = "" if self.debug else " (run with --debug for details)"
         return UnexpectedFailure(f"unexpected error: {type(exc).__name__}: {exc}{hint}")
+
+    def _api_message(self, exc: ApiError) -> str:
+        """The API's error, with what to do next where the cause is the token or the organization."""
+        message = str(exc)
+        errors = (exc.details or {}).get("errors")
+        if isinstance(errors, list) and len(errors) > 1:
+            message += "".join(
+                f"\n  also: {e.get('field')}: {e.get('message')}" for e in errors[1:] if isinstance(e, dict)
+            )
+        if exc.status == 401:
+            given = "no token given" if not self.token() else "the token was refused"
+            message += (
+                f" ({given}: pass one with --token, PO_AUTH_TOKEN or `octl config set-token`; "
+                "`orchestrator token create` on the server mints one)"
+            )
+        elif exc.status == 403:
+            message += " (ask an admin of the organization for a token with a role that may do this)"
+        elif exc.status == 404 and exc.message.startswith("organization '"):
+            message += (
+                " (check the organization: --org, PO_ORG_ID or `octl config set-org ORG`; a token works only "
+                "in the organization it was made in)"
+            )
+        return message
 
 
 class OctlGroup(click.Group):

@@ -11,7 +11,18 @@ from orchestrator.cli.octl.session import OctlGroup, Session, UsageFailure, chec
 
 @click.group("config", cls=OctlGroup)
 def config() -> None:
-    """Show or change the config file ($OCTL_CONFIG, or ~/.config/octl/config.yaml)."""
+    """Show or change the config file ($OCTL_CONFIG, or ~/.config/octl/config.yaml).
+
+    The file holds profiles: `default` (its top-level keys) and named ones; `config use PROFILE` chooses
+    the one octl uses, `--profile`/OCTL_PROFILE one for a single command. set-url, set-org and set-token
+    change the profile in use.
+
+    \b
+    Example:
+      octl config set-url http://127.0.0.1:8080 && octl config set-org acme && octl config set-token
+      octl config use prod && octl config set-url https://po.example.com
+      octl --profile default get runners
+    """
 
 
 def _update(session: Session, **values: str) -> None:
@@ -59,9 +70,32 @@ def set_token(session: Session, token: str | None) -> None:
 @config.command("show")
 @pass_session
 def show(session: Session) -> None:
-    """Print the config file, with the token masked."""
-    values = session.config().as_dict()
+    """Print the profile in use, with the token masked."""
+    current = session.config()
+    values = current.as_dict()
     if values.get("token"):
         values["token"] = config_file.mask(str(values["token"]))
-    output.note(f"# {session.config_path}")
+    output.note(
+        f"# {session.config_path}, profile {current.profile} (profiles: {', '.join(current.names())})"
+    )
     click.echo(output.to_yaml(values) if values else "{}\n", nl=False)
+
+
+@config.command("use")
+@click.argument("profile", metavar="PROFILE")
+@pass_session
+def use(session: Session, profile: str) -> None:
+    """Use PROFILE from now on (a new name starts an empty profile; `default` is the top-level keys)."""
+    if not profile.strip() or profile in (config_file.CURRENT_KEY, config_file.PROFILES_KEY):
+        raise UsageFailure(f"'{profile}' cannot name a profile")
+    current = session.config()
+    new = profile != config_file.DEFAULT_PROFILE and profile not in current.profiles
+    current.current_profile = profile
+    if new:
+        current.profiles[profile] = {}
+    try:
+        config_file.save(session.config_path, current)
+    except config_file.ConfigFileError as exc:
+        raise UsageFailure(str(exc)) from exc
+    then = " (new and empty: set it with `octl config set-url`, `set-org`, `set-token`)" if new else ""
+    output.success(f"Using profile {profile}{then}.")

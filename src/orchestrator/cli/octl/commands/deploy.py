@@ -5,13 +5,18 @@ Both create a deployment and, unless ``--no-wait``, wait for it and print its de
 1. A fresh age key pair for the outputs and one for the logs; only the public halves are sent.
 2. ``POST /orgs/{org}/deployments`` with an ``Idempotency-Key`` (a uuid4), sent again with the same key
    if the connection fails, so a lost answer never starts a second deployment.
-3. ``wait-for-complete`` long polls in a loop, with progress on stderr.
-4. The status on stderr; the outputs, decrypted here, on stdout. A failed deployment exits 1.
+3. The keys saved (``keys.default_directory`` or ``--save-keys DIR``; not with ``--no-save-keys``), so
+   that ``octl outputs`` reads the outputs again after ``--no-wait`` or Ctrl-C.
+4. ``wait-for-complete`` long polls in a loop, with progress on stderr.
+5. The status on stderr; the outputs, decrypted here, on stdout. A failed deployment exits 1.
+
+``octl outputs DEPLOYMENT`` is steps 4 and 5 again, with the saved key (or ``--key``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -42,6 +47,8 @@ from orchestrator.protocol import age
 F = TypeVar("F", bound=Callable[..., Any])
 
 RUNNER_LOG_LEVELS = ("debug", "info", "warn", "error")
+#: The statuses a deployment ends in.
+FINAL_STATUSES = ("succeeded", "failed")
 #: Seconds the server holds each wait-for-complete call open.
 WAIT_SECONDS = 30
 #: Consecutive connection failures while waiting before octl gives up (the deployment goes on).
@@ -61,6 +68,7 @@ class RunOptions:
     no_wait: bool
     show_logs: bool
     save_keys: Path | None
+    no_save_keys: bool
     out: str
 
 
@@ -97,13 +105,19 @@ def run_options(func: F) -> F:
             "--save-keys",
             metavar="DIR",
             type=click.Path(file_okay=False, path_type=Path),
-            help="Also write the outputs and logs keys to DIR/<deployment>.{outputs,logs}.key (mode 0600). "
-            "Without it the keys exist only in this process and on screen.",
+            help="Write the outputs and logs keys to DIR/<deployment>.{outputs,logs}.key (mode 0600) "
+            f"[default: ${keys.KEYS_DIR_ENV}, else $XDG_STATE_HOME/octl/keys, else "
+            "~/.local/state/octl/keys]. `octl outputs` reads them.",
+        ),
+        click.option(
+            "--no-save-keys",
+            is_flag=True,
+            help="Keep the keys in this process only: the outputs cannot be read again once it ends.",
         ),
         click.option(
             "-o",
             "--out",
-            type=click.Choice(("yaml", "json")),
+            type=click.Choice(output.FORMATS),
             default="yaml",
             show_default=True,
             help="Format of the outputs (or dry-run result) on stdout.",
@@ -180,7 +194,11 @@ def rollback(
 
 def run(session: Session, body: JsonObject, options: RunOptions) -> None:
     """Create the deployment ``body`` describes and follow it as ``options`` say."""
-    save_dir = _prepare_keys_dir(options.save_keys) if options.save_keys and not options.dry_run else None
+    save_dir = None
+    if options.save_keys is not None and options.no_save_keys:
+        raise UsageFailure("--save-keys and --no-save-keys: give one of them")
+    if not options.dry_run and not options.no_save_keys:
+        save_dir = _prepare_keys_dir(options.save_keys or keys.default_directory(os.environ))
     outputs_key, logs_key = keys.KeyPair.generate(), keys.KeyPair.generate()
     body = {
         **body,
@@ -210,28 +228,38 @@ def run(session: Session, body: JsonObject, options: RunOptions) -> None:
         return
     deployment_id = str(created["id"])
     output.success(f"Deployment {deployment_id} created; it runs on runner {created.get('runner_id')}.")
-    if save_dir is not None:
-        for name, pair in (
-            (f"{deployment_id}.outputs.key", outputs_key),
-            (f"{deployment_id}.logs.key", logs_key),
-        ):
-            output.note(f"Saved {keys.save(save_dir, name, pair)}")
+    reread = _save_keys(save_dir, deployment_id, outputs_key, logs_key)
     if options.no_wait:
         output.emit({"deployment_id": deployment_id, "logs_key": logs_key.identity}, options.out, ())
         output.note(
             f"Once it completes: `octl get deployment {deployment_id}`; "
             f"`octl logs {deployment_id} --key <logs_key>` prints its logs."
         )
-        if save_dir is None:
-            output.note(
-                "Its outputs are encrypted to a key that was not kept (use --save-keys DIR to keep it)."
-            )
+        output.note(
+            f"`{reread}` waits for it and prints its outputs."
+            if reread
+            else "Its outputs are encrypted to a key that was not kept (--no-save-keys)."
+        )
         return
     output.note(f"Logs key: {logs_key.identity} (`octl logs {deployment_id} --key <key>`)")
-    deployment = _wait(session, org, deployment_id, started)
+    deployment = wait(session, org, deployment_id, started, reread=reread)
     if options.show_logs:
         _show_logs(session, org, deployment_id, logs_key.identity)
-    _report(session, org, deployment, outputs_key.identity, started, options.out)
+    report(session, org, deployment, outputs_key.identity, started, options.out)
+
+
+def _save_keys(
+    save_dir: Path | None, deployment_id: str, outputs_key: keys.KeyPair, logs_key: keys.KeyPair
+) -> str:
+    """Save the keys where the user finds them again; the command that reads the outputs with them
+    ("" when they are not saved)."""
+    if save_dir is None:
+        return ""
+    saved = keys.save(save_dir, keys.outputs_file(save_dir, deployment_id).name, outputs_key)
+    keys.save(save_dir, keys.logs_file(save_dir, deployment_id).name, logs_key)
+    output.note(f"Keys saved to {saved.parent} ({deployment_id}.outputs.key, {deployment_id}.logs.key).")
+    default = save_dir == keys.default_directory(os.environ)
+    return f"octl outputs {deployment_id}" + ("" if default else f" --keys-dir {save_dir}")
 
 
 def _prepare_keys_dir(directory: Path) -> Path:
@@ -241,8 +269,9 @@ def _prepare_keys_dir(directory: Path) -> Path:
         raise UsageFailure(str(exc)) from exc
 
 
-def _wait(session: Session, org: str, deployment_id: str, started: float) -> JsonObject:
-    """The deployment once final; connection failures are retried a few times (it runs on regardless)."""
+def wait(session: Session, org: str, deployment_id: str, started: float, *, reread: str = "") -> JsonObject:
+    """The deployment once final; connection failures are retried a few times (it runs on regardless).
+    ``reread``: the command that reads the outputs again, told on Ctrl-C."""
     client = session.client()
     failures = 0
     progress = WaitProgress(
@@ -267,8 +296,10 @@ def _wait(session: Session, org: str, deployment_id: str, started: float) -> Jso
                 if done is not None:
                     return done
     except KeyboardInterrupt:
+        then = f"; `{reread}` prints its outputs" if reread else ""
         output.note(
-            f"\nStopped waiting; deployment {deployment_id} goes on: `octl get deployment {deployment_id}`."
+            f"\nStopped waiting; deployment {deployment_id} goes on: `octl get deployment {deployment_id}`"
+            f"{then}."
         )
         raise click.exceptions.Exit(130) from None
 
@@ -306,9 +337,10 @@ def _resources_line(deployment: JsonObject) -> str | None:
     return f"Resources: {added} added, {changed} changed, {removed} removed."
 
 
-def _report(
+def report(
     session: Session, org: str, deployment: JsonObject, identity: str, started: float, out: str
 ) -> None:
+    """The deployment's end on stderr; its outputs, decrypted with ``identity``, on stdout."""
     deployment_id = str(deployment.get("id"))
     status, message = deployment.get("status"), deployment.get("status_message") or ""
     elapsed = format_duration(time.monotonic() - started)
@@ -321,10 +353,94 @@ def _report(
     if deployment.get("has_outputs") is False:
         output.note("The deployment reported no outputs.")
         return
-    raw = session.client().get_encrypted_outputs(org, deployment_id)
+    try:
+        raw = session.client().get_encrypted_outputs(org, deployment_id)
+    except ApiError as exc:
+        if exc.status == 404:
+            raise OperationFailure(
+                f"the outputs of deployment {deployment_id} are no longer kept: the server answers them "
+                "for a while after a deployment ends (PO_OUTPUTS_RETENTION_SECONDS, 5 minutes by "
+                "default); deploy again to read them"
+            ) from exc
+        raise
     try:
         values = json.loads(age.decrypt_b64(raw, identity))
     except (age.AgeDecryptError, ValueError) as exc:
         raise OperationFailure(f"the outputs of deployment {deployment_id} cannot be read: {exc}") from exc
     # Keyed by workload already: the compiled code names each workload's output after the workload.
     output.emit(values, out, ())
+
+
+@click.command("outputs")
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.option(
+    "--key",
+    metavar="AGE-SECRET-KEY-...|@FILE",
+    help="The outputs key of the deployment [default: the one `octl deploy` saved in --keys-dir].",
+)
+@click.option(
+    "--keys-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Where `octl deploy` saved the keys [default: ${keys.KEYS_DIR_ENV}, else "
+    "$XDG_STATE_HOME/octl/keys, else ~/.local/state/octl/keys].",
+)
+@click.option("--no-wait", is_flag=True, help="Fail at once if the deployment still executes.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Choice(output.FORMATS),
+    default="yaml",
+    show_default=True,
+    help="Output format.",
+)
+@org_option
+@pass_session
+def outputs(
+    session: Session,
+    deployment_id: uuid.UUID,
+    key: str | None,
+    keys_dir: Path | None,
+    no_wait: bool,
+    out: str,
+) -> None:
+    """Print the outputs of DEPLOYMENT again (after `deploy --no-wait`, or when waiting was stopped).
+
+    Waits for the deployment if it still executes, then decrypts its outputs here with the key
+    `octl deploy` saved (or --key). The server answers the outputs for a while after the deployment
+    ends (PO_OUTPUTS_RETENTION_SECONDS, 5 minutes by default).
+
+    \b
+    Example:
+      octl deploy shop dev manifest.yaml --no-wait
+      octl outputs 5f0c6a52-3a4e-4d8f-9d0e-2b7c1e4f8a90
+      octl outputs 5f0c6a52-3a4e-4d8f-9d0e-2b7c1e4f8a90 --key @keys/5f0c6a52-....outputs.key -o json
+    """
+    identity = _outputs_identity(str(deployment_id), key, keys_dir)
+    org = session.org()
+    started = time.monotonic()
+    deployment = session.client().get_deployment(org, str(deployment_id))
+    if deployment.get("status") not in FINAL_STATUSES:
+        if no_wait:
+            raise OperationFailure(
+                f"deployment {deployment_id} is still {deployment.get('status')}; run without --no-wait to "
+                "wait for it"
+            )
+        deployment = wait(session, org, str(deployment_id), started)
+    report(session, org, deployment, identity, started, out)
+
+
+def _outputs_identity(deployment_id: str, key: str | None, keys_dir: Path | None) -> str:
+    try:
+        if key is not None:
+            return keys.read_identity("--key", key)
+        directory = keys_dir or keys.default_directory(os.environ)
+        path = keys.outputs_file(directory, deployment_id)
+        if not path.is_file():
+            raise InputError(
+                f"no outputs key of deployment {deployment_id} in {directory}: pass --key (the key `octl "
+                "deploy` printed or saved), or --keys-dir where `deploy --save-keys` put it"
+            )
+        return keys.read_identity("--key", f"@{path}")
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from exc

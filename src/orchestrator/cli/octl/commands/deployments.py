@@ -21,9 +21,12 @@ DEPLOYMENT_SUMMARY = (
     field("Mode", "mode"),
     field("Status", "status"),
     field("CreatedAt", "created_at"),
+    field("CompletedAt", "completed_at", wide=True),
+    field("RunnerId", "runner_id", wide=True),
+    field("StatusMessage", "status_message", wide=True),
 )
 DEPLOYMENT = (
-    *DEPLOYMENT_SUMMARY,
+    *DEPLOYMENT_SUMMARY[:6],
     field("CompletedAt", "completed_at"),
     field("RunnerId", "runner_id"),
     field("StatusMessage", "status_message"),

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 import time
 from typing import Any
 
 import click
+from rich.console import Console
 
-from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl import inputs, keys, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import F, emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
+from orchestrator.cli.octl.progress import WaitProgress
 from orchestrator.cli.octl.session import (
     OperationFailure,
     Session,
+    UsageFailure,
     org_option,
     pass_session,
 )
@@ -21,6 +27,8 @@ from orchestrator.client.api import ApiError
 
 #: How often `delete env --wait` looks whether the environment is gone.
 WAIT_POLL_SECONDS = 1.0
+#: The destroy deployment's id in the status message of an environment being deleted.
+_DEPLOYMENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 ENV = (
     field("ProjectId", "project_id"),
@@ -108,32 +116,94 @@ def update_env(
 @click.option(
     "--wait", is_flag=True, help="Wait until the destroy deployment has run and the environment is gone."
 )
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
 @org_option
 @pass_session
-def delete_env(session: Session, project_id: str, env_id: str, force: bool, wait: bool) -> None:
-    """Delete environment ENV of PROJECT; a destroy deployment runs first unless --force is given."""
+def delete_env(session: Session, project_id: str, env_id: str, force: bool, wait: bool, yes: bool) -> None:
+    """Delete environment ENV of PROJECT; a destroy deployment runs first unless --force is given.
+
+    Asks before it deletes (--yes does not). The destroy's logs are encrypted to a key saved with the
+    deployments' keys (see `octl deploy --help`); when the destroy fails, the environment stays, in
+    status delete_failed, and the error says how to read the logs and how to go on.
+
+    \b
+    Example:
+      octl delete env shop dev                 # asks, then destroys the resources and deletes
+      octl delete env shop dev --yes --wait    # in a script: no question, wait for the end
+      octl delete env shop dev --force --yes   # delete, leaving the resources and their state behind
+    """
+    _confirm(project_id, env_id, force=force, yes=yes)
     org = session.org()
     client = session.client()
-    deleting = client.delete_env(org, project_id, env_id, force=force)
+    logs_key = None if force else keys.KeyPair.generate()
+    deleting = client.delete_env(
+        org, project_id, env_id, force=force, logs_recipient=logs_key.recipient if logs_key else None
+    )
     if deleting is None:
         output.success(f"Environment {project_id}/{env_id} deleted from organization {org}.")
         return
-    output.note(f"Environment {project_id}/{env_id} is being deleted: {deleting.get('status_message', '')}.")
+    message = str(deleting.get("status_message") or "")
+    output.note(f"Environment {project_id}/{env_id} is being deleted: {message}.")
+    read_logs = _save_destroy_logs_key(message, logs_key)
+    go_on = f"to delete it without destroying its resources: `octl delete env {project_id} {env_id} --force`"
     if not wait:
+        output.note(
+            f"`octl get env {project_id} {env_id}` shows how it ends. If the destroy fails: {read_logs}"
+            f"{go_on}."
+        )
         return
-    while True:
-        time.sleep(WAIT_POLL_SECONDS)
-        try:
-            env = client.get_env(org, project_id, env_id)
-        except ApiError as exc:
-            if exc.status == 404:
-                output.success(
-                    f"Environment {project_id}/{env_id} destroyed and deleted from organization {org}."
-                )
-                return
-            raise
-        if env.get("status") == "delete_failed":
-            raise OperationFailure(str(env.get("status_message") or "the destroy deployment failed"))
+    progress = WaitProgress(
+        f"Waiting for environment {project_id}/{env_id} to be destroyed", console=Console(stderr=True)
+    )
+    with progress:
+        while True:
+            progress.poll()
+            time.sleep(WAIT_POLL_SECONDS)
+            try:
+                env = client.get_env(org, project_id, env_id)
+            except ApiError as exc:
+                if exc.status == 404:
+                    break
+                raise
+            if env.get("status") == "delete_failed":
+                failed = str(env.get("status_message") or "the destroy deployment failed")
+                raise OperationFailure(f"{failed}; {read_logs}{go_on}")
+    output.success(f"Environment {project_id}/{env_id} destroyed and deleted from organization {org}.")
+
+
+def _confirm(project_id: str, env_id: str, *, force: bool, yes: bool) -> None:
+    """Ask before deleting; on a stdin that is not a terminal, only --yes goes on."""
+    if yes:
+        return
+    what = (
+        "its resources and their Terraform state are left behind (--force)"
+        if force
+        else "a destroy deployment removes its resources first"
+    )
+    if not sys.stdin.isatty():
+        raise UsageFailure(
+            f"delete env {project_id} {env_id} asks for confirmation, and standard input is not a terminal: "
+            "pass --yes to delete without asking"
+        )
+    if not click.confirm(f"Delete environment {project_id}/{env_id}? {what}.", default=False, err=True):
+        raise OperationFailure("not deleted: not confirmed (pass --yes to delete without asking)")
+
+
+def _save_destroy_logs_key(status_message: str, logs_key: keys.KeyPair | None) -> str:
+    """Save the destroy's logs key next to the deployments' keys; the sentence that says how to read the
+    logs ("" when there is no key or no destroy deployment)."""
+    found = _DEPLOYMENT_ID.search(status_message)
+    if logs_key is None or found is None:
+        return ""
+    deployment_id = found.group(0)
+    directory = keys.default_directory(os.environ)
+    try:
+        keys.prepare_directory(directory)
+        path = keys.save(directory, keys.logs_file(directory, deployment_id).name, logs_key)
+    except inputs.InputError as exc:
+        output.warning(f"the destroy's logs key was not saved ({exc}); its logs key is {logs_key.identity}")
+        return f"its logs: `octl logs {deployment_id} --key <its logs key>`; "
+    return f"its logs: `octl logs {deployment_id} --key @{path}`; "
 
 
 @click.command("refresh-runner")

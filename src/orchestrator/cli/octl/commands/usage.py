@@ -47,7 +47,7 @@ USAGE = (
     "-o",
     "--out",
     "out",
-    type=click.Choice(("table", "json", "csv")),
+    type=click.Choice((*output.FORMATS, "csv")),
     default="table",
     show_default=True,
     help="Output format.",
@@ -66,12 +66,16 @@ def get_usage(session: Session, start: str | None, end: str | None, out: str) ->
         click.echo(client.get_usage_csv(org, start=start, end=end), nl=False)
         return
     usage = client.get_usage(org, start=start, end=end)
-    if out == "json":
+    if out in ("json", "yaml"):
         output.emit(usage, out, USAGE)
         return
     rows = usage.get("rows")
     total = {key: value for key, value in usage.items() if key != "rows"}
-    output.table([*(rows if isinstance(rows, list) else []), {**total, "projectId": "TOTAL"}], USAGE)
+    output.table(
+        [*(rows if isinstance(rows, list) else []), {**total, "projectId": "TOTAL"}],
+        USAGE,
+        wide=out == "wide",
+    )
     output.note(
         f"Usage of organization {org} from {usage.get('from')} to {usage.get('to')} "
         f"(runs still executing counted up to {usage.get('asOf')})."
