@@ -167,7 +167,9 @@ def _check_secrets_only_sensitive(state: dict[str, Any], secrets: dict[str, str]
         for path, value in _leaf_paths(instance["attributes"]):
             if value in secrets.values():
                 found += 1
-                assert any(path[: len(p)] == p for p in prefixes), f"{address}: {'.'.join(path)} is not sensitive"
+                assert any(path[: len(p)] == p for p in prefixes), (
+                    f"{address}: {'.'.join(path)} is not sensitive"
+                )
     assert found == len(secrets), f"{found} secret values in the state, expected {len(secrets)}"
 
 
@@ -235,7 +237,10 @@ def test_runners__seed_blocks_plan_apply_noop_update_import_drift_destroy(
     assert gke["runner_configuration"]["cluster"]["auth"]["gcp_service_account"] == (
         "platform-orchestrator-runner@my-gcp-project.iam.gserviceaccount.com"
     )
-    assert gke["state_storage_configuration"] == {"type": "kubernetes", "namespace": "platform-orchestrator-runner"}
+    assert gke["state_storage_configuration"] == {
+        "type": "kubernetes",
+        "namespace": "platform-orchestrator-runner",
+    }
     agent = client.get_runner(ORG, "my-runner")["runner_configuration"]
     assert agent["job"]["pod_template"] == {
         "metadata": {"labels": {"app.kubernetes.io/name": "platform-orchestrator-runner"}}
@@ -296,7 +301,8 @@ def test_runners__seed_blocks_plan_apply_noop_update_import_drift_destroy(
         assert not _leaks(secret, imported.output)
     workspace.apply()
 
-    # Drift (the plan has no other change: the import left nothing to do): one runner changed and one deleted through the API.
+    # Drift: one runner changed and one deleted through the API (and no other change: the import left
+    # nothing to do).
     client.update_runner(ORG, "my-runner", {"description": "changed behind Terraform's back"})
     client.delete_runner(ORG, "my-ecs-runner")
     drift = workspace.plan()
@@ -347,7 +353,9 @@ data "platform-orchestrator_kubernetes_runner" "missing" {
 """
 
 
-def test_runners__api_errors_are_diagnostics_naming_the_field(workspace: Workspace, client: ApiClient) -> None:
+def test_runners__api_errors_are_diagnostics_naming_the_field(
+    workspace: Workspace, client: ApiClient
+) -> None:
     """A bad field (400 naming it), an id that exists (409), a rule for a missing runner, a data source
     of a missing id: each a Terraform error with the API's message, never a Python traceback."""
     from tests.support.terraform_provider import Ran

@@ -85,7 +85,9 @@ def test_storage__nested_to_flat_and_back() -> None:
 
 
 def test_storage__a_block_of_another_type_or_none_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match=r"state_storage_configuration.s3_configuration does not match type 'gcs'"):
+    with pytest.raises(
+        ValueError, match=r"state_storage_configuration.s3_configuration does not match type 'gcs'"
+    ):
         storage_to_api({"type": "gcs", "s3_configuration": {"bucket": "b"}})
     with pytest.raises(ValueError, match=r"state_storage_configuration.gcs_configuration is required"):
         storage_to_api({"type": "gcs", "gcs_configuration": None})
@@ -94,12 +96,20 @@ def test_storage__a_block_of_another_type_or_none_is_refused_naming_it() -> None
 def test_configuration__to_api_adds_the_type_drops_nulls_decodes_the_pod_template() -> None:
     config = {
         "cluster": {"name": "c", "project_id": "p", "location": "l", "internal_ip": False, "proxy_url": None},
-        "job": {"namespace": "n", "service_account": "s", "pod_template": '{"metadata": {"labels": {"a": "b"}}}'},
+        "job": {
+            "namespace": "n",
+            "service_account": "s",
+            "pod_template": '{"metadata": {"labels": {"a": "b"}}}',
+        },
     }
     assert configuration_to_api(KUBERNETES_GKE, config) == {
         "type": "kubernetes-gke",
         "cluster": {"name": "c", "project_id": "p", "location": "l", "internal_ip": False},
-        "job": {"namespace": "n", "service_account": "s", "pod_template": {"metadata": {"labels": {"a": "b"}}}},
+        "job": {
+            "namespace": "n",
+            "service_account": "s",
+            "pod_template": {"metadata": {"labels": {"a": "b"}}},
+        },
     }
     with pytest.raises(ValueError, match=r"runner_configuration.job.pod_template is not valid JSON"):
         configuration_to_api(KUBERNETES_GKE, {"job": {"pod_template": "{not json"}})
@@ -167,6 +177,10 @@ def test_rule_state__empty_strings_are_null() -> None:
 def test_validate__names_the_attribute_before_any_call() -> None:
     spec = runners.runner_spec(KUBERNETES_GKE)
     problems = spec.validate(
-        {"id": "x", "runner_configuration": {"job": {"pod_template": "[1,"}}, "state_storage_configuration": {}}
+        {
+            "id": "x",
+            "runner_configuration": {"job": {"pod_template": "[1,"}},
+            "state_storage_configuration": {},
+        }
     )
     assert len(problems) == 1 and "runner_configuration.job.pod_template" in problems[0]

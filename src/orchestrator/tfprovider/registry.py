@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tfprovider import catalog
-from orchestrator.tfprovider import runners
+from orchestrator.tfprovider import catalog, runners
 from orchestrator.tfprovider.provider import NAME, PlatformOrchestratorProvider
 from orchestrator.tfprovider.resource import data_source_class, resource_class
 

@@ -99,7 +99,7 @@ def _storage(types: tuple[str, ...]) -> PvsAttribute:
                 for name, required in fields.items()
             },
             optional=True,
-            description=f"The fields of {kind} state storage (only with type = \"{kind}\").",
+            description=f'The fields of {kind} state storage (only with type = "{kind}").',
         )
     return a_obj(members, required=True, description="Where the runner keeps Terraform/OpenTofu state.")
 
@@ -122,7 +122,9 @@ class RunnerKind:
             "id": a_str(required=True, requires_replace=True, description=f"The {self.title} runner's id."),
             "description": _optional("What the runner is for."),
             "runner_configuration": a_obj(
-                dict(self.configuration), required=True, description=f"The {self.title} runner's configuration."
+                dict(self.configuration),
+                required=True,
+                description=f"The {self.title} runner's configuration.",
             ),
             "state_storage_configuration": _storage(self.storage_types),
         }
@@ -145,8 +147,12 @@ KUBERNETES = RunnerKind(
                 ),
                 "auth": a_obj(
                     {
-                        "client_certificate_data": _optional("A client certificate, base64 PEM.", sensitive=True),
-                        "client_key_data": _optional("The client certificate's key, base64 PEM.", sensitive=True),
+                        "client_certificate_data": _optional(
+                            "A client certificate, base64 PEM.", sensitive=True
+                        ),
+                        "client_key_data": _optional(
+                            "The client certificate's key, base64 PEM.", sensitive=True
+                        ),
                         "service_account_token": _optional("A service account token.", sensitive=True),
                     },
                     required=True,
@@ -264,7 +270,9 @@ SERVERLESS_ECS = RunnerKind(
                 "security_groups": a_list(
                     a_str(), optional=True, default=[], description="The task's security groups (up to 5)."
                 ),
-                "is_public_ip_enabled": a_bool(optional=True, default=False, description="Give the task a public IP."),
+                "is_public_ip_enabled": a_bool(
+                    optional=True, default=False, description="Give the task a public IP."
+                ),
                 "image": _optional("The runner image; default the orchestrator's runner image."),
                 "task_role_arn": _optional("The IAM role the task runs as."),
                 "environment": a_map(
@@ -319,7 +327,15 @@ VM = RunnerKind(
     },
 )
 
-KINDS: Final = (KUBERNETES, KUBERNETES_GKE, KUBERNETES_EKS, KUBERNETES_AKS, KUBERNETES_AGENT, SERVERLESS_ECS, VM)
+KINDS: Final = (
+    KUBERNETES,
+    KUBERNETES_GKE,
+    KUBERNETES_EKS,
+    KUBERNETES_AKS,
+    KUBERNETES_AGENT,
+    SERVERLESS_ECS,
+    VM,
+)
 
 # --- mapping: Terraform <-> API ---------------------------------------------------------------------
 
@@ -419,7 +435,9 @@ def _from_api(
     return state
 
 
-def configuration_from_api(kind: RunnerKind, answer: Mapping[str, Any], prior: Mapping[str, Any] | None) -> JsonDict:
+def configuration_from_api(
+    kind: RunnerKind, answer: Mapping[str, Any], prior: Mapping[str, Any] | None
+) -> JsonDict:
     """The Terraform ``runner_configuration`` of an API answer, given the prior one (configuration or state):
     masked secrets and JSON texts taken from it, defaults that depend on other members left null."""
     return _from_api(kind.configuration, answer, prior, path="", elided=kind.elided_defaults)
@@ -480,7 +498,9 @@ def _validate(kind: RunnerKind) -> Any:
 def _reader(kind: RunnerKind) -> Any:
     async def read(session: Session, keys: JsonDict) -> JsonDict | None:
         runner_id = keys["id"]
-        found = await session.find(f"read {kind.name} {runner_id!r}", session.client.get_runner, session.org, runner_id)
+        found = await session.find(
+            f"read {kind.name} {runner_id!r}", session.client.get_runner, session.org, runner_id
+        )
         if found is None:
             return None
         actual = (found.get("runner_configuration") or {}).get("type")
@@ -505,7 +525,9 @@ def _creator(kind: RunnerKind) -> Any:
             "runner_configuration": configuration,
             "state_storage_configuration": storage,
         }
-        return await session.call(f"create {kind.name} {config['id']!r}", session.client.create_runner, session.org, body)
+        return await session.call(
+            f"create {kind.name} {config['id']!r}", session.client.create_runner, session.org, body
+        )
 
     return create
 
@@ -534,7 +556,9 @@ def _updater(kind: RunnerKind) -> Any:
 
 def _deleter(kind: RunnerKind) -> Any:
     async def delete(session: Session, state: JsonDict) -> None:
-        await session.call(f"delete {kind.name} {state['id']!r}", session.client.delete_runner, session.org, state["id"])
+        await session.call(
+            f"delete {kind.name} {state['id']!r}", session.client.delete_runner, session.org, state["id"]
+        )
 
     return delete
 
@@ -558,7 +582,9 @@ def computed(attribute: PvsAttribute) -> PvsAttribute:
     if attribute.object_type is not None:
         members = {name: computed(member) for name, member in attribute.object_type.attributes.items()}
         return a_obj(members, computed=True, sensitive=attribute.sensitive, description=attribute.description)
-    return attrs.evolve(attribute, required=False, optional=False, computed=True, default=None, requires_replace=False)
+    return attrs.evolve(
+        attribute, required=False, optional=False, computed=True, default=None, requires_replace=False
+    )
 
 
 def runner_source(kind: RunnerKind) -> SourceSpec:
@@ -579,16 +605,23 @@ def runner_source(kind: RunnerKind) -> SourceSpec:
 async def _create_rule(session: Session, config: JsonDict) -> JsonDict:
     body = drop_nulls({name: config.get(name) for name in ("runner_id", "project_id", "env_type_id")})
     return await session.call(
-        f"create runner_rule for runner {config.get('runner_id')!r}", session.client.create_runner_rule, session.org, body
+        f"create runner_rule for runner {config.get('runner_id')!r}",
+        session.client.create_runner_rule,
+        session.org,
+        body,
     )
 
 
 async def _read_rule(session: Session, keys: JsonDict) -> JsonDict | None:
-    return await session.find(f"read runner_rule {keys['id']!r}", session.client.get_runner_rule, session.org, keys["id"])
+    return await session.find(
+        f"read runner_rule {keys['id']!r}", session.client.get_runner_rule, session.org, keys["id"]
+    )
 
 
 async def _delete_rule(session: Session, state: JsonDict) -> None:
-    await session.call(f"delete runner_rule {state['id']!r}", session.client.delete_runner_rule, session.org, state["id"])
+    await session.call(
+        f"delete runner_rule {state['id']!r}", session.client.delete_runner_rule, session.org, state["id"]
+    )
 
 
 def rule_state(found: Mapping[str, Any], prior: Mapping[str, Any]) -> JsonDict:
@@ -608,7 +641,9 @@ RUNNER_RULE = Spec(
         "id": a_str(computed=True, description="The rule's id (a UUID)."),
         "runner_id": a_str(required=True, requires_replace=True, description="The runner the rule links."),
         "project_id": a_str(optional=True, requires_replace=True, description="The project it matches."),
-        "env_type_id": a_str(optional=True, requires_replace=True, description="The environment type it matches."),
+        "env_type_id": a_str(
+            optional=True, requires_replace=True, description="The environment type it matches."
+        ),
     },
     create=_create_rule,
     read=_read_rule,
