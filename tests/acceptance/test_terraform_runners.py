@@ -113,7 +113,7 @@ def _certificate_and_key() -> tuple[str, str]:
 
 def _stored_secrets(settings: ServerSettings, runner_id: str) -> dict[str, str]:
     """The secrets the server stored for a runner, opened with its key (the API only answers "SECRET")."""
-    database = settings.database_url.removeprefix("sqlite+aiosqlite:///")
+    database = str(settings.database_url).removeprefix("sqlite+aiosqlite:///")
     with sqlite3.connect(database) as connection:
         (sealed,) = connection.execute(
             "SELECT config_secret FROM runners WHERE org_id = ? AND id = ?", (ORG, runner_id)
@@ -350,16 +350,19 @@ MISSING = """
 data "platform-orchestrator_kubernetes_runner" "missing" {
   id = "no-such-runner"
 }
+
+data "platform-orchestrator_runner_rule" "missing" {
+  id = "00000000-0000-4000-8000-000000000000"
+}
 """
 
 
 def test_runners__api_errors_are_diagnostics_naming_the_field(
     workspace: Workspace, client: ApiClient
 ) -> None:
-    """A bad field (400 naming it), an id that exists (409), a rule for a missing runner, a data source
-    of a missing id: each a Terraform error with the API's message, never a Python traceback."""
-    from tests.support.terraform_provider import Ran
-
+    """A bad field (400 naming it), an id that exists (409), a rule for a missing runner (409 "not found",
+    as upstream answers it), data sources of missing ids (404): each a Terraform error with the API's
+    message, never a Python traceback."""
     key = fixture("seed000_kubernetes_agent_runner.tf").split("<<EOT\n")[1].split("EOT")[0]
     client.create_runner(
         ORG,
@@ -375,16 +378,19 @@ def test_runners__api_errors_are_diagnostics_naming_the_field(
     )
     workspace.write("main.tf", ERRORS % {"key": key.replace("\n", "\\n")})
     workspace.init()
-    failed: Ran = workspace.apply(check=False)
+    failed = workspace.apply(check=False)
     assert failed.exit_code == 1
     out = failed.output
     assert "Error: create kubernetes_agent_runner 'taken': conflict (HTTP 409)" in out
     assert "runner_configuration.cluster.auth.role_arn" in out
-    assert "Error: create runner_rule for runner 'no-such-runner'" in out and "no-such-runner" in out
+    assert "Error: create runner_rule for runner 'no-such-runner': conflict (HTTP 409)" in out
+    assert "runner 'no-such-runner' not found" in out
     assert "Traceback" not in out
 
     workspace.write("main.tf", MISSING)
-    missing = workspace.plan()
+    missing = workspace.plan(check=False)
     assert missing.exit_code == 1
     assert "Error: kubernetes_runner not found" in missing.output
+    assert "no kubernetes_runner with id='no-such-runner'" in missing.output
+    assert "Error: runner_rule not found" in missing.output
     assert "Traceback" not in missing.output
