@@ -394,3 +394,17 @@ def test_runners__api_errors_are_diagnostics_naming_the_field(
     assert "no kubernetes_runner with id='no-such-runner'" in missing.output
     assert "Error: runner_rule not found" in missing.output
     assert "Traceback" not in missing.output
+
+    # Seed 001's two kubernetes_runner blocks are placeholders (`# ...`), not configurations: validating
+    # them names what they leave out.
+    placeholders = {
+        "seed001_state_storage_placeholder.tf": ('"id" is required', '"runner_configuration" is required'),
+        "seed001_verify_placeholder.tf": ('"id" is required', 'attributes "cluster" and "job" are required'),
+    }
+    for name, expected in placeholders.items():
+        workspace.write("main.tf", fixture(name))
+        checked = workspace.run("validate", "-no-color", check=False)
+        assert checked.exit_code == 1
+        output = " ".join(checked.output.split())
+        assert all(text in output for text in expected), checked.output
+        assert 'attribute "type" is required' in output, checked.output

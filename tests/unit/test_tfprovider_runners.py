@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import pytest
+from pyvider.cty import CtyString, CtyValue
 from pyvider.schema import PvsAttribute
 
 from orchestrator.domain.runner_secrets import SENSITIVE_PATHS
@@ -184,3 +185,14 @@ def test_validate__names_the_attribute_before_any_call() -> None:
         }
     )
     assert len(problems) == 1 and "runner_configuration.job.pod_template" in problems[0]
+
+
+def test_validate__waits_for_values_known_only_at_apply() -> None:
+    spec = runners.runner_spec(KUBERNETES_GKE)
+    unknown = CtyValue.unknown(CtyString())
+    config = {
+        "id": "x",
+        "runner_configuration": {"job": {"pod_template": unknown}},
+        "state_storage_configuration": {},
+    }
+    assert spec.validate(config) == []

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import attrs
+from pyvider.cty import CtyValue
 from pyvider.schema import PvsAttribute, a_bool, a_list, a_map, a_num, a_obj, a_str
 
 from orchestrator.tfprovider.resource import SourceSpec, Spec
@@ -480,8 +481,20 @@ def _body(kind: RunnerKind, config: Mapping[str, Any]) -> tuple[JsonDict, JsonDi
         raise ApiProblem(f"invalid {kind.name} {config.get('id')!r}", str(exc)) from None
 
 
+def _has_unknown(value: Any) -> bool:
+    if isinstance(value, CtyValue):
+        return True  # `native` leaves only unknown values as cty values
+    if isinstance(value, Mapping):
+        return any(_has_unknown(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_unknown(item) for item in value)
+    return False
+
+
 def _validate(kind: RunnerKind) -> Any:
     def validate(config: JsonDict) -> list[str]:
+        if _has_unknown(config):
+            return []  # a value known only at apply: checked then
         problems: list[str] = []
         try:
             _body(kind, config)
