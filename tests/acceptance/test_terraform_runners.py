@@ -28,15 +28,7 @@ from orchestrator.settings import ServerSettings
 from tests.support.octl import ORG, org_admin_token, serve
 from tests.support.sshd import new_key_pair
 from tests.support.terraform_provider import REQUIRED_PROVIDERS, Engine, Workspace, engines
-from tests.support.terraform_seeds import (
-    FIXTURES,
-    FIXTURES_DIR,
-    compose,
-    fixture,
-    seed_blocks,
-    seed_text,
-    seeds_dir,
-)
+from tests.support.terraform_seeds import compose, fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -186,23 +178,6 @@ def _updated_in_place(output: str) -> set[str]:
     }
 
 
-def test_fixtures__are_the_seeds_tf_blocks_byte_for_byte() -> None:
-    """Each fixture file is one TF block of seed 000 or 001, exactly as there; every TF block has one.
-
-    The seeds' fragments (``  runner_configuration = {...}``) are incomplete, not wrong: the ECS one says
-    so ("See other required properties"), and the two pod templates are arguments of some runner's job.
-    Their completions are the ``*.completion.tf`` files. Seed 001's two ``resource ... "example"`` blocks
-    are placeholders (``# ...``) and are only kept here."""
-    directory = seeds_dir()
-    if directory is None:
-        pytest.skip("the project's seeds (shared/seeds beside the repository, or PO_SEEDS_DIR) are not here")
-    for prefix, names in FIXTURES.items():
-        blocks = seed_blocks(seed_text(directory, prefix))
-        assert len(blocks) == len(names), f"seed {prefix} has {len(blocks)} TF blocks"
-        for name, block in zip(names, blocks, strict=True):
-            assert (FIXTURES_DIR / name).read_bytes() == block.encode("utf-8"), name
-
-
 def test_runners__seed_blocks_plan_apply_noop_update_import_drift_destroy(
     workspace: Workspace, client: ApiClient, settings: ServerSettings
 ) -> None:
@@ -219,7 +194,8 @@ def test_runners__seed_blocks_plan_apply_noop_update_import_drift_destroy(
         }
     )
     secrets = {"client_key_data": client_key, "ssh_private_key": ssh.private_key}
-    client.create_project(ORG, {"id": "my-project"})  # the basic example's rule names it
+    # The basic example's rule names a project, which must exist (seed 001: "Before you begin").
+    client.create_project(ORG, {"id": "my-project"})
     compose(workspace.directory)
     workspace.init()
 

@@ -25,6 +25,7 @@ from orchestrator.tfprovider.runners import (
     storage_from_api,
     storage_to_api,
 )
+from tests.support.terraform_seeds import FIXTURES, FIXTURES_DIR, seed_blocks, seed_text, seeds_dir
 
 
 def _members(schema: Mapping[str, PvsAttribute], path: str = "") -> Iterator[tuple[str, PvsAttribute, bool]]:
@@ -196,3 +197,20 @@ def test_validate__waits_for_values_known_only_at_apply() -> None:
         "state_storage_configuration": {},
     }
     assert spec.validate(config) == []
+
+
+def test_fixtures__are_the_seeds_tf_blocks_byte_for_byte() -> None:
+    """Each fixture file is one TF block of seed 000 or 001, exactly as there; every TF block has one.
+
+    The seeds' fragments (``  runner_configuration = {...}``) are incomplete, not wrong: the ECS one says
+    so ("See other required properties"), and the two pod templates are arguments of some runner's job.
+    Their completions are the ``*.completion.tf`` files. Seed 001's two ``resource ... "example"`` blocks
+    are placeholders (``# ...``): tests/acceptance/test_terraform_runners.py validates them."""
+    directory = seeds_dir()
+    if directory is None:
+        pytest.skip("the project's seeds (shared/seeds beside the repository, or PO_SEEDS_DIR) are not here")
+    for prefix, names in FIXTURES.items():
+        blocks = seed_blocks(seed_text(directory, prefix))
+        assert len(blocks) == len(names), f"seed {prefix} has {len(blocks)} TF blocks"
+        for name, block in zip(names, blocks, strict=True):
+            assert (FIXTURES_DIR / name).read_bytes() == block.encode("utf-8"), name
