@@ -22,6 +22,7 @@ LOCAL = {
     ("config", "show"),
     ("config", "use"),
     ("create", "agent-key"),
+    ("terraform", "install-provider"),
 }
 #: Commands that read a public route: no token, no organization.
 PUBLIC = {("get", "compatibility-matrix")}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.octl import examples
-from orchestrator.cli.octl.commands import config, deploy, deployments, envs, verbs
+from orchestrator.cli.octl.commands import config, deploy, deployments, envs, terraform, verbs
 from orchestrator.cli.octl.session import EXIT_CODES_HELP, OctlGroup, Session
 
 __all__ = ["main"]
@@ -64,6 +64,7 @@ def main(
 
 
 main.add_command(config.config)
+main.add_command(terraform.terraform)
 main.add_command(verbs.create)
 main.add_command(verbs.get)
 main.add_command(verbs.update)

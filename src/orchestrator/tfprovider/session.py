@@ -1,0 +1,145 @@
+"""The provider's configuration and its one API session.
+
+Each setting comes from the provider block, else its environment variable (``PO_API_URL``,
+``PO_AUTH_TOKEN``, ``PO_ORG_ID``), else the octl config file (``octl_config_file``, ``$OCTL_CONFIG``
+or ``~/.config/octl/config.yaml``: ``api_url``, ``token``, ``default_org_id``), as upstream's provider does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from orchestrator.client.api import ApiClient, ApiConnectionError, ApiError
+
+T = TypeVar("T")
+
+#: provider attribute -> (environment variable, octl config file key)
+SOURCES = {
+    "api_url": ("PO_API_URL", "api_url"),
+    "auth_token": ("PO_AUTH_TOKEN", "token"),
+    "org_id": ("PO_ORG_ID", "default_org_id"),
+}
+
+
+class ProviderConfigError(Exception):
+    """The provider block, its environment variables and the octl config file leave a setting unset."""
+
+
+class ApiProblem(Exception):
+    """An API call failed; ``summary`` and ``detail`` become the Terraform diagnostic."""
+
+    def __init__(self, summary: str, detail: str, *, status: int = 0) -> None:
+        super().__init__(f"{summary}: {detail}")
+        self.summary = summary
+        self.detail = detail
+        self.status = status
+
+
+def _octl_file(explicit: str | None, environ: Mapping[str, str]) -> Path:
+    if explicit:
+        return Path(explicit).expanduser()
+    if environ.get("OCTL_CONFIG"):
+        return Path(environ["OCTL_CONFIG"]).expanduser()
+    base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "octl" / "config.yaml"
+
+
+def _octl_values(path: Path, explicit: bool) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if explicit:
+            raise ProviderConfigError(f"octl_config_file: {path} does not exist") from None
+        return {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ProviderConfigError(f"octl_config_file: cannot read {path}: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    api_url: str
+    auth_token: str | None
+    org_id: str
+
+    @classmethod
+    def resolve(cls, block: Mapping[str, Any], environ: Mapping[str, str]) -> ProviderSettings:
+        """The settings from the provider block, the environment and the octl config file, in that order."""
+        explicit_file = block.get("octl_config_file")
+        octl = _octl_values(_octl_file(explicit_file, environ), bool(explicit_file))
+        values: dict[str, str | None] = {}
+        for attribute, (variable, key) in SOURCES.items():
+            value = block.get(attribute) or environ.get(variable) or octl.get(key)
+            values[attribute] = str(value) if value else None
+        for attribute in ("api_url", "org_id"):
+            if not values[attribute]:
+                variable = SOURCES[attribute][0]
+                raise ProviderConfigError(
+                    f"{attribute} is not set: set it in the provider block, or set {variable}"
+                )
+        return cls(api_url=str(values["api_url"]), auth_token=values["auth_token"], org_id=str(values["org_id"]))
+
+
+def _describe(exc: ApiError, action: str) -> ApiProblem:
+    detail = exc.message
+    fields = (exc.details or {}).get("fields") if isinstance(exc.details, dict) else None
+    if fields:
+        detail = f"{detail} ({fields})"
+    return ApiProblem(f"{action}: {exc.kind} (HTTP {exc.status})", detail, status=exc.status)
+
+
+class Session:
+    """The configured API client and organization; calls run in a thread so Terraform's parallel calls overlap."""
+
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+        self.org = settings.org_id
+        try:
+            self.client = ApiClient(settings.api_url, settings.auth_token)
+        except ValueError as exc:
+            raise ProviderConfigError(f"api_url: {exc}") from exc
+
+    async def call(self, action: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``function(*args)`` on the client; an API error becomes an `ApiProblem` saying what was being done."""
+        try:
+            return await asyncio.to_thread(function, *args, **kwargs)
+        except ApiConnectionError as exc:
+            raise ApiProblem(f"{action}: the API cannot be reached", str(exc)) from exc
+        except ApiError as exc:
+            raise _describe(exc, action) from exc
+
+    async def find(self, action: str, function: Callable[..., T], *args: Any) -> T | None:
+        """Like `call`, but a 404 is ``None``: the object is gone."""
+        try:
+            return await self.call(action, function, *args)
+        except ApiProblem as problem:
+            if problem.status == 404:
+                return None
+            raise
+
+
+_session: Session | None = None
+
+
+def configure(settings: ProviderSettings) -> Session:
+    global _session
+    _session = Session(settings)
+    return _session
+
+
+def current() -> Session:
+    """The session `configure` made; Terraform always configures the provider before it reads or applies."""
+    if _session is None:
+        raise ApiProblem("provider not configured", "Terraform called a resource before configuring the provider")
+    return _session
+
+
+def environ() -> Mapping[str, str]:
+    return os.environ

@@ -1,0 +1,9 @@
+resource "platform-orchestrator_kubernetes_runner" "example" {
+
+  # ...
+
+  state_storage_configuration = {
+    # Your prepared state storage configuration
+    # ...
+  }
+}
