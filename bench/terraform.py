@@ -8,7 +8,7 @@ token, installs the provider with `octl terraform install-provider` into a tempo
 `init` once (reported, not compared). Then, run by run and interleaved:
 
 - terraform: `plan -out=plan` then `apply plan` of seed 000's "TF" block as copied verbatim in
-  tests/data/terraform/seed000-gke-runner.tf (with the `terraform`/`provider` block users add);
+  tests/data/terraform/seed000_gke_runner_and_rule.tf (with the `terraform`/`provider` block users add);
 - octl (the baseline): `octl create runner my-gke-runner --set-yaml=@seed000-gke-tf.yaml` then
   `octl create runner-rule` with the same runner and project, the seed's CLI tab;
 
@@ -39,7 +39,7 @@ import httpx
 
 ROOT = api.ROOT
 RESULTS_DIR = api.RESULTS_DIR
-SEED_TF = ROOT / "tests" / "data" / "terraform" / "seed000-gke-runner.tf"
+SEED_TF = ROOT / "tests" / "data" / "terraform" / "seed000_gke_runner_and_rule.tf"
 SEED_CLI = ROOT / "tests" / "data" / "runners" / "seed000-gke-tf.yaml"
 ORG = "bench"
 BOOTSTRAP_TOKEN = "bench-bootstrap-token-terraform"
@@ -116,7 +116,9 @@ def _clean(client: httpx.Client) -> None:
 def benchmark(base_url: str, options: Options, work: Path) -> Result:
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}) as boot:
         boot.post("/orgs", json={"id": ORG}).raise_for_status()
-        token = boot.post(f"/orgs/{ORG}/tokens", json={"role": "admin", "description": "bench"}).json()["token"]
+        token = boot.post(f"/orgs/{ORG}/tokens", json={"role": "admin", "description": "bench"}).json()[
+            "token"
+        ]
         boot.post(f"/orgs/{ORG}/projects", json={"id": PROJECT}).raise_for_status()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PO_", "TF_"))}
     env |= {
@@ -153,7 +155,9 @@ def benchmark(base_url: str, options: Options, work: Path) -> Result:
             _clean(client)
             for name in ("terraform.tfstate", "terraform.tfstate.backup", "plan"):
                 (config / name).unlink(missing_ok=True)
-            seconds = _timed([octl, "create", "runner", RUNNER, f"--set-yaml=@{runner_yaml}"], cwd=work, env=env)
+            seconds = _timed(
+                [octl, "create", "runner", RUNNER, f"--set-yaml=@{runner_yaml}"], cwd=work, env=env
+            )
             seconds += _timed(
                 [octl, "create", "runner-rule", f"--set=runner_id={RUNNER}", f"--set=project_id={PROJECT}"],
                 cwd=work,
@@ -178,7 +182,9 @@ def benchmark(base_url: str, options: Options, work: Path) -> Result:
 
 
 def parse_options(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--engine", choices=["embedded", "path"], default="embedded")
     parser.add_argument("--json", action="store_true", help="print the result as JSON only")
@@ -212,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     options.results_dir.mkdir(parents=True, exist_ok=True)
     document = asdict(result)
-    (options.results_dir / "terraform.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    (options.results_dir / "terraform.json").write_text(
+        json.dumps(document, indent=2) + "\n", encoding="utf-8"
+    )
     if options.as_json:
         print(json.dumps(document))
         return 0

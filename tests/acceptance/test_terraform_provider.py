@@ -90,7 +90,9 @@ def test_project__apply_noop_update_drift_import_destroy(workspace: Workspace, c
     assert [p["id"] for p in client.list_projects(ORG)] == []
 
 
-def test_project__an_api_error_is_a_diagnostic_not_a_traceback(workspace: Workspace, client: ApiClient) -> None:
+def test_project__an_api_error_is_a_diagnostic_not_a_traceback(
+    workspace: Workspace, client: ApiClient
+) -> None:
     client.create_project(ORG, {"id": "shop"})
     workspace.write("main.tf", PROJECT % "The shop")
     workspace.init()

@@ -61,7 +61,7 @@ class Ran:
         return self.stdout + self.stderr
 
 
-class TerraformFailed(AssertionError):
+class TerraformFailed(AssertionError):  # noqa: N818 - a failed assertion about a Terraform run
     pass
 
 
@@ -99,7 +99,11 @@ class Workspace:
             "OCTL_CONFIG": str(self.directory.parent / "no-octl-config.yaml"),
             **self.env,
             # PO_TEST_TF_LOG=path: Terraform's debug log of every command, for a failing test.
-            **({"TF_LOG": "debug", "TF_LOG_PATH": os.environ["PO_TEST_TF_LOG"]} if os.environ.get("PO_TEST_TF_LOG") else {}),
+            **(
+                {"TF_LOG": "debug", "TF_LOG_PATH": os.environ["PO_TEST_TF_LOG"]}
+                if os.environ.get("PO_TEST_TF_LOG")
+                else {}
+            ),
         }
 
     def run(self, *args: str, check: bool = True) -> Ran:
@@ -113,7 +117,9 @@ class Workspace:
         )
         ran = Ran(done.returncode, done.stdout, done.stderr)
         if check and done.returncode != 0:
-            raise TerraformFailed(f"{self.engine.name} {' '.join(args)} exited {done.returncode}:\n{ran.output}")
+            raise TerraformFailed(
+                f"{self.engine.name} {' '.join(args)} exited {done.returncode}:\n{ran.output}"
+            )
         return ran
 
     def init(self) -> Ran:

@@ -17,7 +17,9 @@ async def _create_project(session: Session, config: JsonDict) -> JsonDict:
 
 
 async def _read_project(session: Session, keys: JsonDict) -> JsonDict | None:
-    return await session.find(f"read project {keys['id']!r}", session.client.get_project, session.org, keys["id"])
+    return await session.find(
+        f"read project {keys['id']!r}", session.client.get_project, session.org, keys["id"]
+    )
 
 
 async def _update_project(session: Session, config: JsonDict, prior: JsonDict) -> JsonDict:

@@ -71,7 +71,7 @@ def launcher_script(python: str) -> str:
     return (
         "#!/bin/sh\n"
         "# The platform-orchestrator Terraform provider, run from the Python environment that installed it.\n"
-        f"exec {shlex.quote(python)} -m orchestrator.tfprovider.main \"$@\"\n"
+        f'exec {shlex.quote(python)} -m orchestrator.tfprovider.main "$@"\n'
     )
 
 

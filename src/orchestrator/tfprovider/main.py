@@ -15,8 +15,8 @@ def main() -> None:
     if not os.environ.get(MAGIC_COOKIE_KEY):
         print(
             "terraform-provider-platform-orchestrator is a Terraform provider plugin: Terraform starts it.\n"
-            "Install it for Terraform with `octl terraform install-provider DIR` and use the CLI configuration "
-            "that command prints.",
+            "Install it for Terraform with `octl terraform install-provider DIR` and use the CLI "
+            "configuration that command prints.",
             file=sys.stderr,
         )
         sys.exit(1)

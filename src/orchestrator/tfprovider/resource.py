@@ -190,7 +190,12 @@ def resource_class(prefix: str, spec: Spec) -> type[ApiResource]:
     return type(
         f"Resource_{spec.name}",
         (ApiResource,),
-        {"spec": spec, "config_class": model, "state_class": model, "_registered_name": f"{prefix}_{spec.name}"},
+        {
+            "spec": spec,
+            "config_class": model,
+            "state_class": model,
+            "_registered_name": f"{prefix}_{spec.name}",
+        },
     )
 
 
@@ -200,5 +205,10 @@ def data_source_class(prefix: str, spec: SourceSpec) -> type[ApiDataSource]:
     return type(
         f"DataSource_{spec.name}",
         (ApiDataSource,),
-        {"spec": spec, "config_class": model, "state_class": model, "_registered_name": f"{prefix}_{spec.name}"},
+        {
+            "spec": spec,
+            "config_class": model,
+            "state_class": model,
+            "_registered_name": f"{prefix}_{spec.name}",
+        },
     )

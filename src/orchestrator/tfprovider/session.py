@@ -32,7 +32,7 @@ class ProviderConfigError(Exception):
     """The provider block, its environment variables and the octl config file leave a setting unset."""
 
 
-class ApiProblem(Exception):
+class ApiProblem(Exception):  # noqa: N818 - a diagnostic to show, named for what Terraform prints
     """An API call failed; ``summary`` and ``detail`` become the Terraform diagnostic."""
 
     def __init__(self, summary: str, detail: str, *, status: int = 0) -> None:
@@ -84,7 +84,9 @@ class ProviderSettings:
                 raise ProviderConfigError(
                     f"{attribute} is not set: set it in the provider block, or set {variable}"
                 )
-        return cls(api_url=str(values["api_url"]), auth_token=values["auth_token"], org_id=str(values["org_id"]))
+        return cls(
+            api_url=str(values["api_url"]), auth_token=values["auth_token"], org_id=str(values["org_id"])
+        )
 
 
 def _describe(exc: ApiError, action: str) -> ApiProblem:
@@ -96,7 +98,8 @@ def _describe(exc: ApiError, action: str) -> ApiProblem:
 
 
 class Session:
-    """The configured API client and organization; calls run in a thread so Terraform's parallel calls overlap."""
+    """The configured API client and organization; calls run in threads, so Terraform's parallel calls
+    overlap."""
 
     def __init__(self, settings: ProviderSettings) -> None:
         self.settings = settings
@@ -107,7 +110,8 @@ class Session:
             raise ProviderConfigError(f"api_url: {exc}") from exc
 
     async def call(self, action: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``function(*args)`` on the client; an API error becomes an `ApiProblem` saying what was being done."""
+        """``function(*args)`` on the client; an API error becomes an `ApiProblem` saying what was being
+        done."""
         try:
             return await asyncio.to_thread(function, *args, **kwargs)
         except ApiConnectionError as exc:
@@ -137,7 +141,9 @@ def configure(settings: ProviderSettings) -> Session:
 def current() -> Session:
     """The session `configure` made; Terraform always configures the provider before it reads or applies."""
     if _session is None:
-        raise ApiProblem("provider not configured", "Terraform called a resource before configuring the provider")
+        raise ApiProblem(
+            "provider not configured", "Terraform called a resource before configuring the provider"
+        )
     return _session
 
 

@@ -48,7 +48,11 @@ def install_provider(directory: Path, cli_config: Path | None) -> None:
         raise UsageFailure(f"cannot write the provider mirror: {exc}") from exc
     output.success(f"Installed {installer.SOURCE} {installed.version} in {installed.mirror}.")
     if cli_config is not None:
-        click.echo(f"CLI configuration written to {cli_config}: export TF_CLI_CONFIG_FILE={cli_config}", err=True)
+        click.echo(
+            f"CLI configuration written to {cli_config}: export TF_CLI_CONFIG_FILE={cli_config}", err=True
+        )
     else:
-        click.echo("Add this to your Terraform CLI configuration (~/.terraformrc or TF_CLI_CONFIG_FILE):", err=True)
+        click.echo(
+            "Add this to your Terraform CLI configuration (~/.terraformrc or TF_CLI_CONFIG_FILE):", err=True
+        )
     click.echo(text, nl=False)
