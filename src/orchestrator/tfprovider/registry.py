@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tfprovider import catalog
+from orchestrator.tfprovider import catalog, deployments, modules
 from orchestrator.tfprovider.provider import NAME, PlatformOrchestratorProvider
 from orchestrator.tfprovider.resource import data_source_class, resource_class
 
 PREFIX = NAME
 
-RESOURCE_SPECS = (*catalog.RESOURCES,)
-DATA_SOURCE_SPECS = (*catalog.DATA_SOURCES,)
+RESOURCE_SPECS = (
+    *catalog.RESOURCES,
+    *modules.RESOURCES,
+    *deployments.RESOURCES,
+)
+DATA_SOURCE_SPECS = (
+    *catalog.DATA_SOURCES,
+    *modules.DATA_SOURCES,
+)
 
 
 def register(hub: Any) -> None:
