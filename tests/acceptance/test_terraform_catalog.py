@@ -96,7 +96,7 @@ resource "platform-orchestrator_module" "extras" {
     aws = "${platform-orchestrator_provider.aws.provider_type}.${platform-orchestrator_provider.aws.id}"
   }
   dependencies = {
-    other = { type = "greeting", class = "special", params = {} }
+    other = { type = "greeting", class = "special", params = jsonencode({ size = "small" }) }
   }
   coprovisioned = [
     { type = "greeting", is_dependent_on_current = true }
@@ -122,9 +122,11 @@ resource "platform-orchestrator_deployment" "world" {
   depends_on = [platform-orchestrator_module_rule.hello]
 }
 
+# An environment is linked to its runner when it first deploys.
 data "platform-orchestrator_environment" "dev" {
   project_id = platform-orchestrator_environment.dev.project_id
   id         = platform-orchestrator_environment.dev.id
+  depends_on = [platform-orchestrator_deployment.world]
 }
 
 data "platform-orchestrator_environment_type" "dev" {
@@ -305,7 +307,7 @@ def test_catalogue_and_deployment__apply_noop_update_drift_import_destroy(
     # An update in place of every updatable object, and a changed secret, which the plan does not show.
     workspace.write("main.tf", catalogue("Second", NEW_SECRET))
     updated = workspace.apply()
-    assert "0 added, 6 changed, 0 destroyed" in updated.output, updated.output
+    assert "0 added, 5 changed, 0 destroyed" in updated.output, updated.output
     assert NEW_SECRET not in updated.output and SECRET not in updated.output
     assert client.get_env(ORG, "shop", "dev")["display_name"] == "Second"
     assert client.get_env_type(ORG, "development")["display_name"] == "Second"

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from pyvider.cty import CtyBool, CtyDynamic, CtyNumber, CtyObject, CtyString, CtyTuple, CtyType, CtyValue
 from pyvider.schema import a_bool, a_dyn, a_map, a_str
 
 from orchestrator.tfprovider.resource import SourceSpec, Spec
@@ -56,11 +57,53 @@ def json_value(attribute: str, text: Any) -> Any:
         raise ApiProblem(f"invalid {attribute}", str(exc)) from None
 
 
-def same_or(prior: Any, found: Any, normal: Callable[[Any], Any]) -> Any:
-    """``prior`` when it means what the API answered (``normal`` of both equal), else the answer."""
-    if normal(prior) == normal(found):
+def same_or(
+    prior: Any, found: Any, normal: Callable[[Any], Any], render: Callable[[Any], Any] = lambda value: value
+) -> Any:
+    """``prior`` when it means what the API answered (``normal`` of both equal), else the answer without
+    the members that only repeat a default (as a configuration would leave them out: an import),
+    ``render``-ed in the configuration's shape."""
+    answered = normal(found)
+    if normal(prior) == answered:
         return prior
-    return found
+    return render(answered)
+
+
+def _params_as_text(requests: Any) -> Any:
+    """Requests (a map or a list) with each ``params`` object as the JSON string upstream documents."""
+
+    def one(request: Any) -> Any:
+        if isinstance(request, dict) and isinstance(request.get("params"), dict):
+            return {**request, "params": compact_json(request["params"])}
+        return request
+
+    if isinstance(requests, dict):
+        return {alias: one(request) for alias, request in requests.items()}
+    if isinstance(requests, list):
+        return [one(request) for request in requests]
+    return requests
+
+
+def _literal_type(value: Any) -> CtyType[Any]:
+    if isinstance(value, dict):
+        return CtyObject(attribute_types={str(key): _literal_type(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return CtyTuple(element_types=tuple(_literal_type(item) for item in value))
+    if isinstance(value, bool):
+        return CtyBool()
+    if isinstance(value, int | float):
+        return CtyNumber()
+    if isinstance(value, str):
+        return CtyString()
+    return CtyDynamic()
+
+
+def literal(value: Any) -> CtyValue[Any] | None:
+    """A dynamic attribute's value typed as HCL types the same literal (objects and tuples, not maps and
+    lists): Terraform compares a dynamic value's type too, and the configuration's is a literal's."""
+    if value is None:
+        return None
+    return _literal_type(value).validate(value)
 
 
 def _empty_to_none(value: Any) -> Any:
@@ -436,14 +479,24 @@ def module_state(found: JsonDict, prior: JsonDict) -> JsonDict:
         "provider_mapping": same_or(
             prior.get("provider_mapping"), found.get("provider_mapping"), _empty_to_none
         ),
-        "module_params": same_or(
-            prior.get("module_params"), found.get("module_params") or None, _params_normal
+        "module_params": literal(
+            same_or(prior.get("module_params"), found.get("module_params") or None, _params_normal)
         ),
-        "dependencies": same_or(
-            prior.get("dependencies"), found.get("dependencies") or None, _dependencies_normal
+        "dependencies": literal(
+            same_or(
+                prior.get("dependencies"),
+                found.get("dependencies") or None,
+                _dependencies_normal,
+                _params_as_text,
+            )
         ),
-        "coprovisioned": same_or(
-            prior.get("coprovisioned"), found.get("coprovisioned") or None, _coprovisioned_normal
+        "coprovisioned": literal(
+            same_or(
+                prior.get("coprovisioned"),
+                found.get("coprovisioned") or None,
+                _coprovisioned_normal,
+                _params_as_text,
+            )
         ),
         "version_id": found.get("version_id"),
     }
