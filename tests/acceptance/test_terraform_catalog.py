@@ -372,6 +372,12 @@ resource "platform-orchestrator_project" "taken" {
 resource "platform-orchestrator_module_rule" "dangling" {
   module_id = "no-such-module"
 }
+
+resource "platform-orchestrator_environment" "orphan" {
+  project_id  = "no-such-project"
+  id          = "dev"
+  env_type_id = "development"
+}
 """
 
 
@@ -386,13 +392,15 @@ def test_errors__are_diagnostics_with_the_apis_message(workspace: Workspace, cli
     assert "Error: create project 'taken': conflict (HTTP 409)" in failed.output
     assert "Error: create a module rule for module 'no-such-module': " in failed.output
     assert "no-such-module" in failed.output.split("Error: create a module rule")[1]
+    assert "Error: create environment 'no-such-project/dev': not found (HTTP 404)" in failed.output
+    assert "project 'no-such-project' not found" in failed.output
     assert "Traceback" not in failed.output
 
     workspace.write(
         "main.tf",
         'data "platform-orchestrator_environment" "gone" {\n  project_id = "taken"\n  id = "nope"\n}\n',
     )
-    missing = workspace.plan()
+    missing = workspace.plan(check=False)
     assert missing.exit_code == 1
     assert "Error: environment not found" in missing.output
     assert "Traceback" not in missing.output
