@@ -244,7 +244,7 @@ async def _delete_env(session: Session, state: JsonDict) -> None:
                 )
 
 
-def _env_state(found: JsonDict, prior: JsonDict) -> JsonDict:
+def env_state(found: JsonDict, prior: JsonDict) -> JsonDict:
     return {
         "id": found["id"],
         "project_id": found["project_id"],
@@ -294,7 +294,7 @@ ENVIRONMENT = Spec(
     read=_read_env,
     update=_update_env,
     delete=_delete_env,
-    to_state=_env_state,
+    to_state=env_state,
     import_id=env_import_id,
 )
 
@@ -308,7 +308,7 @@ ENVIRONMENT_SOURCE = SourceSpec(
         **_ENV_COMPUTED,
     },
     read=_read_env,
-    to_state=_env_state,
+    to_state=env_state,
 )
 
 RESOURCES = (PROJECT, ENVIRONMENT_TYPE, ENVIRONMENT)
