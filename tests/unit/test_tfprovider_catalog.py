@@ -19,7 +19,7 @@ def test_env_import_id__is_project_slash_env() -> None:
 
 def test_provider_import_id__is_type_dot_id() -> None:
     assert modules.provider_import_id("aws.main") == {"provider_type": "aws", "id": "main"}
-    with pytest.raises(ValueError, match="PROVIDER_TYPE.ID"):
+    with pytest.raises(ValueError, match=r"PROVIDER_TYPE\.ID"):
         modules.provider_import_id("aws")
 
 
