@@ -120,7 +120,7 @@ def _params_value(attribute: str, params: Any) -> Any:
 def _request_body(attribute: str, request: Any) -> JsonDict:
     if not isinstance(request, dict) or not isinstance(request.get("type"), str):
         raise ApiProblem(f"invalid {attribute}", f"{attribute} must be an object with a string 'type'")
-    body = drop_nulls(dict(request))
+    body: JsonDict = drop_nulls(dict(request))
     if "params" in body:
         body["params"] = _params_value(f"{attribute}.params", body["params"])
     return body

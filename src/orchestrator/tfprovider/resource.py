@@ -180,7 +180,7 @@ class ApiDataSource(BaseDataSource[Any, Any, Any]):
             _report(ctx, ApiProblem(f"{self.spec.name} not found", f"no {self.spec.name} with {wanted}"))
             return None
         state = self.spec.to_state(found, keys)
-        return self.state_class(**{name: state.get(name) for name in self.spec.attributes})  # type: ignore[misc]
+        return self.state_class(**{name: state.get(name) for name in self.spec.attributes})
 
 
 def resource_class(prefix: str, spec: Spec) -> type[ApiResource]:
