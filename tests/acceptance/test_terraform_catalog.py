@@ -43,6 +43,14 @@ resource "platform-orchestrator_environment" "dev" {
   display_name = "%(name)s"
 }
 
+# Deleted without a destroy deployment: what it deployed is left behind.
+resource "platform-orchestrator_environment" "staging" {
+  project_id   = platform-orchestrator_project.shop.id
+  id           = "staging"
+  env_type_id  = platform-orchestrator_environment_type.dev.id
+  force_delete = true
+}
+
 resource "platform-orchestrator_resource_type" "greeting" {
   id          = "greeting"
   description = "%(name)s"
@@ -122,6 +130,13 @@ resource "platform-orchestrator_deployment" "world" {
   depends_on = [platform-orchestrator_module_rule.hello]
 }
 
+resource "platform-orchestrator_deployment" "staging" {
+  project_id = platform-orchestrator_environment.staging.project_id
+  env_id     = platform-orchestrator_environment.staging.id
+  manifest   = platform-orchestrator_deployment.world.manifest
+  depends_on = [platform-orchestrator_module_rule.hello]
+}
+
 # An environment is linked to its runner when it first deploys.
 data "platform-orchestrator_environment" "dev" {
   project_id = platform-orchestrator_environment.dev.project_id
@@ -174,12 +189,14 @@ IMPORTS: dict[str, str | None] = {
     "platform-orchestrator_environment_type.dev": "development",
     "platform-orchestrator_project.shop": "shop",
     "platform-orchestrator_environment.dev": "shop/dev",
+    "platform-orchestrator_environment.staging": "shop/staging",
     "platform-orchestrator_resource_type.greeting": "greeting",
     "platform-orchestrator_provider.aws": "aws.main",
     "platform-orchestrator_module.hello": "hello",
     "platform-orchestrator_module.extras": "extras",
     "platform-orchestrator_module_rule.hello": None,
     "platform-orchestrator_deployment.world": None,
+    "platform-orchestrator_deployment.staging": None,
 }
 
 
@@ -275,6 +292,7 @@ def test_catalogue_and_deployment__apply_noop_update_drift_import_destroy(
     assert SECRET not in applied.output
     deployment = workspace.resource("platform-orchestrator_deployment.world")
     assert deployment["status"] == "succeeded"
+    assert workspace.resource("platform-orchestrator_deployment.staging")["status"] == "succeeded"
     ran = client.get_deployment(ORG, deployment["id"])
     assert (ran["status"], ran["mode"], ran["runner_id"]) == ("succeeded", "deploy", "local")
     assert json.loads(deployment["outputs"]) == {"app": {"greeting": "hello world"}}
@@ -329,30 +347,37 @@ def test_catalogue_and_deployment__apply_noop_update_drift_import_destroy(
     workspace.apply()
     assert client.get_env(ORG, "shop", "dev")["display_name"] == "Second"
 
-    # Import every object into an empty state (import blocks: one plan for all of them). Only the
-    # provider's secret cannot be imported (the API answers "SECRET"): it is the one change.
+    # Import every object into an empty state (import blocks: one plan for all of them). What only the
+    # configuration knows is all that changes: the provider's secret (the API answers "SECRET") and the
+    # staging environment's force_delete.
     ids = {
         **IMPORTS,
         "platform-orchestrator_module_rule.hello": workspace.resource(
             "platform-orchestrator_module_rule.hello"
         )["id"],
         "platform-orchestrator_deployment.world": deployment["id"],
+        "platform-orchestrator_deployment.staging": workspace.resource(
+            "platform-orchestrator_deployment.staging"
+        )["id"],
     }
     workspace.forget_state()
     workspace.write(
         "imports.tf", "".join(f'import {{\n  to = {to}\n  id = "{id_}"\n}}\n' for to, id_ in ids.items())
     )
     imported = workspace.plan()
-    assert f"{len(ids)} to import, 0 to add, 1 to change, 0 to destroy" in imported.output, imported.output
+    assert f"{len(ids)} to import, 0 to add, 2 to change, 0 to destroy" in imported.output, imported.output
     assert "platform-orchestrator_provider.aws will be updated in-place" in imported.output
+    assert "platform-orchestrator_environment.staging will be updated in-place" in imported.output
     assert NEW_SECRET not in imported.output
     workspace.apply()
     (workspace.directory / "imports.tf").unlink()
     assert workspace.plan().exit_code == 0
 
-    # Destroy: deleting the environment runs a destroy deployment on the runner, waited for.
+    # Destroy: deleting an environment runs a destroy deployment on the runner, waited for; with
+    # force_delete it is deleted at once, and nothing is destroyed.
     workspace.destroy()
     assert client.list_projects(ORG) == []
+    assert client.list_envs(ORG) == []
     assert client.list_modules(ORG) == []
     assert client.list_module_providers(ORG) == []
     assert [t["id"] for t in client.list_env_types(ORG)] == []
