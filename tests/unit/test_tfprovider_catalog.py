@@ -163,3 +163,14 @@ def test_deployment_state__an_import_takes_the_manifest_as_compact_json() -> Non
     assert state["mode"] == "deploy" and state["outputs"] is None
     kept = deployments.deployment_state(found, {"manifest": "x", "mode": None, "outputs": '{"o":1}'})
     assert kept["manifest"] == "x" and kept["outputs"] == '{"o":1}'
+
+
+def test_plan_time_checks__name_the_attribute() -> None:
+    assert modules.MODULE.validate({"module_source": "git::x", "module_source_code": "x"}) == [
+        "module_source must be 'inline' when module_source_code is set"
+    ]
+    assert modules.MODULE.validate({"module_source": "inline", "module_inputs": '{"a": 1}'}) == []
+    [problem] = modules.RESOURCE_TYPE.validate({"id": "t", "output_schema": "{oops"})
+    assert problem.startswith("output_schema is not valid JSON")
+    [problem] = modules.PROVIDER.validate({"configuration": {"not": "a string"}})
+    assert problem == "configuration must be a JSON string (use jsonencode(...))"

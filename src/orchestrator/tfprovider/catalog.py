@@ -99,7 +99,7 @@ async def _read_env_type(session: Session, keys: JsonDict) -> JsonDict | None:
 
 
 async def _update_env_type(session: Session, config: JsonDict, prior: JsonDict) -> JsonDict:
-    patch = {"display_name": config.get("display_name") or config["id"]}
+    patch = {"display_name": config.get("display_name") or prior.get("display_name") or config["id"]}
     return await session.call(
         f"update environment type {config['id']!r}",
         session.client.update_env_type,
@@ -183,7 +183,7 @@ async def _read_env(session: Session, keys: JsonDict) -> JsonDict | None:
 
 
 async def _update_env(session: Session, config: JsonDict, prior: JsonDict) -> JsonDict:
-    patch = {"display_name": config.get("display_name") or config["id"]}
+    patch = {"display_name": config.get("display_name") or prior.get("display_name") or config["id"]}
     return await session.call(
         f"update environment {_env_name(config)!r}",
         session.client.update_env,

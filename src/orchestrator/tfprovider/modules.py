@@ -57,6 +57,19 @@ def json_value(attribute: str, text: Any) -> Any:
         raise ApiProblem(f"invalid {attribute}", str(exc)) from None
 
 
+def problems_of(build: Callable[[JsonDict], Any]) -> Callable[[JsonDict], list[str]]:
+    """A plan-time check: the messages of the problems ``build`` finds in a configuration."""
+
+    def check(config: JsonDict) -> list[str]:
+        try:
+            build(config)
+        except ApiProblem as problem:
+            return [problem.detail]
+        return []
+
+    return check
+
+
 def same_or(
     prior: Any, found: Any, normal: Callable[[Any], Any], render: Callable[[Any], Any] = lambda value: value
 ) -> Any:
@@ -230,6 +243,7 @@ RESOURCE_TYPE = Spec(
         ),
     },
     create=_create_resource_type,
+    validate=problems_of(_resource_type_body),
     read=_read_resource_type,
     update=_update_resource_type,
     delete=_delete_resource_type,
@@ -377,6 +391,7 @@ PROVIDER = Spec(
         ),
     },
     create=_create_provider,
+    validate=problems_of(_configuration_body),
     read=_read_provider,
     update=_update_provider,
     delete=_delete_provider,
@@ -525,6 +540,7 @@ MODULE = Spec(
         ),
     },
     create=_create_module,
+    validate=problems_of(module_body),
     read=_read_module,
     update=_update_module,
     delete=_delete_module,
