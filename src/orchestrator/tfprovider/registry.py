@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tfprovider import catalog, runners
+from orchestrator.tfprovider import catalog, deployments, modules, runners
 from orchestrator.tfprovider.provider import NAME, PlatformOrchestratorProvider
 from orchestrator.tfprovider.resource import data_source_class, resource_class
 
@@ -13,10 +13,13 @@ PREFIX = NAME
 RESOURCE_SPECS = (
     *catalog.RESOURCES,
     *runners.RESOURCES,
+    *modules.RESOURCES,
+    *deployments.RESOURCES,
 )
 DATA_SOURCE_SPECS = (
     *catalog.DATA_SOURCES,
     *runners.DATA_SOURCES,
+    *modules.DATA_SOURCES,
 )
 
 
