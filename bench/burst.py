@@ -83,6 +83,7 @@ class Options:
     creates: int
     floor_runs: int
     only: str | None
+    replicas: int
     json: bool
     results_dir: Path = RESULTS_DIR
 
@@ -135,9 +136,11 @@ class DescendantSampler:
     engine's share can be under-counted by at most one sample interval per engine process.
     """
 
-    def __init__(self, server_pid: int) -> None:
-        self.server_pid = server_pid
+    def __init__(self, server_pids: Sequence[int]) -> None:
+        self.server_pids = set(server_pids)
         self.seen: dict[tuple[int, int], Seen] = {}
+        #: Per runner process: the deployment it runs (its DEPLOYMENT_ID), to find deployments run twice.
+        self.deployment_of: dict[tuple[int, int], str] = {}
         self.alive: set[tuple[int, int]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -165,10 +168,10 @@ class DescendantSampler:
         for pid, fields in table.items():
             chain = [pid]
             parent = int(fields[1])
-            while parent not in (0, 1, self.server_pid) and parent in table and len(chain) < 16:
+            while parent not in self.server_pids and parent > 1 and parent in table and len(chain) < 16:
                 chain.append(parent)
                 parent = int(table[parent][1])
-            if parent != self.server_pid:
+            if parent not in self.server_pids:
                 continue
             runner_pid = chain[-1]
             runner_key = (runner_pid, int(table[runner_pid][19]))
@@ -176,6 +179,8 @@ class DescendantSampler:
             seen = self.seen.setdefault(key, Seen())
             seen.self_s, seen.reaped_s = self_cpu(fields), reaped_cpu(fields)
             seen.runner = None if key == runner_key else runner_key
+            if key == runner_key and key not in self.deployment_of:
+                self.deployment_of[key] = _deployment_of(pid)
             alive.add(key)
         self.alive = alive
 
@@ -190,6 +195,18 @@ class DescendantSampler:
         return total, len(runners)
 
 
+def _deployment_of(pid: int) -> str:
+    """The DEPLOYMENT_ID in a runner's environment (nothing else of it is kept: it holds its token)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return "?"
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"DEPLOYMENT_ID="):
+            return entry.split(b"=", 1)[1].decode(errors="replace")
+    return "?"
+
+
 @dataclass
 class CpuReading:
     server_s: float
@@ -197,12 +214,17 @@ class CpuReading:
     postgres_s: float
 
 
-def read_cpu(server_pid: int, postmaster_pid: int | None) -> CpuReading:
-    fields = _stat(server_pid)
-    if fields is None:
-        return CpuReading(math.nan, math.nan, math.nan)
-    postgres = api.CpuMeter(server_pid=server_pid, postmaster_pid=postmaster_pid).read()[1]
-    return CpuReading(self_cpu(fields), reaped_cpu(fields), postgres)
+def read_cpu(server_pids: Sequence[int], postmaster_pid: int | None) -> CpuReading:
+    """The servers' own CPU and that of the runs they reaped, summed; PostgreSQL's."""
+    total = CpuReading(0.0, 0.0, math.nan)
+    for pid in server_pids:
+        fields = _stat(pid)
+        if fields is None:
+            return CpuReading(math.nan, math.nan, math.nan)
+        total.server_s += self_cpu(fields)
+        total.children_s += reaped_cpu(fields)
+    total.postgres_s = api.CpuMeter(server_pid=server_pids[0], postmaster_pid=postmaster_pid).read()[1]
+    return total
 
 
 # --- set-up ----------------------------------------------------------------------------------------
@@ -302,15 +324,17 @@ class Creates:
     errors: dict[str, int] = field(default_factory=dict)
     first_sent: float = math.nan
     last_answered: float = math.nan
+    server_errors: int = 0
 
     def error(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
 
 
 async def create_all(
-    base_url: str, token: str, targets: Sequence[tuple[str, str]], concurrency: int, tag: str
+    base_urls: Sequence[str], token: str, targets: Sequence[tuple[str, str]], concurrency: int, tag: str
 ) -> Creates:
-    """POST one deployment per (project, env) of ``targets``, ``concurrency`` at a time."""
+    """POST one deployment per (project, env) of ``targets``, ``concurrency`` at a time (worker n sends
+    to server n modulo the number of servers)."""
     result = Creates()
     queue = iter(enumerate(targets))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -336,12 +360,20 @@ async def create_all(
             result.last_answered = time.time()
             if response.status_code != 201:
                 result.error(f"{response.status_code} {response.text[:160]}")
+                if response.status_code >= 500:
+                    result.server_errors += 1
                 continue
             result.sent[str(response.json()["id"])] = wall
 
     headers = {"authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60, limits=limits) as client:
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits)
+            )
+            for url in base_urls
+        ]
+        await asyncio.gather(*(worker(clients[n % len(clients)]) for n in range(concurrency)))
     return result
 
 
@@ -396,18 +428,19 @@ def per(value: float, count: int) -> float | None:
 
 def burst(
     client: httpx.Client,
-    server: launch.LaunchServer,
+    servers: Sequence[launch.LaunchServer],
     postmaster_pid: int | None,
     options: Options,
-    data_dir: Path,
 ) -> dict[str, Any]:
     token = client.headers["authorization"].removeprefix("Bearer ")
     targets = [(PROJECT, env) for env in env_ids(options.deployments)]
-    sampler = DescendantSampler(server.pid)
+    pids = [server.pid for server in servers]
+    sampler = DescendantSampler(pids)
     sampler.start()
-    before = read_cpu(server.pid, postmaster_pid)
+    before = read_cpu(pids, postmaster_pid)
     started = time.monotonic()
-    creates = asyncio.run(create_all(server.base_url, token, targets, options.concurrency, "burst"))
+    urls = [server.base_url for server in servers]
+    creates = asyncio.run(create_all(urls, token, targets, options.concurrency, "burst"))
     say(
         f"   {len(creates.sent)} created in {creates.last_answered - creates.first_sent:.1f} s; "
         f"waiting for them to complete"
@@ -416,8 +449,11 @@ def burst(
     all_reaped = wait_reaped(sampler)
     sampler.stop()
     sampler.sample()
-    after = read_cpu(server.pid, postmaster_pid)
+    after = read_cpu(pids, postmaster_pid)
     seconds = time.monotonic() - started
+    runs: dict[str, int] = {}
+    for deployment_id in sampler.deployment_of.values():
+        runs[deployment_id] = runs.get(deployment_id, 0) + 1
     count = len(creates.sent)
     succeeded = [d for d in final.values() if d["status"] == "succeeded"]
     failed = [
@@ -438,6 +474,11 @@ def burst(
         "not_completed": count - len(final),
         "failed": failed,
         "create_errors": creates.errors,
+        "server_errors": creates.server_errors,
+        "replicas": len(servers),
+        # Runner processes seen per deployment: more than one is a deployment run twice.
+        "run_twice": sorted(d for d, n in runs.items() if n > 1),
+        "runs_not_seen": sorted(set(creates.sent) - set(runs)),
         "seconds": round(seconds, 2),
         "span_s": round(span, 3),
         "deployments_per_minute": None
@@ -515,17 +556,21 @@ def floor(
 
 
 def creates_only(
-    client: httpx.Client, server: launch.LaunchServer, postmaster_pid: int | None, options: Options
+    client: httpx.Client,
+    servers: Sequence[launch.LaunchServer],
+    postmaster_pid: int | None,
+    options: Options,
 ) -> dict[str, Any]:
     token = client.headers["authorization"].removeprefix("Bearer ")
     envs = [(CREATES_PROJECT, env) for env in env_ids(options.creates + WARM_CREATES, "c")]
-    asyncio.run(create_all(server.base_url, token, envs[:WARM_CREATES], options.concurrency, "warm"))
+    urls, pids = [server.base_url for server in servers], [server.pid for server in servers]
+    asyncio.run(create_all(urls, token, envs[:WARM_CREATES], options.concurrency, "warm"))
     targets = envs[WARM_CREATES:]
-    before = read_cpu(server.pid, postmaster_pid)
+    before = read_cpu(pids, postmaster_pid)
     started = time.perf_counter()
-    creates = asyncio.run(create_all(server.base_url, token, targets, options.concurrency, "create"))
+    creates = asyncio.run(create_all(urls, token, targets, options.concurrency, "create"))
     seconds = time.perf_counter() - started
-    after = read_cpu(server.pid, postmaster_pid)
+    after = read_cpu(pids, postmaster_pid)
     count = len(creates.latencies)
     return {
         "creates": options.creates,
@@ -568,6 +613,11 @@ def report(database: str, result: dict[str, Any]) -> str:
         rows += [
             ("deployments per minute", _s(b["deployments_per_minute"], 1)),
             ("succeeded / created", f"{b['succeeded']} / {b['created']}"),
+            ("servers (replicas on the database)", str(b["replicas"])),
+            (
+                "deployments run twice, 5xx answers",
+                f"{len(b['run_twice'])}, {b['server_errors']}",
+            ),
             (
                 "errors (create calls, failed, not completed)",
                 f"{sum(b['create_errors'].values())}, {len(b['failed'])}, {b['not_completed']}",
@@ -632,27 +682,34 @@ def report(database: str, result: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def serving(
-    tmp: Path, database: str, bootstrap_token: str, engine_env: Mapping[str, str]
-) -> Iterator[tuple[launch.LaunchServer, int | None]]:
+    tmp: Path, database: str, bootstrap_token: str, replicas: int
+) -> Iterator[tuple[list[launch.LaunchServer], int | None]]:
+    """``replicas`` servers on one database, sharing the data dir (the server key, the object store) and
+    the runs dir, as replicas on one host do; the PostgreSQL postmaster's PID."""
     with contextlib.ExitStack() as stack:
         database_url, postmaster = None, None
         if database == "postgresql":
             database_url, postmaster = stack.enter_context(api.postgres_database(tmp / "pg"))
-        server = launch.LaunchServer(
-            data_dir=tmp / "data",
-            database_url=database_url,
-            bootstrap_token=bootstrap_token,
-            environment={
-                "PO_ALLOW_LOCAL_RUNNERS": "true",
-                "PO_LOCAL_RUN_USER": "",
-                "PO_LOCAL_RUNS_DIR": str(tmp / "runs"),
-                "PO_RUNNER_DENIED_NETWORKS": "",
-                "MANAGED_RUNNER_SECRET": SECRET,
-            },
-        )
-        stack.callback(server.stop)
-        server.start()
-        yield server, postmaster
+        servers = []
+        for n in range(replicas):
+            server = launch.LaunchServer(
+                data_dir=tmp / "data",
+                database_url=database_url,
+                bootstrap_token=bootstrap_token,
+                environment={
+                    "PO_ALLOW_LOCAL_RUNNERS": "true",
+                    "PO_LOCAL_RUN_USER": "",
+                    "PO_LOCAL_RUNS_DIR": str(tmp / "runs"),
+                    "PO_RUNNER_DENIED_NETWORKS": "",
+                    "MANAGED_RUNNER_SECRET": SECRET,
+                },
+            )
+            if n:
+                server.log_path = tmp / "data" / f"server-{n}.log"
+            stack.callback(server.stop)
+            server.start()
+            servers.append(server)
+        yield servers, postmaster
 
 
 def run_one(database: str, options: Options) -> dict[str, Any]:
@@ -667,19 +724,20 @@ def run_one(database: str, options: Options) -> dict[str, Any]:
             "TF_CLI_CONFIG_FILE": str(tf_config),
             "CHECKPOINT_DISABLE": "1",
         }
-        server, postmaster = stack.enter_context(serving(tmp, database, bootstrap_token, engine_env))
-        stack.callback(_keep_log, server, options, database)
-        client = stack.enter_context(httpx.Client(base_url=server.base_url, timeout=60))
+        servers, postmaster = stack.enter_context(serving(tmp, database, bootstrap_token, options.replicas))
+        for n, server in enumerate(servers):
+            stack.callback(_keep_log, server, options, database if not n else f"{database}-{n}")
+        client = stack.enter_context(httpx.Client(base_url=servers[0].base_url, timeout=60))
         set_up(client, bootstrap_token, options, engine_env)
         if options.only in (None, "creates"):
             say(f"-- {database}: creates alone, {options.creates} at concurrency {options.concurrency}")
-            result["creates"] = creates_only(client, server, postmaster, options)
+            result["creates"] = creates_only(client, servers, postmaster, options)
         if options.only in (None, "burst"):
             say(
                 f"-- {database}: burst of {options.deployments} deployments, "
                 f"{options.concurrency} creates at once"
             )
-            result["burst"] = burst(client, server, postmaster, options, tmp / "data")
+            result["burst"] = burst(client, servers, postmaster, options)
             example = result["burst"]["example_deployment"]
             if example is None:
                 raise api.BenchError("no deployment of the burst completed")
@@ -690,10 +748,10 @@ def run_one(database: str, options: Options) -> dict[str, Any]:
     return result
 
 
-def _keep_log(server: launch.LaunchServer, options: Options, database: str) -> None:
+def _keep_log(server: launch.LaunchServer, options: Options, name: str) -> None:
     if server.log_path.exists():
         options.results_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(server.log_path, options.results_dir / f"burst-{database}-server.log")
+        shutil.copyfile(server.log_path, options.results_dir / f"burst-{name}-server.log")
 
 
 def problems(result: dict[str, Any]) -> list[str]:
@@ -701,10 +759,10 @@ def problems(result: dict[str, Any]) -> list[str]:
     for database, run in result["databases"].items():
         b = run.get("burst")
         if b:
-            if b["create_errors"] or b["failed"] or b["not_completed"]:
+            if b["create_errors"] or b["failed"] or b["not_completed"] or b["run_twice"]:
                 found.append(
                     f"{database} burst: create errors {b['create_errors']}, failed {b['failed'][:3]}, "
-                    f"not completed {b['not_completed']}"
+                    f"not completed {b['not_completed']}, run twice {b['run_twice']}"
                 )
         c = run.get("creates")
         if c and c["errors"]:
@@ -724,10 +782,18 @@ def parse_options(argv: list[str] | None) -> Options:
         "--floor-runs", type=int, default=3, help="direct engine runs for the floor (default 3)"
     )
     parser.add_argument("--only", choices=["burst", "creates"], help="run one part only")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="servers on the one database (PostgreSQL only): creates spread over them (default 1)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    if min(args.deployments, args.concurrency, args.creates, args.floor_runs) < 1:
+    if args.replicas > 1 and args.database != "postgresql":
+        parser.error("--replicas above 1 needs --database postgresql (SQLite is one server's)")
+    if min(args.deployments, args.concurrency, args.creates, args.floor_runs, args.replicas) < 1:
         parser.error("--deployments, --concurrency, --creates and --floor-runs must be >= 1")
     return Options(
         databases=("sqlite", "postgresql") if args.database == "both" else (args.database,),
@@ -736,6 +802,7 @@ def parse_options(argv: list[str] | None) -> Options:
         creates=args.creates,
         floor_runs=args.floor_runs,
         only=args.only,
+        replicas=args.replicas,
         json=args.json,
         results_dir=args.results_dir,
     )
