@@ -84,6 +84,7 @@ class Options:
     floor_runs: int
     only: str | None
     replicas: int
+    local_run_limit: int | None
     json: bool
     results_dir: Path = RESULTS_DIR
 
@@ -682,7 +683,7 @@ def report(database: str, result: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def serving(
-    tmp: Path, database: str, bootstrap_token: str, replicas: int
+    tmp: Path, database: str, bootstrap_token: str, options: Options
 ) -> Iterator[tuple[list[launch.LaunchServer], int | None]]:
     """``replicas`` servers on one database, sharing the data dir (the server key, the object store) and
     the runs dir, as replicas on one host do; the PostgreSQL postmaster's PID."""
@@ -691,7 +692,10 @@ def serving(
         if database == "postgresql":
             database_url, postmaster = stack.enter_context(api.postgres_database(tmp / "pg"))
         servers = []
-        for n in range(replicas):
+        limit = (
+            {} if options.local_run_limit is None else {"PO_LOCAL_RUN_LIMIT": str(options.local_run_limit)}
+        )
+        for n in range(options.replicas):
             server = launch.LaunchServer(
                 data_dir=tmp / "data",
                 database_url=database_url,
@@ -702,6 +706,7 @@ def serving(
                     "PO_LOCAL_RUNS_DIR": str(tmp / "runs"),
                     "PO_RUNNER_DENIED_NETWORKS": "",
                     "MANAGED_RUNNER_SECRET": SECRET,
+                    **limit,
                 },
             )
             if n:
@@ -714,7 +719,9 @@ def serving(
 
 def run_one(database: str, options: Options) -> dict[str, Any]:
     bootstrap_token = "po_bench_" + os.urandom(16).hex()
-    result: dict[str, Any] = {"options": {"concurrency": options.concurrency}}
+    result: dict[str, Any] = {
+        "options": {"concurrency": options.concurrency, "local_run_limit": options.local_run_limit}
+    }
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="po-bench-burst-")))
         tf_config = tmp / "terraformrc"
@@ -724,7 +731,7 @@ def run_one(database: str, options: Options) -> dict[str, Any]:
             "TF_CLI_CONFIG_FILE": str(tf_config),
             "CHECKPOINT_DISABLE": "1",
         }
-        servers, postmaster = stack.enter_context(serving(tmp, database, bootstrap_token, options.replicas))
+        servers, postmaster = stack.enter_context(serving(tmp, database, bootstrap_token, options))
         for n, server in enumerate(servers):
             stack.callback(_keep_log, server, options, database if not n else f"{database}-{n}")
         client = stack.enter_context(httpx.Client(base_url=servers[0].base_url, timeout=60))
@@ -788,6 +795,11 @@ def parse_options(argv: list[str] | None) -> Options:
         default=1,
         help="servers on the one database (PostgreSQL only): creates spread over them (default 1)",
     )
+    parser.add_argument(
+        "--local-run-limit",
+        type=int,
+        help="the servers' PO_LOCAL_RUN_LIMIT (default: theirs, one per CPU)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -803,6 +815,7 @@ def parse_options(argv: list[str] | None) -> Options:
         floor_runs=args.floor_runs,
         only=args.only,
         replicas=args.replicas,
+        local_run_limit=args.local_run_limit,
         json=args.json,
         results_dir=args.results_dir,
     )
