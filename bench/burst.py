@@ -208,6 +208,16 @@ def _deployment_of(pid: int) -> str:
     return "?"
 
 
+def machine_cpu() -> tuple[float, float]:
+    """Busy and idle CPU seconds of the whole machine so far (all CPUs; /proc/stat's first line): with
+    ours, what shows whether the burst left CPUs idle or other work had them."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    tick = os.sysconf("SC_CLK_TCK")
+    return busy / tick, idle / tick
+
+
 @dataclass
 class CpuReading:
     server_s: float
@@ -439,6 +449,7 @@ def burst(
     sampler = DescendantSampler(pids)
     sampler.start()
     before = read_cpu(pids, postmaster_pid)
+    machine_before = machine_cpu()
     started = time.monotonic()
     urls = [server.base_url for server in servers]
     creates = asyncio.run(create_all(urls, token, targets, options.concurrency, "burst"))
@@ -451,10 +462,12 @@ def burst(
     sampler.stop()
     sampler.sample()
     after = read_cpu(pids, postmaster_pid)
+    machine_after = machine_cpu()
     seconds = time.monotonic() - started
     runs: dict[str, int] = {}
     for deployment_id in sampler.deployment_of.values():
-        runs[deployment_id] = runs.get(deployment_id, 0) + 1
+        if deployment_id != "?":  # a child of the server that is no runner, or one gone before it was read
+            runs[deployment_id] = runs.get(deployment_id, 0) + 1
     count = len(creates.sent)
     succeeded = [d for d in final.values() if d["status"] == "succeeded"]
     failed = [
@@ -511,6 +524,15 @@ def burst(
             "postgres": None if math.isnan(postgres_s) else round(postgres_s, 2),
             "runners_and_engine": round(children_s, 2),
             "engine_sampled": round(engine_s, 2),
+        },
+        # The whole machine meanwhile, in CPUs (seconds per second): busy (ours and everything else's) and
+        # idle; ours = the servers', the runs' and PostgreSQL's.
+        "machine_cpus": {
+            "busy": round((machine_after[0] - machine_before[0]) / seconds, 2),
+            "idle": round((machine_after[1] - machine_before[1]) / seconds, 2),
+            "ours": round(
+                (server_s + children_s + (0.0 if math.isnan(postgres_s) else postgres_s)) / seconds, 2
+            ),
         },
         "runner_processes_seen": runners_seen,
         "all_runs_reaped": all_reaped,
@@ -634,6 +656,11 @@ def report(database: str, result: dict[str, Any]) -> str:
             (
                 "create call p50 / p99 (ms)",
                 f"{_ms(b['create_call_s']['p50'])} / {_ms(b['create_call_s']['p99'])}",
+            ),
+            (
+                "machine CPUs busy (ours) / idle, during the burst",
+                f"{b['machine_cpus']['busy']:.2f} ({b['machine_cpus']['ours']:.2f}) / "
+                f"{b['machine_cpus']['idle']:.2f}",
             ),
             ("CPU s per deployment: server", _s(cpu["server"], 3)),
             ("CPU s per deployment: postgres", _s(cpu["postgres"], 3)),

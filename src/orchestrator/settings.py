@@ -76,7 +76,7 @@ class ServerSettings(BaseSettings):
         ge=1,
         description="At most this many local runs (vm runners with connection `local`) execute at once "
         "on this host; further deployments stay `executing`, their status message saying they are queued, "
-        "and start in creation order as runs end. Default: the number of CPUs (at least 2).",
+        "and start in creation order as runs end. Default: four per CPU.",
     )
     local_runs_dir: Path = Field(
         default_factory=default_local_runs_dir,

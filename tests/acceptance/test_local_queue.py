@@ -59,9 +59,12 @@ def test_local_queue__a_run_beyond_the_limit_waits_queued_through_a_restart(
 ) -> None:
     stack = build_stack(server.url, tmp_path)
     make_slow(stack, seconds=10)
-    assert 201 == stack.client.post(
-        f"/orgs/{stack.org}/projects/shop/envs", json={"id": "qa", "env_type_id": "development"}
-    ).status_code
+    assert (
+        201
+        == stack.client.post(
+            f"/orgs/{stack.org}/projects/shop/envs", json={"id": "qa", "env_type_id": "development"}
+        ).status_code
+    )
     first = _create(stack, "dev")
     _until(stack, first, "the first run was never launched", lambda d: d.get("launched_at") is not None)
 

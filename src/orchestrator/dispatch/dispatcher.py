@@ -157,6 +157,8 @@ class Dispatcher:
     )
     _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     _round: _Round = field(init=False, default_factory=_Round)
+    #: (org, runner) -> (handle prefix, limit) of runners whose launcher bounds its runs, as last seen.
+    _bounded: dict[tuple[str, str], tuple[str, int]] = field(init=False, default_factory=dict)
 
     def wake(self) -> None:
         """Look for work now (a deployment was just committed)."""
@@ -320,15 +322,12 @@ class Dispatcher:
             self.on_command(deployment.org_id, deployment.runner_id)
         log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
 
-    async def _take_slot(self, deployment: Deployment, launcher: Launcher) -> bool:
+    async def _take_slot(self, deployment: Deployment, prefix: str, limit: int) -> bool:
         """Whether the deployment may launch now: a launcher of bounded runs (local) has a free slot on
         its host, counted from the database (launched, executing deployments: so the queue is the pending
         rows themselves and survives a restart) and taken. Rounds run one after another and a round's
         launches are released as launched before the next begins, so counts never miss one in flight
         (several servers on one host each count all of its runs, and may each take the last slot)."""
-        if not isinstance(launcher, BoundedRuns):
-            return True
-        prefix, limit = launcher.run_slots()
         round_ = self._round
         async with round_.lock:
             free = round_.free.get(prefix)
@@ -362,6 +361,12 @@ class Dispatcher:
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
         attempts = deployment.dispatch_attempts + 1
+        # A runner whose runs are bounded (seen at an earlier launch) takes its slot before anything is
+        # read: a queued deployment costs its round nothing but the slot count.
+        runner_key = (deployment.org_id, deployment.runner_id)
+        known = self._bounded.get(runner_key)
+        if known is not None and not await self._take_slot(deployment, *known):
+            return
         try:
             found = await self._spec(deployment)
             if isinstance(found, str):
@@ -370,8 +375,13 @@ class Dispatcher:
             if found.launcher is None:
                 await self._enqueue(deployment, found)
                 return
-            if not await self._take_slot(deployment, found.launcher):
-                return
+            bounded = found.launcher.run_slots() if isinstance(found.launcher, BoundedRuns) else None
+            if bounded is None:
+                self._bounded.pop(runner_key, None)
+            elif known != bounded:
+                self._bounded[runner_key] = bounded
+                if known is None and not await self._take_slot(deployment, *bounded):
+                    return
             started = launched(await found.launcher.launch(found.spec))
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:

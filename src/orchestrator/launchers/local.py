@@ -10,10 +10,9 @@ own ``HOME`` and ``TMPDIR``, the runner's variables and the runner configuration
 and ``job.secrets``; nothing else of the launcher's environment (its keys, tokens, database URL, cloud
 credentials).
 
-At most ``run_limit`` runs of this host execute at once (``PO_LOCAL_RUN_LIMIT``, default one per CPU and at
-least two): the dispatcher counts the host's launched deployments before each launch (``run_slots``) and
-leaves the others pending, queued, so a burst runs as a pipeline instead of a hundred engines fighting for
-the CPUs.
+At most ``run_limit`` runs of this host execute at once (``PO_LOCAL_RUN_LIMIT``, default four per CPU): the
+dispatcher counts the host's launched deployments before each launch (``run_slots``) and leaves the others
+pending, queued, so a burst runs as a pipeline instead of a hundred engines fighting for the CPUs.
 
 Processes start in their own session, so they outlive a restart of the orchestrator; the handle carries
 the host, pid and the process start time, so a recycled pid is never mistaken for the run.
@@ -115,9 +114,14 @@ def remove_code_dir(run_dir: Path, *, whole_run: bool) -> Path | None:
     return kept
 
 
+#: Default local runs at once per CPU: a run waits on the server (bundle, state, logs, results) and on its
+#: engine's start-up for much of its time, so one per CPU leaves CPUs to other work (bench/burst.py).
+RUNS_PER_CPU = 4
+
+
 def default_run_limit() -> int:
-    """Local runs executing at once by default: one per CPU (at least two)."""
-    return max(2, os.cpu_count() or 2)
+    """Local runs executing at once by default: four per CPU."""
+    return RUNS_PER_CPU * (os.cpu_count() or 1)
 
 
 class LocalLauncher:
