@@ -218,7 +218,9 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
     )
     if settings.allow_local_runners:
         run_user.prepare_runs_dir(settings.local_runs_dir, user, setting="PO_LOCAL_RUNS_DIR")
-    return LocalLauncher(settings.local_runs_dir, environ=os.environ, run_user=user)
+    return LocalLauncher(
+        settings.local_runs_dir, environ=os.environ, run_user=user, run_limit=settings.local_run_limit
+    )
 
 
 async def _check_run_user(local: LocalLauncher) -> None:

@@ -72,6 +72,13 @@ class ServerSettings(BaseSettings):
         description="When the server runs as root, local runs (runtime `process`) execute as this "
         "unprivileged user, its primary group only, without capabilities. Empty: as the server's user.",
     )
+    local_run_limit: int | None = Field(
+        default=None,
+        ge=1,
+        description="At most this many local runs (vm runners with connection `local`) execute at once "
+        "on this host; further deployments stay `executing`, their status message saying they are queued, "
+        "and start in creation order as runs end. Default: four per CPU.",
+    )
     local_runs_dir: Path = Field(
         default_factory=default_local_runs_dir,
         description="Working directories of local runs; outside the data dir. "

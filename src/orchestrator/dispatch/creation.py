@@ -138,17 +138,25 @@ def state_url(public_url: str, org_id: str, env_uuid: uuid.UUID) -> str:
     return f"{public_url}/runner-gateway/v1/orgs/{org_id}/environments/{env_uuid}/state"
 
 
-async def _linked_runner(conn: AsyncConnection, env: Environment, *, dry_run: bool) -> Runner:
-    runner_id = env.runner_id
-    if runner_id is None:
+async def _linked_runner(
+    conn: AsyncConnection, env: Environment, *, dry_run: bool
+) -> tuple[Runner, Environment]:
+    """The environment's runner, and the environment as linked (the first deployment links it; ``env`` is
+    locked by the caller, so the link written is the one read back)."""
+    if env.runner_id is None:
         # The first deployment links the environment (upstream: refresh_runner when runner_id is null).
-        runner_id = (
-            await links.refresh_runner(conn, env.org_id, env.project_id, env.id, dry_run=dry_run)
-        ).runner_id
+        linked = await links.refresh_runner(
+            conn, env.org_id, env.project_id, env.id, dry_run=dry_run, env=env
+        )
+        if not dry_run:
+            env = dataclasses.replace(env, runner_id=linked.runner_id, required_tags=linked.required_tags)
+        runner_id = linked.runner_id
+    else:
+        runner_id = env.runner_id
     runner = await runner_store.get_runner(conn, env.org_id, runner_id)
     if runner is None:
         raise ConflictError(f"no runner exists with id '{runner_id}'")
-    return runner
+    return runner, env
 
 
 async def _idempotent(
@@ -199,10 +207,7 @@ async def create(
         existing = await _idempotent(conn, org_id, key_digest, request_digest, now)
         if existing is not None:
             return Created(deployment=existing, new=False)
-    runner = await _linked_runner(conn, env, dry_run=request.is_dry_run)
-    if env.runner_id is None and not request.is_dry_run:
-        # Just linked: read the link's required tags too.
-        env = await project_store.get_env(conn, org_id, env.project_id, env.id) or env
+    runner, env = await _linked_runner(conn, env, dry_run=request.is_dry_run)
     manifest_data = await _manifest_and_reference(conn, org_id, env, request)
     manifest = compiler.parse_manifest(manifest_data)
     catalogue = await env_catalogue.load_env_catalogue(
@@ -242,8 +247,8 @@ async def create(
         ),
         backend=backend,
     )
-    previous = await store.last_in_env(conn, env.uuid, succeeded_state_change=True)
     if request.is_dry_run:
+        previous = await store.last_in_env(conn, env.uuid, succeeded_state_change=True)
         return DryRun(
             runner_id=runner.id,
             diff=compiler.diff_graphs(previous.graph if previous else None, compiler.graph_of(compiled)),

@@ -46,6 +46,7 @@ from orchestrator.domain.deployments import (
     TIMEOUT_MESSAGE,
     Deployment,
     DispatchState,
+    queued_message,
     runner_mode,
     with_launch_note,
 )
@@ -55,6 +56,7 @@ from orchestrator.domain.runner_types import launched_by
 from orchestrator.errors import OrchestratorError, SealedValueError, ServiceUnavailableError
 from orchestrator.launchers.availability import LauncherUnavailableError
 from orchestrator.launchers.base import (
+    BoundedRuns,
     KeepsUnsavedState,
     Launcher,
     LaunchError,
@@ -110,6 +112,16 @@ def _launched(deployment: Deployment, runner_type: str, now: datetime) -> None:
     )
 
 
+@dataclass(eq=False, kw_only=True)
+class _Round:
+    """A round's run slots: free slots per host (its handle prefix), counted once from the database and
+    taken by each launch of the round; the deployments left waiting, per status message."""
+
+    free: dict[str, int] = field(default_factory=dict)
+    queued: dict[str, list[uuid.UUID]] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
 class _LeaseLostError(Exception):
     """Another dispatcher took the deployment over meanwhile."""
 
@@ -151,6 +163,9 @@ class Dispatcher:
         init=False, default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     )
     _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _round: _Round = field(init=False, default_factory=_Round)
+    #: (org, runner) -> (handle prefix, limit) of runners whose launcher bounds its runs, as last seen.
+    _bounded: dict[tuple[str, str], tuple[str, int]] = field(init=False, default_factory=dict)
 
     def wake(self) -> None:
         """Look for work now (a deployment was just committed)."""
@@ -175,16 +190,18 @@ class Dispatcher:
         # Cheap reads first: a round with nothing to do takes no write transaction (on SQLite the one
         # writer is shared with the API and the gateway's command claims).
         async with db.readonly(self.engine).connect() as conn:
-            pending_due = await store.has_pending(conn, now=now)
-            checks_due = await store.has_checks_due(conn, now=now)
-            expiry_due = await command_store.has_expired(conn, now=now)
+            pending_due, checks_due, expiry_due = await store.work_due(
+                conn, now=now, also=[command_store.expired_exists(now)]
+            )
         if pending_due:
             async with self.engine.begin() as conn:
                 pending = await store.claim_pending(
                     conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
                 )
             if pending:
+                self._round = _Round()
                 await asyncio.gather(*(self._guarded(self._launch, d) for d in pending))
+                await self._release_queued(self._round)
         if checks_due:
             async with self.engine.begin() as conn:
                 due = await store.claim_checks(
@@ -317,6 +334,36 @@ class Dispatcher:
             self.on_command(deployment.org_id, deployment.runner_id)
         log.info("agent command enqueued", deployment_id=str(deployment.id), command_id=envelope.command_id)
 
+    async def _take_slot(self, deployment: Deployment, prefix: str, limit: int) -> bool:
+        """Whether the deployment may launch now: a launcher of bounded runs (local) has a free slot on
+        its host, counted from the database (launched, executing deployments: so the queue is the pending
+        rows themselves and survives a restart) and taken. Rounds run one after another and a round's
+        launches are released as launched before the next begins, so counts never miss one in flight
+        (several servers on one host each count all of its runs, and may each take the last slot)."""
+        round_ = self._round
+        async with round_.lock:
+            free = round_.free.get(prefix)
+            if free is None:
+                async with db.readonly(self.engine).connect() as conn:
+                    free = limit - await store.count_launched(conn, handle_prefix=prefix)
+            if free <= 0:
+                round_.free[prefix] = 0
+                host = prefix.split(":")[1] if prefix.count(":") >= 2 else prefix
+                round_.queued.setdefault(queued_message(limit, host), []).append(deployment.id)
+                return False
+            round_.free[prefix] = free - 1
+            return True
+
+    async def _release_queued(self, round_: _Round) -> None:
+        """Release the round's deployments that found no run slot: pending, claimable at the next round
+        (a finished run wakes the dispatcher), their status message saying they are queued."""
+        for message, ids in round_.queued.items():
+            async with self.engine.begin() as conn:
+                await store.release_queued(
+                    conn, ids, owner=self.owner, now=datetime.now(UTC), message=message
+                )
+            log.debug("deployments queued for a run slot", count=len(ids))
+
     async def _launch(self, deployment: Deployment) -> None:
         if deployment.runner_id == MANAGED_RUNNER_ID:
             # Never launched here: a managed runner claims it (dispatch.managed).
@@ -327,6 +374,12 @@ class Dispatcher:
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             return
         attempts = deployment.dispatch_attempts + 1
+        # A runner whose runs are bounded (seen at an earlier launch) takes its slot before anything is
+        # read: a queued deployment costs its round nothing but the slot count.
+        runner_key = (deployment.org_id, deployment.runner_id)
+        known = self._bounded.get(runner_key)
+        if known is not None and not await self._take_slot(deployment, *known):
+            return
         try:
             found = await self._spec(deployment)
             if isinstance(found, str):
@@ -336,6 +389,13 @@ class Dispatcher:
             if found.launcher is None:
                 await self._enqueue(deployment, found)
                 return
+            bounded = found.launcher.run_slots() if isinstance(found.launcher, BoundedRuns) else None
+            if bounded is None:
+                self._bounded.pop(runner_key, None)
+            elif known != bounded:
+                self._bounded[runner_key] = bounded
+                if known is None and not await self._take_slot(deployment, *bounded):
+                    return
             started = launched(await found.launcher.launch(found.spec))
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
@@ -370,7 +430,6 @@ class Dispatcher:
         now = datetime.now(UTC)
         # The launcher's note is told while the deployment executes, and kept for its final message.
         note = started.note[:1000] if started.note else None
-        noted = {"launch_note": note, "status_message": with_launch_note(EXECUTING_MESSAGE, note)}
         await self._release(
             deployment,
             dispatch_state=DispatchState.LAUNCHED,
@@ -378,7 +437,9 @@ class Dispatcher:
             launched_at=now,
             dispatch_attempts=attempts,
             next_check_at=now + timedelta(seconds=self.settings.check_interval_seconds),
-            **(noted if note else {}),
+            # Also the message of a deployment that waited queued for a run slot.
+            status_message=with_launch_note(EXECUTING_MESSAGE, note),
+            **({"launch_note": note} if note else {}),
         )
         _launched(deployment, found.runner_type, now)
         log.info("runner launched", deployment_id=str(deployment.id), handle=started.handle, note=note)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.domain.entities import RunnerRule
+from orchestrator.domain.entities import Environment, RunnerRule
 from orchestrator.domain.rules import select_rule
 from orchestrator.errors import ConflictError, NotFoundError
 from orchestrator.store import projects as project_store
@@ -44,17 +44,25 @@ def no_matching_runner(project_id: str, env_type_id: str, rules: Sequence[Runner
 class RefreshResult:
     runner_id: str
     updated: bool
+    required_tags: list[str] | None = None
 
 
 async def refresh_runner(
-    conn: AsyncConnection, org_id: str, project_id: str, env_id: str, *, dry_run: bool
+    conn: AsyncConnection,
+    org_id: str,
+    project_id: str,
+    env_id: str,
+    *,
+    dry_run: bool,
+    env: Environment | None = None,
 ) -> RefreshResult:
     """Re-link the environment to the runner its most specific rule names.
 
     With no matching rule this raises ConflictError and keeps the previous link. ``updated`` is true only
     when the link changed (or would change, on a dry run).
     """
-    env = await project_store.get_env(conn, org_id, project_id, env_id, for_update=not dry_run)
+    if env is None:
+        env = await project_store.get_env(conn, org_id, project_id, env_id, for_update=not dry_run)
     if env is None:
         raise NotFoundError(f"environment '{env_id}' not found in project '{project_id}'")
     rules = await runner_store.list_rules(conn, org_id, project_id=project_id, env_type_id=env.env_type_id)
@@ -68,4 +76,4 @@ async def refresh_runner(
         await project_store.update_env(
             conn, org_id, project_id, env_id, runner_id=rule.runner_id, required_tags=tags
         )
-    return RefreshResult(runner_id=rule.runner_id, updated=updated)
+    return RefreshResult(runner_id=rule.runner_id, updated=updated, required_tags=tags)

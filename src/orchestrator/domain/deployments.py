@@ -43,6 +43,17 @@ class DispatchState(StrEnum):
 
 
 EXECUTING_MESSAGE = "Deploying..."
+
+
+def queued_message(limit: int, host: str) -> str:
+    """The status message of a deployment waiting for one of its host's run slots (it stays executing:
+    upstream has no queued status)."""
+    return (
+        f"Queued: all {limit} local run slots of host {host} are in use; "
+        "it starts when one is free (PO_LOCAL_RUN_LIMIT)"
+    )
+
+
 TIMEOUT_MESSAGE = "deployment timeout - runner did not complete within expected time"
 
 

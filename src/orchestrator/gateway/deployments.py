@@ -175,6 +175,8 @@ async def post_results(
         )
     if applied:
         svc.notifier.notify(str(deployment_id))
+        # A run ended: a deployment queued for its host's run slot may start now.
+        svc.wake_dispatcher()
     return Response(status_code=202)
 
 

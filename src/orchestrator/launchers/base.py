@@ -123,6 +123,15 @@ class Launcher(Protocol):
 
 
 @runtime_checkable
+class BoundedRuns(Protocol):
+    """A launcher whose runs share a host with a limit on how many execute at once (local runs)."""
+
+    def run_slots(self) -> tuple[str, int]:
+        """The handle prefix of this host's runs, and how many of them may execute at once."""
+        ...
+
+
+@runtime_checkable
 class KeepsUnsavedState(Protocol):
     """A launcher that keeps an ended run's unsaved state (``RunStatus.unsaved_state``) until told that
     the orchestrator saved it."""

@@ -10,6 +10,10 @@ own ``HOME`` and ``TMPDIR``, the runner's variables and the runner configuration
 and ``job.secrets``; nothing else of the launcher's environment (its keys, tokens, database URL, cloud
 credentials).
 
+At most ``run_limit`` runs of this host execute at once (``PO_LOCAL_RUN_LIMIT``, default four per CPU): the
+dispatcher counts the host's launched deployments before each launch (``run_slots``) and leaves the others
+pending, queued, so a burst runs as a pipeline instead of a hundred engines fighting for the CPUs.
+
 Processes start in their own session, so they outlive a restart of the orchestrator; the handle carries
 the host, pid and the process start time, so a recycled pid is never mistaken for the run.
 
@@ -110,6 +114,16 @@ def remove_code_dir(run_dir: Path, *, whole_run: bool) -> Path | None:
     return kept
 
 
+#: Default local runs at once per CPU: a run waits on the server (bundle, state, logs, results) and on its
+#: engine's start-up for much of its time, so one per CPU leaves CPUs to other work (bench/burst.py).
+RUNS_PER_CPU = 4
+
+
+def default_run_limit() -> int:
+    """Local runs executing at once by default: four per CPU."""
+    return RUNS_PER_CPU * (os.cpu_count() or 1)
+
+
 class LocalLauncher:
     """Launcher for local runs; one per orchestrator (or agent) process.
 
@@ -126,10 +140,13 @@ class LocalLauncher:
         python: str = sys.executable,
         reap_grace_seconds: float = REAP_GRACE_SECONDS,
         on_exit: Callable[[int], None] | None = None,
+        run_limit: int | None = None,
     ) -> None:
         self.runs_dir = runs_dir
         #: Told the exit code of each runner this launcher started, once it exited (the agent's metrics).
         self.on_exit = on_exit
+        #: How many runs of this host execute at once (the dispatcher queues the others).
+        self.run_limit = run_limit or default_run_limit()
         self.run_user = run_user
         self.hostname = socket.gethostname()
         self._inherited = {k: environ[k] for k in INHERITED if k in environ}
@@ -145,6 +162,10 @@ class LocalLauncher:
         #: Adopted runs (launched before a restart) whose leftover processes are being stopped.
         self._reaping: set[str] = set()
         self._lock = threading.Lock()
+
+    def run_slots(self) -> tuple[str, int]:
+        """This host's runs (their handles start with ``local:<host>:``) and how many execute at once."""
+        return f"local:{self.hostname}:", self.run_limit
 
     def _run_dir(self, spec: RunSpec, job: Mapping[str, Any]) -> Path:
         base = Path(job["work_dir"]) if job.get("work_dir") else self.runs_dir

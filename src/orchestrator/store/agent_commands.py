@@ -194,14 +194,13 @@ async def cancel_for_deployment(
     )
 
 
-async def has_expired(conn: AsyncConnection, *, now: datetime) -> bool:
-    """A cheap read before ``lock_expired``: is any open command past its TTL?"""
-    found = await conn.execute(
-        sa.select(agent_commands.c.id)
-        .where(agent_commands.c.state.in_(list(OPEN_STATES)), agent_commands.c.expires_at <= now)
-        .limit(1)
+def expired_exists(now: datetime) -> sa.Exists:
+    """Whether any open command is past its TTL, as a condition for ``deployments.work_due``."""
+    return sa.exists(
+        sa.select(agent_commands.c.id).where(
+            agent_commands.c.state.in_(list(OPEN_STATES)), agent_commands.c.expires_at <= now
+        )
     )
-    return found.first() is not None
 
 
 async def lock_expired(conn: AsyncConnection, *, now: datetime, limit: int) -> list[AgentCommand]:

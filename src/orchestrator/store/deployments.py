@@ -28,18 +28,17 @@ def _deployment(row: sa.Row[tuple[object, ...]]) -> Deployment:
 
 async def insert(conn: AsyncConnection, values: dict[str, Any]) -> Deployment:
     """Insert an executing deployment; ConflictError if one already executes in the environment."""
+    # One statement (no savepoint, no read back): a refused insert ends the caller's transaction anyway,
+    # as its ConflictError is not caught in it.
     try:
-        async with conn.begin_nested():
-            await conn.execute(deployments.insert().values(values))
+        row = (await conn.execute(deployments.insert().values(values).returning(*deployments.c))).one()
     except sqlalchemy.exc.IntegrityError as exc:
         if "idempotency" in str(exc.orig).lower():
             raise ConflictError("a deployment with this Idempotency-Key is being created") from exc
         raise ConflictError(
             f"a deployment is already executing in environment '{values['project_id']}/{values['env_id']}'"
         ) from exc
-    found = await get(conn, values["org_id"], values["id"])
-    assert found is not None
-    return found
+    return _deployment(row)
 
 
 async def get(
@@ -256,20 +255,54 @@ def _checks_due(now: datetime) -> sa.ColumnElement[bool]:
     )
 
 
-async def _claimable(conn: AsyncConnection, condition: sa.ColumnElement[bool], now: datetime) -> bool:
+def _claimable_exists(condition: sa.ColumnElement[bool], now: datetime) -> sa.Exists:
     free = sa.or_(deployments.c.dispatch_lease_until.is_(None), deployments.c.dispatch_lease_until < now)
-    found = await conn.execute(sa.select(deployments.c.id).where(condition, free).limit(1))
-    return found.first() is not None
+    return sa.exists(sa.select(deployments.c.id).where(condition, free))
 
 
-async def has_pending(conn: AsyncConnection, *, now: datetime) -> bool:
-    """A cheap read before ``claim_pending``: is there anything to claim?"""
-    return await _claimable(conn, _pending(), now)
+async def work_due(
+    conn: AsyncConnection, *, now: datetime, also: Sequence[sa.Exists] = ()
+) -> tuple[bool, ...]:
+    """Whether any deployment is pending a launch, any launched one is due for a status check (each not
+    leased to anyone), and each of the ``also`` conditions, in one statement: a dispatcher round with
+    nothing to do costs one read."""
+    row = (
+        await conn.execute(
+            sa.select(_claimable_exists(_pending(), now), _claimable_exists(_checks_due(now), now), *also)
+        )
+    ).one()
+    return tuple(bool(value) for value in row)
 
 
-async def has_checks_due(conn: AsyncConnection, *, now: datetime) -> bool:
-    """A cheap read before ``claim_checks``: is there anything to claim?"""
-    return await _claimable(conn, _checks_due(now), now)
+async def count_launched(conn: AsyncConnection, *, handle_prefix: str) -> int:
+    """Executing deployments launched with a handle starting with ``handle_prefix`` (a host's runs)."""
+    escaped = handle_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    found = await conn.execute(
+        sa.select(sa.func.count())
+        .select_from(deployments)
+        .where(
+            deployments.c.status == Status.EXECUTING,
+            deployments.c.dispatch_state == DispatchState.LAUNCHED,
+            deployments.c.handle.like(escaped + "%", escape="\\"),
+        )
+    )
+    return int(found.scalar_one())
+
+
+async def release_queued(
+    conn: AsyncConnection, ids: Sequence[uuid.UUID], *, owner: str, now: datetime, message: str
+) -> None:
+    """End ``owner``'s leases of pending deployments left waiting for a run slot, saying so in their
+    status message; they stay pending, claimable again at once."""
+    await conn.execute(
+        deployments.update()
+        .where(
+            deployments.c.id.in_(list(ids)),
+            deployments.c.dispatch_owner == owner,
+            deployments.c.status == Status.EXECUTING,
+        )
+        .values(dispatch_owner=None, dispatch_lease_until=None, updated_at=now, status_message=message)
+    )
 
 
 async def claim_pending(
