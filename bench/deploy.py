@@ -316,12 +316,9 @@ def runner_steps(
 ) -> tuple[float, tuple[int, int, int]]:
     """The engine commands the runner runs (orchestrator.runner.standard), on a local backend."""
     steps = [
-        ("version",),
         ("init", "-no-color", "-input=false", "-json"),
-        ("plan", "-no-color", "-input=false", "-json", "-out", "plan.tfplan"),
-        ("show", "-no-color", "-json", "plan.tfplan"),
-        ("apply", "-auto-approve", "-no-color", "-input=false", "-json", "plan.tfplan"),
-        ("output", "-no-color", "-json"),
+        ("apply", "-auto-approve", "-no-color", "-input=false", "-json"),
+        ("show", "-no-color", "-json"),
     ]
     total, counts = 0.0, (0, 0, 0)
     for step in steps:
@@ -660,7 +657,7 @@ def report(result: dict[str, Any], options: Options) -> str:
         for label, key in (
             ("octl deploy (whole command)", "octl_deploy_s"),
             ("baseline: init + apply, local backend", "baseline_init_apply_s"),
-            ("runner's 6 engine steps, local backend", "runner_steps_local_s"),
+            ("runner's 3 engine steps, local backend", "runner_steps_local_s"),
             ("octl --help (start-up only)", "octl_startup_s"),
         ):
             s = overhead[key]

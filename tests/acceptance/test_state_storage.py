@@ -18,8 +18,9 @@ everything else a backend needs comes from the runner's job environment, as it w
 Stand-ins, said plainly: moto, fake-gcs-server and Azurite emulate the cloud APIs; the lock semantics
 Terraform relies on (conditional writes, blob leases) are real in all three. For the orchestrator's own
 backend the test needs an executing deployment's credentials while that deployment's Terraform has not
-started yet; the runner's engine is then a small ``terraform`` wrapper script that waits at ``plan`` while
-a hold file exists and then execs the real embedded engine (``po-terraform``) unchanged.
+started yet; the runner's engine is then a small ``terraform`` wrapper script that waits at ``plan`` or
+``apply`` (a deploy plans inside its ``apply``) while a hold file exists and then execs the real embedded
+engine (``po-terraform``) unchanged.
 """
 
 from __future__ import annotations
@@ -230,8 +231,9 @@ def azure_container(azurite: AzureStorage) -> str:
 
 
 def held_terraform(directory: Path, hold_file: Path) -> dict[str, str]:
-    """Job environment running ``terraform`` = a wrapper that waits at ``plan`` while ``hold_file`` exists,
-    then execs the embedded engine (the real Terraform) with the same arguments."""
+    """Job environment running ``terraform`` = a wrapper that waits at ``plan`` or ``apply`` (the first
+    command that takes the state lock) while ``hold_file`` exists, then execs the embedded engine (the real
+    Terraform) with the same arguments."""
     engine = Path(sys.executable).parent / "po-terraform"
     assert engine.is_file(), engine
     directory.mkdir(parents=True, exist_ok=True)
@@ -239,9 +241,9 @@ def held_terraform(directory: Path, hold_file: Path) -> dict[str, str]:
     wrapper.write_text(
         "#!/bin/sh\n"
         "# argv: -chdir=<dir> <command> ...\n"
-        'if [ "$2" = plan ]; then\n'
+        'case "$2" in plan|apply)\n'
         '  while [ -e "$HOLD_FILE" ]; do sleep 0.05; done\n'
-        "fi\n"
+        "esac\n"
         f'exec "{engine}" "$@"\n'
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -568,7 +570,7 @@ def test_orchestrator__lock_refuses_a_second_lock_and_a_deployment_until_unlocke
     versions_before = orchestrator_state.versions(env)
     first_id, second_id = str(uuid.uuid4()), str(uuid.uuid4())
 
-    # Deployment A executes, its Terraform held before `plan`: its credentials take the lock twice.
+    # Deployment A executes, its Terraform held before `apply`: its credentials take the lock twice.
     hold.touch()
     held = start(stack)
     first = orchestrator_state.lock(env, held["id"], lock_info(first_id, orchestrator_state.url(env)))

@@ -303,6 +303,45 @@ async def test_standard__deploy_reports_counts_outputs_and_metadata(
     assert ("succeeded", 2) == (stored.status, stored.metrics["num_tf_resources_added"])
 
 
+async def test_standard__deploy_starts_the_engine_for_init_apply_and_show_only(
+    gateway: Gateway, keys: Keys, tmp_path: Path
+) -> None:
+    """A deploy runs no separate `plan`: `apply` plans itself, and the results are the same as ever.
+
+    The engine is a `terraform` on PATH that notes each command and runs the embedded engine."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "engine-calls"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "terraform"
+    embedded = Path(sys.executable).parent / "po-terraform"
+    wrapper.write_text(f'#!/bin/sh\necho "$2" >> {calls}\nexec {embedded} "$@"\n')
+    wrapper.chmod(0o755)
+    state = tmp_path / "state" / "terraform.tfstate"
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(state)}))
+
+    run = await run_runner(
+        gateway,
+        keys,
+        tmp_path,
+        deployment_id=deployment_id,
+        extra_env={"IAC_BACKEND": "terraform", "PATH": f"{bin_dir}:/usr/bin:/bin", "LOG_LEVEL": "info"},
+    )
+
+    assert 0 == run.exit_code, run.stderr + run.stdout
+    assert ["init", "apply", "show"] == calls.read_text().split()
+    body = await gateway.results(deployment_id)
+    assert {
+        "num_resources": 2,
+        "num_resources_added": 2,
+        "num_resources_removed": 0,
+        "num_resources_changed": 0,
+    } == body["tf_resource_counts"]
+    stored = await gateway.stored(deployment_id)
+    assert {"greeting": "hello-world", "static": "fixed", "secret": "s3cr3t-value"} == decrypted_outputs(
+        stored.outputs, keys
+    )
+    assert [{"node_id": "node-hash-1", "metadata": {"k8s_namespace": "team-a"}}] == body["metadata"]
+
+
 async def test_standard__default_code_dir_is_a_temp_dir_removed_afterwards(
     gateway: Gateway, keys: Keys, tmp_path: Path
 ) -> None:

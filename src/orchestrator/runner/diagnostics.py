@@ -57,6 +57,16 @@ def change_summary(lines: Iterable[str]) -> ChangeSummary | None:
     return found
 
 
+def planned(lines: Iterable[str]) -> bool:
+    """Whether the output has a plan's change summary: an ``apply`` without a plan file got past planning."""
+    return any(
+        message.get("type") == "change_summary"
+        and isinstance(message.get("changes"), dict)
+        and message["changes"].get("operation") == "plan"
+        for message in json_lines(lines)
+    )
+
+
 def last_error_diagnostic(lines: Iterable[str], *, action: str) -> results.ResultError | None:
     """The last error diagnostic as ``TF_DIAGNOSTIC_ERROR``, with where it points in ``details``.
 

@@ -3,7 +3,7 @@
     download bundle → unpack → require main.tf → version → init
       destroy:   destroy                                          → counts
       plan_only: plan -out plan.tfplan, show -json plan.tfplan    → planned outputs, counts
-      deploy:    plan, show, apply plan.tfplan, output -json      → outputs, metadata, counts
+      deploy:    apply (which plans first), show -json            → outputs, metadata, counts
     → save an errored.tfstate Terraform left (``runner.state``) → upload the encrypted logs
     → POST the results (always, failures included)
 
@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -206,9 +206,9 @@ class _Deployment:
             summary = self._summary(destroyed)
             return _success(counts=_counts(summary, num_resources=summary.remove))
 
-        self.log.info("executing plan")
-        planned = self._checked(cli, "plan", "-no-color", "-input=false", "-json", "-out", PLAN_FILE)
         if mode is results.RunnerMode.PLAN_ONLY:
+            self.log.info("executing plan")
+            planned = self._checked(cli, "plan", "-no-color", "-input=false", "-json", "-out", PLAN_FILE)
             plan = self._json(
                 self._checked(cli, "show", "-no-color", "-json", PLAN_FILE, log_stdout=False), "show"
             )
@@ -221,8 +221,17 @@ class _Deployment:
             )
 
         self.log.info("executing apply")
+        # No separate `plan -out` + `apply PLAN`: `apply` without a plan file makes the same plan first
+        # (under one state lock instead of two) and stops at its errors as `plan` did: one engine start
+        # less. A failure before its plan's change summary is reported with action `plan`, as before.
         applied = self._checked(
-            cli, "apply", "-auto-approve", "-no-color", "-input=false", "-json", PLAN_FILE
+            cli,
+            "apply",
+            "-auto-approve",
+            "-no-color",
+            "-input=false",
+            "-json",
+            action_of=lambda result: "apply" if diagnostics.planned(result.stdout) else "plan",
         )
         # One `show -json` of the new state yields the outputs, the metadata output and the resources.
         state = self._json(self._checked(cli, "show", "-no-color", "-json", log_stdout=False), "show")
@@ -278,16 +287,24 @@ class _Deployment:
         self.log.info("IaC engine is available", engine=cli.engine.display_name, version=first.strip())
 
     def _checked(
-        self, cli: iac.IacCli, action: str, *args: str, log_stdout: bool = True
+        self,
+        cli: iac.IacCli,
+        command: str,
+        *args: str,
+        log_stdout: bool = True,
+        action_of: Callable[[iac.CommandResult], str] | None = None,
     ) -> iac.CommandResult:
+        """Run ``command``; on failure, raise the error of the step ``action_of`` names (default: the
+        command itself)."""
         try:
-            result = cli.run(action, *args, log_stdout=log_stdout)
+            result = cli.run(command, *args, log_stdout=log_stdout)
         except OSError as exc:
             raise StepFailedError(
-                _runner_error(f"cannot run `{cli.engine.display_name} {action}`", exc)
+                _runner_error(f"cannot run `{cli.engine.display_name} {command}`", exc)
             ) from exc
         if result.ok:
             return result
+        action = command if action_of is None else action_of(result)
         error = diagnostics.last_error_diagnostic([*result.stdout, *result.stderr], action=action)
         if error is None:
             tail = "\n".join(line for line in result.stderr[-_STDERR_TAIL_LINES:] if line.strip())
