@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import structlog
 from fastapi import FastAPI
 
 from orchestrator.server import create_app
@@ -30,6 +32,42 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("PO_") and not name.startswith("PO_TEST"):
             monkeypatch.delenv(name)
+
+
+#: structlog's configuration before a test module is imported (conftest is imported first).
+_PRISTINE_STRUCTLOG = structlog.get_config()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_logging() -> Iterator[None]:
+    """A test that runs a command configuring logs (``orchestrator serve`` or ``token create`` in-process,
+    ``po-runner``) leaves structlog writing to the stream it had then, often a capture already closed, and
+    importing pyvider (the Terraform provider's tests) configures structlog its own way: every test starts
+    and ends with structlog as it was before any import, and the standard loggers as the test found them."""
+    structlog.configure(**_PRISTINE_STRUCTLOG)
+    loggers = {"": logging.getLogger(), **_loggers()}
+    states = {name: _logger_state(logger) for name, logger in loggers.items()}
+    yield
+    structlog.configure(**_PRISTINE_STRUCTLOG)
+    # uvicorn's own logging config (a test's uvicorn.Config) stops ``uvicorn.*`` lines reaching the root
+    # logger and sets their levels; a library's dictConfig may disable loggers: all put back.
+    for name, logger in {"": logging.getLogger(), **_loggers()}.items():
+        level, propagate, disabled, handlers = states.get(name, (logging.NOTSET, True, False, []))
+        logger.setLevel(level)
+        logger.propagate, logger.disabled = propagate, disabled
+        logger.handlers[:] = handlers
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    return {
+        name: logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+
+
+def _logger_state(logger: logging.Logger) -> tuple[int, bool, bool, list[logging.Handler]]:
+    return logger.level, logger.propagate, logger.disabled, list(logger.handlers)
 
 
 @pytest.fixture(scope="session")

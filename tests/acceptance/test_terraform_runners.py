@@ -8,10 +8,10 @@ Python provider two or three times) covers them all.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from orchestrator.client.api import ApiClient
 from orchestrator.secretbox import SecretBox, load_or_create_key
@@ -105,11 +107,17 @@ def _certificate_and_key() -> tuple[str, str]:
 
 def _stored_secrets(settings: ServerSettings, runner_id: str) -> dict[str, str]:
     """The secrets the server stored for a runner, opened with its key (the API only answers "SECRET")."""
-    database = str(settings.database_url).removeprefix("sqlite+aiosqlite:///")
-    with sqlite3.connect(database) as connection:
-        (sealed,) = connection.execute(
-            "SELECT config_secret FROM runners WHERE org_id = ? AND id = ?", (ORG, runner_id)
-        ).fetchone()
+
+    async def read() -> Any:
+        engine = create_async_engine(str(settings.database_url))
+        try:
+            async with engine.connect() as connection:
+                query = text("SELECT config_secret FROM runners WHERE org_id = :org AND id = :id")
+                return (await connection.execute(query, {"org": ORG, "id": runner_id})).scalar_one()
+        finally:
+            await engine.dispose()
+
+    sealed = asyncio.run(read())
     box = SecretBox(load_or_create_key(settings.data_dir))
     opened: dict[str, str] = json.loads(box.open(sealed, context=f"runner:{ORG}/{runner_id}"))
     return opened

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import requests
 import schemathesis
 import yaml
 from hypothesis import given
@@ -58,6 +59,7 @@ RUNNERS = Path(__file__).parent.parent / "data" / "runners"
 ORG = "acme"
 #: Generated requests per operation (and the explicit ones below): 57 operations, ~25 s per database.
 MAX_EXAMPLES = 20
+CALL_TIMEOUT = 60  # seconds
 
 #: Upstream's operations we serve (method, upstream path), checked here; NOT_SERVED lists the others.
 CONTROL_PLANE = [
@@ -462,7 +464,10 @@ def _exercise(operation: OpenApiOperation, base_url: str, token: str, seed: Seed
     fixed = {key: value for key, value in seed.path_parameters(name).items() if key in declared}
 
     def check(case: OpenApiCase) -> None:
-        response = case.call(base_url=base_url, headers=headers)
+        try:  # generous: CI runs this beside other workers; a hang still fails, naming the operation
+            response = case.call(base_url=base_url, headers=headers, timeout=CALL_TIMEOUT)
+        except requests.Timeout as exc:
+            raise AssertionError(f"{name}: no answer in {CALL_TIMEOUT} s ({case.path_parameters})") from exc
         findings.statuses.setdefault(name, []).append(response.status_code)
         for failure in failures(case, response, CHECKS):
             findings.record(name, failure, case, response)

@@ -559,7 +559,11 @@ REFUSALS = [
     ),
     refuse("EKS role not an ARN", "kubernetes-eks.yaml", f"{RC}.cluster.auth.role_arn", "my-role", "pattern"),
     refuse(
-        "EKS bad sts region", "kubernetes-eks.yaml", f"{RC}.cluster.auth.sts_region", "Frankfurt", "pattern"
+        "EKS bad sts region",
+        "kubernetes-eks.yaml",
+        f"{RC}.cluster.auth.sts_region",
+        "Frankfurt",
+        "must be a region name",
     ),
     refuse("EKS missing region", "kubernetes-eks.yaml", f"{RC}.cluster.region", DELETE, "field required"),
     # kubernetes-aks
@@ -568,7 +572,7 @@ REFUSALS = [
         "kubernetes-aks.yaml",
         f"{RC}.cluster.subscription_id",
         "prod",
-        "pattern",
+        "must be a UUID",
     ),
     refuse("AKS missing auth", "kubernetes-aks.yaml", f"{RC}.auth", DELETE, "field required"),
     refuse("AKS missing client id", "kubernetes-aks.yaml", f"{RC}.auth.client_id", DELETE, "field required"),
@@ -624,7 +628,7 @@ REFUSALS = [
         "arn:aws:secretsmanager:us-west-2:123456789012:secret:db",
         "pattern",
     ),
-    refuse("ECS bad region", "serverless-ecs.yaml", f"{RC}.job.region", "uswest2", "pattern"),
+    refuse("ECS bad region", "serverless-ecs.yaml", f"{RC}.job.region", "uswest2", "must be a region name"),
     refuse(
         "ECS bad execution role",
         "serverless-ecs.yaml",
@@ -658,7 +662,13 @@ REFUSALS = [
     refuse("vm reserved env", "vm-agent.yaml", f"{RC}.job.environment.ORG_ID", "x", "ORG_ID is reserved"),
     refuse("vm reserved secret", "vm-ssh.yaml", f"{RC}.job.secrets.ENCRYPTING_KEY", "x", "is reserved"),
     refuse("vm git keys in env", "vm-agent.yaml", f"{RC}.job.environment.{GIT_KEYS}", "x", "from a secret"),
-    refuse("vm bad env name", "vm-agent.yaml", f"{RC}.job.environment.MY-VAR", "x", "pattern"),
+    refuse(
+        "vm bad env name",
+        "vm-agent.yaml",
+        f"{RC}.job.environment.MY-VAR",
+        "x",
+        "must be an environment variable name",
+    ),
     refuse("vm ssh port 0", "vm-ssh.yaml", f"{RC}.connection.port", 0, "greater than or equal to 1"),
     refuse("vm ssh port 65536", "vm-ssh.yaml", f"{RC}.connection.port", 65536, "less than or equal to 65535"),
     refuse("vm ssh missing username", "vm-ssh.yaml", f"{RC}.connection.username", DELETE, "field required"),

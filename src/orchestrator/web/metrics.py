@@ -80,13 +80,20 @@ def instrument_pool(engine: AsyncEngine, pool: str) -> None:
     if callable(size):
         metrics.DB_POOL_SIZE.labels(pool).set(size())
 
-    @sa.event.listens_for(sync_pool, "checkout")
-    def _checkout(*_args: Any) -> None:
-        in_use.inc()
+    checkedout = getattr(sync_pool, "checkedout", None)
+    if callable(checkedout):
+        # Read from the pool at scrape time: counting checkout/checkin events goes below zero when a
+        # connection taken before this call (the start's migrations) comes back after it.
+        in_use.set_function(lambda: float(checkedout()))
+    else:  # pools that keep no count (NullPool, StaticPool)
 
-    @sa.event.listens_for(sync_pool, "checkin")
-    def _checkin(*_args: Any) -> None:
-        in_use.dec()
+        @sa.event.listens_for(sync_pool, "checkout")
+        def _checkout(*_args: Any) -> None:
+            in_use.inc()
+
+        @sa.event.listens_for(sync_pool, "checkin")
+        def _checkin(*_args: Any) -> None:
+            in_use.dec()
 
     # The pool has no event before a checkout: time its ``_do_get`` (the wait for a free connection, or
     # the connect of a new one), which every checkout calls.
