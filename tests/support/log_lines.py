@@ -20,6 +20,8 @@ _TOKEN_SHAPED = re.compile(
     r"(?<![A-Za-z0-9_-])(?:po_)?[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
     r"|eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"
 )
+#: The loggers uvicorn's default logging config (``uvicorn.Config`` without ``log_config=None``) sets up.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 #: Lines of a PEM body shorter than this are not looked for on their own (the last line can be short).
 _MIN_PEM_LINE = 16
 
@@ -94,6 +96,13 @@ def configured(
     handlers, root_level = list(root.handlers), root.level
     names = (*logs.CHATTY, *logs.QUIET, "asyncssh")
     levels = {name: logging.getLogger(name).level for name in names}
+    # As ``orchestrator serve`` has them (uvicorn without its own logging config): a server an earlier
+    # fixture ran with uvicorn's default config gave them handlers, levels and no propagation.
+    uvicorn = {name: logging.getLogger(name) for name in UVICORN_LOGGERS}
+    kept = {name: (lg.handlers[:], lg.level, lg.propagate, lg.disabled) for name, lg in uvicorn.items()}
+    for logger in uvicorn.values():
+        logger.handlers[:], logger.propagate, logger.disabled = [], True, False
+        logger.setLevel(logging.NOTSET)
     buffer = io.StringIO() if stream is None else stream
     logs.configure(level, fmt=fmt, stream=buffer)
     try:
@@ -104,3 +113,7 @@ def configured(
         root.setLevel(root_level)
         for name, value in levels.items():
             logging.getLogger(name).setLevel(value)
+        for name, (logger_handlers, logger_level, propagate, disabled) in kept.items():
+            uvicorn[name].handlers[:] = logger_handlers
+            uvicorn[name].setLevel(logger_level)
+            uvicorn[name].propagate, uvicorn[name].disabled = propagate, disabled
