@@ -175,12 +175,14 @@ class DescendantSampler:
             if parent not in self.server_pids:
                 continue
             runner_pid = chain[-1]
+            if _idle_warm_runner(runner_pid):
+                continue  # started ahead, no deployment yet (PO_LOCAL_WARM_RUNNERS): counted once handed one
             runner_key = (runner_pid, int(table[runner_pid][19]))
             key = (pid, int(fields[19]))
             seen = self.seen.setdefault(key, Seen())
             seen.self_s, seen.reaped_s = self_cpu(fields), reaped_cpu(fields)
             seen.runner = None if key == runner_key else runner_key
-            if key == runner_key and key not in self.deployment_of:
+            if key == runner_key and self.deployment_of.get(key, "?") == "?":
                 self.deployment_of[key] = _deployment_of(pid)
             alive.add(key)
         self.alive = alive
@@ -197,7 +199,9 @@ class DescendantSampler:
 
 
 def _deployment_of(pid: int) -> str:
-    """The DEPLOYMENT_ID in a runner's environment (nothing else of it is kept: it holds its token)."""
+    """The DEPLOYMENT_ID in a runner's environment (nothing else of it is kept: it holds its token); for a
+    warm runner, whose environment was set after it started, the run directory it works in
+    (``<runs dir>/<deployment id>/work``)."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
@@ -205,7 +209,20 @@ def _deployment_of(pid: int) -> str:
     for entry in environ.split(b"\0"):
         if entry.startswith(b"DEPLOYMENT_ID="):
             return entry.split(b"=", 1)[1].decode(errors="replace")
-    return "?"
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return "?"
+    return cwd.parent.name if cwd.name == "work" else "?"
+
+
+def _idle_warm_runner(pid: int) -> bool:
+    """A warm runner (``po-runner warm``) still waiting for its deployment: in ``/``, where it starts."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return b"warm" in command and os.readlink(f"/proc/{pid}/cwd") == "/"
+    except OSError:
+        return False
 
 
 def machine_cpu() -> tuple[float, float]:

@@ -219,7 +219,11 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
     if settings.allow_local_runners:
         run_user.prepare_runs_dir(settings.local_runs_dir, user, setting="PO_LOCAL_RUNS_DIR")
     return LocalLauncher(
-        settings.local_runs_dir, environ=os.environ, run_user=user, run_limit=settings.local_run_limit
+        settings.local_runs_dir,
+        environ=os.environ,
+        run_user=user,
+        run_limit=settings.local_run_limit,
+        warm_runners=settings.local_warm_runners if settings.allow_local_runners else 0,
     )
 
 
@@ -676,6 +680,7 @@ def create_app(
             for task in background:
                 await task
             await db.dispose(engine)
+            await asyncio.to_thread(local.close)
 
     app = _App(
         title="Platform Orchestrator",

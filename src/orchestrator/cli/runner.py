@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 from types import FrameType
 
 import click
 from pydantic import ValidationError
 
 from orchestrator import errors
+from orchestrator.protocol.launch import WarmOrder
 from orchestrator.runner import standard as standard_mode
 from orchestrator.runner.settings import RunnerSettings
 
@@ -85,6 +87,35 @@ def standard() -> None:
     if error is not None:
         click.echo(f"po-runner: deployment failed: [{error.error}] {error.message}", err=True)
     sys.exit(outcome.exit_code)
+
+
+@main.command(hidden=True)
+@click.pass_context
+def warm(ctx: click.Context) -> None:
+    """A warm runner of the local launcher's pool (``orchestrator.launchers.warm``): started and imported
+    ahead, it waits for one order on stdin (the run's environment and working directory, one JSON line),
+    then runs that deployment as `standard` does, and exits. Its stdin closing first: it exits, 0.
+
+    \b
+    Example:
+      printf '%s\\n' '{"environ": {"MODE": "deploy", ...}, "cwd": "/runs/d-1/work"}' | po-runner warm
+    """
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        sys.exit(0)
+    try:
+        order = WarmOrder.decode(line)
+    except ValueError as exc:
+        raise RunnerConfigurationError(f"invalid warm runner order: {exc}") from exc
+    # From here on as a cold runner: stdin /dev/null, the run's directory and nothing but its environment.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.chdir(order.cwd)
+    os.environ.clear()
+    os.environ.update(order.environ)
+    tempfile.tempdir = None  # TMPDIR is the run's now
+    ctx.invoke(standard)
 
 
 @main.command()

@@ -43,10 +43,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launchers import processes, run_user
+from orchestrator.launchers import processes, run_user, warm
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
 from orchestrator.launchers.run_user import RunUser
-from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.launch import RunSpec, WarmOrder
 
 #: Variables of the launcher's own environment a local run gets; nothing else leaks into it.
 INHERITED = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
@@ -141,6 +141,7 @@ class LocalLauncher:
         reap_grace_seconds: float = REAP_GRACE_SECONDS,
         on_exit: Callable[[int], None] | None = None,
         run_limit: int | None = None,
+        warm_runners: int = 0,
     ) -> None:
         self.runs_dir = runs_dir
         #: Told the exit code of each runner this launcher started, once it exited (the agent's metrics).
@@ -162,6 +163,12 @@ class LocalLauncher:
         #: Adopted runs (launched before a restart) whose leftover processes are being stopped.
         self._reaping: set[str] = set()
         self._lock = threading.Lock()
+        #: Runners started ahead, each waiting for one ``process`` run (``launchers.warm``).
+        self.warm = warm.WarmPool(self._start_warm, runs_dir / warm.WARM_DIR, warm_runners)
+
+    def close(self) -> None:
+        """Stop the idle warm runners (the runs go on)."""
+        self.warm.close()
 
     def run_slots(self) -> tuple[str, int]:
         """This host's runs (their handles start with ``local:<host>:``) and how many execute at once."""
@@ -269,12 +276,17 @@ class LocalLauncher:
             run_env["IAC_CODE_DIR"] = str(work / "code")
         own = {**self._inherited, "HOME": str(work / "home"), "TMPDIR": str(work / "tmp")}
         argv = self._argv(job, sorted(run_env))
-        try:
-            process = await asyncio.to_thread(self._spawn, argv, {**own, **run_env}, run_dir, work, user)
-        except OSError as exc:
-            error = LaunchError(f"cannot start the runner process ({argv[0]}): {exc.strerror or exc}")
-            error.retryable = False
-            raise error from exc
+        process: subprocess.Popen[bytes] | None = None
+        if process_runtime and run_dir.parent == self.runs_dir:
+            # A warm runner's stderr file is renamed into run_dir: the same file system as the runs dir.
+            process = await asyncio.to_thread(self._hand_to_warm, {**own, **run_env}, run_dir, work)
+        if process is None:
+            try:
+                process = await asyncio.to_thread(self._spawn, argv, {**own, **run_env}, run_dir, work, user)
+            except OSError as exc:
+                error = LaunchError(f"cannot start the runner process ({argv[0]}): {exc.strerror or exc}")
+                error.retryable = False
+                raise error from exc
         handle = f"local:{self.hostname}:{process.pid}:{_start_time(process.pid) or '0'}:{run_dir}"
         pid_file.write_text(handle)
         self._running.add(handle)
@@ -319,6 +331,35 @@ class LocalLauncher:
             for directory in reversed(directories):
                 os.chown(directory, user.uid, user.gid, follow_symlinks=False)
         return work
+
+    def _hand_to_warm(self, env: dict[str, str], run_dir: Path, work: Path) -> subprocess.Popen[bytes] | None:
+        """The run handed to a warm runner (its stderr moved to ``run_dir/stderr.log``), or None when no
+        live one is idle."""
+        while (runner := self.warm.take()) is not None:
+            try:
+                runner.hand_over(WarmOrder(environ=env, cwd=str(work)), run_dir / "stderr.log")
+            except OSError:
+                runner.discard()  # died meanwhile: the next one, or a cold start
+                continue
+            return runner.process
+        return None
+
+    def _start_warm(self, stderr_path: Path) -> subprocess.Popen[bytes]:
+        """A warm runner (``po-runner warm``) as the run user, as ``_spawn`` starts a cold one, its stderr to
+        ``stderr_path`` (the launcher's) and its stdin a pipe the order comes through."""
+        fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as stderr:
+            return subprocess.Popen(
+                [self._python, "-m", "orchestrator.cli.runner", "warm"],
+                # Its HOME until the order sets the run's (a user site-packages folder is looked up there).
+                env={**self._inherited, "HOME": "/nonexistent"},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd="/",
+                start_new_session=True,
+                **self._user_arguments(self.run_user),
+            )
 
     def _spawn(
         self, argv: list[str], env: dict[str, str], run_dir: Path, work: Path, user: RunUser | None

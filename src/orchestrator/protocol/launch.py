@@ -5,6 +5,9 @@ Shared by the server's dispatcher (direct runner types) and the agent (which rec
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, SecretStr
@@ -51,3 +54,31 @@ class RunSpec(BaseModel):
         if self.encrypting_logs_key:
             env["ENCRYPTING_LOGS_KEY"] = self.encrypting_logs_key
         return env
+
+
+@dataclass(frozen=True)
+class WarmOrder:
+    """What the local launcher sends a warm runner (``po-runner warm``, see ``launchers.warm``) to make it a
+    deployment's, as one JSON line on its stdin: the run's whole environment (the runner's own is
+    replaced by it) and working directory."""
+
+    environ: Mapping[str, str]
+    cwd: str
+
+    def encode(self) -> bytes:
+        return json.dumps({"environ": dict(self.environ), "cwd": self.cwd}).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, line: bytes) -> WarmOrder:
+        """The order of one line; ValueError naming what is wrong."""
+        value = json.loads(line)
+        if not isinstance(value, dict):
+            raise ValueError("a warm runner's order is a JSON object")
+        environ, cwd = value.get("environ"), value.get("cwd")
+        if not isinstance(environ, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in environ.items()
+        ):
+            raise ValueError("a warm runner's order needs 'environ', an object of strings")
+        if not isinstance(cwd, str) or not cwd:
+            raise ValueError("a warm runner's order needs 'cwd', a path")
+        return cls(environ=environ, cwd=cwd)
