@@ -164,11 +164,11 @@ class LocalLauncher:
         self._reaping: set[str] = set()
         self._lock = threading.Lock()
         #: Runners started ahead, each waiting for one ``process`` run (``launchers.warm``).
-        self.warm = warm.WarmPool(self._start_warm, runs_dir / warm.WARM_DIR, warm_runners)
+        self.warm_pool = warm.WarmPool(self._start_warm, runs_dir / warm.WARM_DIR, warm_runners)
 
     def close(self) -> None:
         """Stop the idle warm runners (the runs go on)."""
-        self.warm.close()
+        self.warm_pool.close()
 
     def run_slots(self) -> tuple[str, int]:
         """This host's runs (their handles start with ``local:<host>:``) and how many execute at once."""
@@ -335,7 +335,7 @@ class LocalLauncher:
     def _hand_to_warm(self, env: dict[str, str], run_dir: Path, work: Path) -> subprocess.Popen[bytes] | None:
         """The run handed to a warm runner (its stderr moved to ``run_dir/stderr.log``), or None when no
         live one is idle."""
-        while (runner := self.warm.take()) is not None:
+        while (runner := self.warm_pool.take()) is not None:
             try:
                 runner.hand_over(WarmOrder(environ=env, cwd=str(work)), run_dir / "stderr.log")
             except OSError:
@@ -345,36 +345,50 @@ class LocalLauncher:
         return None
 
     def _start_warm(self, stderr_path: Path) -> subprocess.Popen[bytes]:
-        """A warm runner (``po-runner warm``) as the run user, as ``_spawn`` starts a cold one, its stderr to
+        """A warm runner (``po-runner warm``) as the run user, started as a cold one is, its stderr to
         ``stderr_path`` (the launcher's) and its stdin a pipe the order comes through."""
-        fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with open(fd, "wb") as stderr:
-            return subprocess.Popen(
-                [self._python, "-m", "orchestrator.cli.runner", "warm"],
-                # Its HOME until the order sets the run's (a user site-packages folder is looked up there).
-                env={**self._inherited, "HOME": "/nonexistent"},
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                cwd="/",
-                start_new_session=True,
-                **self._user_arguments(self.run_user),
-            )
+        return self._start(
+            [self._python, "-m", "orchestrator.cli.runner", "warm"],
+            # Its HOME until the order sets the run's (a user site-packages folder is looked up there).
+            {**self._inherited, "HOME": "/nonexistent"},
+            stderr_path,
+            os.O_EXCL,
+            stdin=subprocess.PIPE,
+            cwd=Path("/"),
+            user=self.run_user,
+        )
 
     def _spawn(
         self, argv: list[str], env: dict[str, str], run_dir: Path, work: Path, user: RunUser | None
     ) -> subprocess.Popen[bytes]:
         # The launcher's files stay in run_dir, which the run user cannot change: the stderr it reads
         # back for the deployment's message cannot be swapped for a link to something else.
-        fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        return self._start(
+            argv, env, run_dir / "stderr.log", os.O_TRUNC, stdin=subprocess.DEVNULL, cwd=work, user=user
+        )
+
+    def _start(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        stderr_path: Path,
+        create: int,
+        *,
+        stdin: int,
+        cwd: Path,
+        user: RunUser | None,
+    ) -> subprocess.Popen[bytes]:
+        """A runner process in its own session, as ``user``, stdout to /dev/null, stderr to ``stderr_path``
+        (opened without following a link; ``create``: ``O_TRUNC`` or ``O_EXCL``)."""
+        fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | create | os.O_NOFOLLOW, 0o600)
         with open(fd, "wb") as stderr:
             return subprocess.Popen(
                 argv,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                cwd=work,
+                cwd=cwd,
                 start_new_session=True,
                 **self._user_arguments(user),
             )

@@ -109,14 +109,6 @@ class WarmPool:
         self._top_up()
         return found
 
-    def give_back(self, runner: WarmRunner) -> None:
-        """A runner taken but not handed over (its run went another way) waits for the next one."""
-        with self._lock:
-            if not self._closed and runner.alive():
-                self._idle.append(runner)
-                return
-        runner.discard()
-
     def idle(self) -> int:
         with self._lock:
             return len(self._idle)
