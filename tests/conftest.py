@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
+from tests.support.log_lines import PRISTINE_LOGGER, logger_state, restore_logger
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client, make_org
 from tests.support.postgres import PostgresError, PostgresServer
 from tests.support.tools import tools_required
@@ -46,16 +47,13 @@ def _isolated_logging() -> Iterator[None]:
     and ends with structlog as it was before any import, and the standard loggers as the test found them."""
     structlog.configure(**_PRISTINE_STRUCTLOG)
     loggers = {"": logging.getLogger(), **_loggers()}
-    states = {name: _logger_state(logger) for name, logger in loggers.items()}
+    states = {name: logger_state(logger) for name, logger in loggers.items()}
     yield
     structlog.configure(**_PRISTINE_STRUCTLOG)
     # uvicorn's own logging config (a test's uvicorn.Config) stops ``uvicorn.*`` lines reaching the root
     # logger and sets their levels; a library's dictConfig may disable loggers: all put back.
     for name, logger in {"": logging.getLogger(), **_loggers()}.items():
-        level, propagate, disabled, handlers = states.get(name, (logging.NOTSET, True, False, []))
-        logger.setLevel(level)
-        logger.propagate, logger.disabled = propagate, disabled
-        logger.handlers[:] = handlers
+        restore_logger(logger, states.get(name, PRISTINE_LOGGER))
 
 
 def _loggers() -> dict[str, logging.Logger]:
@@ -64,10 +62,6 @@ def _loggers() -> dict[str, logging.Logger]:
         for name, logger in logging.Logger.manager.loggerDict.items()
         if isinstance(logger, logging.Logger)
     }
-
-
-def _logger_state(logger: logging.Logger) -> tuple[int, bool, bool, list[logging.Handler]]:
-    return logger.level, logger.propagate, logger.disabled, list(logger.handlers)
 
 
 @pytest.fixture(scope="session")

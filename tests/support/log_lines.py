@@ -26,6 +26,23 @@ UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 _MIN_PEM_LINE = 16
 
 
+#: A standard logger's level, ``propagate``, ``disabled`` and handlers.
+LoggerState = tuple[int, bool, bool, list[logging.Handler]]
+#: A logger nothing has configured: every line goes up to the root logger's handlers.
+PRISTINE_LOGGER: LoggerState = (logging.NOTSET, True, False, [])
+
+
+def logger_state(logger: logging.Logger) -> LoggerState:
+    return logger.level, logger.propagate, logger.disabled, list(logger.handlers)
+
+
+def restore_logger(logger: logging.Logger, state: LoggerState) -> None:
+    level, propagate, disabled, handlers = state
+    logger.setLevel(level)
+    logger.propagate, logger.disabled = propagate, disabled
+    logger.handlers[:] = handlers
+
+
 def json_lines(text: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The lines of ``text`` that are JSON objects, and those (not blank) that are not."""
     parsed: list[dict[str, Any]] = []
@@ -98,11 +115,10 @@ def configured(
     levels = {name: logging.getLogger(name).level for name in names}
     # As ``orchestrator serve`` has them (uvicorn without its own logging config): a server an earlier
     # fixture ran with uvicorn's default config gave them handlers, levels and no propagation.
-    uvicorn = {name: logging.getLogger(name) for name in UVICORN_LOGGERS}
-    kept = {name: (lg.handlers[:], lg.level, lg.propagate, lg.disabled) for name, lg in uvicorn.items()}
-    for logger in uvicorn.values():
-        logger.handlers[:], logger.propagate, logger.disabled = [], True, False
-        logger.setLevel(logging.NOTSET)
+    uvicorn = [logging.getLogger(name) for name in UVICORN_LOGGERS]
+    kept = [logger_state(logger) for logger in uvicorn]
+    for logger in uvicorn:
+        restore_logger(logger, PRISTINE_LOGGER)
     buffer = io.StringIO() if stream is None else stream
     logs.configure(level, fmt=fmt, stream=buffer)
     try:
@@ -113,7 +129,5 @@ def configured(
         root.setLevel(root_level)
         for name, value in levels.items():
             logging.getLogger(name).setLevel(value)
-        for name, (logger_handlers, logger_level, propagate, disabled) in kept.items():
-            uvicorn[name].handlers[:] = logger_handlers
-            uvicorn[name].setLevel(logger_level)
-            uvicorn[name].propagate, uvicorn[name].disabled = propagate, disabled
+        for logger, state in zip(uvicorn, kept, strict=True):
+            restore_logger(logger, state)
