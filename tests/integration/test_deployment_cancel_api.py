@@ -1,0 +1,124 @@
+"""``POST /orgs/{org}/deployments/{id}/actions/cancel``: who may, what it answers, how the deployment ends.
+
+The runs themselves are stopped in tests/acceptance/test_cancel.py (local, ssh, Kubernetes, agent); here
+the deployments are written to the store (tests/support/deployments.py) so that each state is reached
+without a runner: queued (no runner has it), launched (the dispatcher's checks stop and end it), final.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from fastapi import FastAPI
+
+from orchestrator.store.schema import deployments
+from tests.support.deployments import insert_deployment
+from tests.support.orgs import Org, make_org
+
+LOCAL_RUNNER = yaml.safe_load(
+    (Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text()
+)
+
+
+@pytest.fixture
+async def env(org: Org) -> dict[str, object]:
+    base = f"/orgs/{org.id}"
+    for path, body in [
+        ("/env-types", {"id": "development"}),
+        ("/projects", {"id": "shop"}),
+        ("/projects/shop/envs", {"id": "dev", "env_type_id": "development"}),
+    ]:
+        created = await org.admin.post(base + path, json=body)
+        assert 201 == created.status_code, created.text
+    runner = await org.platform.post(f"{base}/runners", json={"id": "vm1", **LOCAL_RUNNER})
+    assert 201 == runner.status_code, runner.text
+    found: dict[str, object] = (await org.admin.get(f"{base}/projects/shop/envs/dev")).json()
+    return found
+
+
+def cancel_path(org: Org, deployment_id: str) -> str:
+    return f"/orgs/{org.id}/deployments/{deployment_id}/actions/cancel"
+
+
+async def set_dispatch_state(app: FastAPI, deployment_id: str, state: str) -> None:
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            deployments.update()
+            .where(deployments.c.id == uuid.UUID(deployment_id))
+            .values(dispatch_state=state, handle=None)
+        )
+
+
+async def test_cancel__a_queued_deployment_ends_cancelled_at_once(
+    app: FastAPI, org: Org, env: dict[str, object]
+) -> None:
+    deployment_id = await insert_deployment(app, org.id, env, status="executing")
+    await set_dispatch_state(app, deployment_id, "queued")
+
+    answer = await org.clients["deployer"].post(cancel_path(org, deployment_id))
+
+    assert 200 == answer.status_code, answer.text
+    body = answer.json()
+    assert "cancelled" == body["status"]
+    assert "before a runner started it" in body["status_message"]
+    assert body["completed_at"] is not None
+    listed = await org.admin.get(f"/orgs/{org.id}/deployments", params={"by_status[]": "cancelled"})
+    assert [deployment_id] == [d["id"] for d in listed.json()["items"]]
+
+
+async def test_cancel__a_launched_deployment_is_stopped_then_ends_cancelled(
+    app: FastAPI, org: Org, env: dict[str, object]
+) -> None:
+    """202 while the run is stopped (here: a run no launcher knows; the dispatcher's next check ends it)."""
+    deployment_id = await insert_deployment(app, org.id, env, status="executing")
+
+    answer = await org.clients["deployer"].post(cancel_path(org, deployment_id))
+    again = await org.clients["deployer"].post(cancel_path(org, deployment_id))
+    waited = await org.admin.get(
+        f"/orgs/{org.id}/deployments/{deployment_id}/actions/wait-for-complete",
+        params={"timeout_in_seconds": 30},
+    )
+
+    assert 202 == answer.status_code, answer.text
+    assert ("executing", "Cancelling") == (answer.json()["status"], answer.json()["status_message"][:10])
+    assert again.status_code in (202, 409), again.text
+    assert 200 == waited.status_code, waited.text
+    assert "cancelled" == waited.json()["status"]
+    assert waited.json()["status_message"].startswith("deployment cancelled: ")
+
+
+async def test_cancel__a_final_deployment_is_409_saying_how_it_ended(
+    app: FastAPI, org: Org, env: dict[str, object]
+) -> None:
+    deployment_id = await insert_deployment(app, org.id, env, status="succeeded")
+
+    answer = await org.clients["deployer"].post(cancel_path(org, deployment_id))
+
+    assert 409 == answer.status_code, answer.text
+    assert (
+        f"deployment '{deployment_id}' already ended (succeeded: deployment succeeded); only an executing "
+        "deployment can be cancelled"
+    ) == answer.json()["message"]
+
+
+async def test_cancel__viewers_may_not_other_orgs_get_404(
+    app: FastAPI, org: Org, admin: httpx.AsyncClient, env: dict[str, object]
+) -> None:
+    deployment_id = await insert_deployment(app, org.id, env, status="executing")
+    await set_dispatch_state(app, deployment_id, "queued")
+    other = await make_org(app, admin, "other")
+
+    viewer = await org.clients["viewer"].post(cancel_path(org, deployment_id))
+    stranger = await other.admin.post(cancel_path(org, deployment_id))
+    unknown = await org.admin.post(cancel_path(org, str(uuid.uuid4())))
+    still = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+
+    assert 403 == viewer.status_code, viewer.text
+    assert 404 == stranger.status_code, stranger.text
+    assert 404 == unknown.status_code, unknown.text
+    assert "not found" in unknown.json()["message"]
+    assert "executing" == still["status"]
