@@ -1,0 +1,169 @@
+"""``octl cancel`` of a deployment mid-apply, through each launch path.
+
+The module creates ``terraform_data.first``, then ``terraform_data.slow``, whose ``local-exec``
+provisioner marks that it started and sleeps 60 s: the cancel lands while Terraform applies. Everything
+is real: the server under uvicorn with its dispatcher, the runner process, the embedded Terraform
+engine, state kept by the orchestrator (Terraform's http backend, with its lock). Each test checks:
+``octl cancel`` exits 0 and the deployment is ``cancelled``; the next deploy succeeds planning from the
+saved state (``first`` is not created again: only the interrupted, tainted ``slow`` is replaced), which
+also shows the lock was released.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.settings import ServerSettings
+from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
+from tests.support.orgs import BOOTSTRAP_TOKEN
+
+pytestmark = pytest.mark.slow
+
+#: ``{marks}``: a directory every run user may write to. The provisioner sleeps unless ``done`` exists
+#: there (the redeploy after the cancel must not wait).
+MODULE_CODE = """\
+resource "terraform_data" "first" {{
+  input = "created before the interrupt"
+}}
+
+resource "terraform_data" "slow" {{
+  input = terraform_data.first.output
+  provisioner "local-exec" {{
+    command = "if [ -e {marks}/done ]; then exit 0; fi; touch {marks}/started; sleep 60"
+  }}
+}}
+
+output "first" {{
+  value = terraform_data.first.output
+}}
+"""
+MANIFEST = {
+    "workloads": {
+        "app": {
+            "resources": {"slow": {"type": "slow-thing"}},
+            "outputs": {"first": "${resources.slow.outputs.first}"},
+        }
+    }
+}
+CREATED = re.compile(r"Deployment ([0-9a-f-]{36}) created")
+
+
+def _ok(result: Ran) -> Ran:
+    assert 0 == result.exit_code, result.output
+    return result
+
+
+@dataclass
+class Platform:
+    octl: OctlProcess
+    manifest: Path
+    marks: Path
+
+
+def make_platform(
+    settings: ServerSettings, tmp_path: Path, runner_configuration: dict[str, Any], **overrides: object
+) -> Iterator[Platform]:
+    """Project ``shop``, environment ``dev``, the runner ``slowrunner`` picked by a rule, and the slow module."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    marks.chmod(0o1777)
+    module = {
+        "resource_type": "slow-thing",
+        "module_source": "inline",
+        "module_source_code": MODULE_CODE.format(marks=marks),
+    }
+    schema = {"output_schema": {"type": "object", "properties": {"first": {"type": "string"}}}}
+    runner = {
+        "runner_configuration": runner_configuration,
+        "state_storage_configuration": {"type": "orchestrator"},
+    }
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump(MANIFEST))
+    with serve(settings, status_check_interval_seconds=0.5, **overrides) as base_url:
+        octl = OctlProcess(base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "o.yaml")
+        platform_octl = OctlProcess(
+            base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl-platform.yaml"
+        )
+        _ok(platform_octl("create", "runner", "slowrunner", "--set-json", json.dumps(runner)))
+        for args in (
+            ("create", "env-type", "development"),
+            ("create", "project", "shop"),
+            ("create", "env", "shop", "dev", "--set", "env_type_id=development"),
+            ("create", "runner-rule", "--set", "runner_id=slowrunner"),
+            ("create", "resource-type", "slow-thing", "--set-json", json.dumps(schema)),
+            ("create", "module", "slow", "--set-json", json.dumps(module)),
+            ("create", "module-rule", "--set", "module_id=slow"),
+        ):
+            _ok(octl(*args))
+        yield Platform(octl=octl, manifest=manifest, marks=marks)
+
+
+def cancel_mid_apply_then_redeploy(platform: Platform) -> dict[str, Any]:
+    """The scenario every launch path must pass; the cancelled deployment, as ``octl`` shows it."""
+    octl = platform.octl
+    created = _ok(octl("deploy", "shop", "dev", str(platform.manifest), "--no-wait"))
+    deployment_id = CREATED.search(created.stderr).group(1)  # type: ignore[union-attr]
+    deadline = time.monotonic() + 120
+    while not (platform.marks / "started").exists():
+        shown = json.loads(_ok(octl("get", "deployment", deployment_id, "-o", "json")).stdout)
+        assert "executing" == shown["status"], shown
+        assert time.monotonic() < deadline, "the slow provisioner never started"
+        time.sleep(0.5)
+
+    cancelled = octl("cancel", deployment_id)
+
+    _ok(cancelled)
+    assert f"Deployment {deployment_id} cancelled: deployment cancelled: " in cancelled.stderr
+    shown: dict[str, Any] = json.loads(_ok(octl("get", "deployment", deployment_id, "-o", "json")).stdout)
+    assert "cancelled" == shown["status"]
+    again = octl("cancel", deployment_id)
+    assert 1 == again.exit_code
+    assert "already ended (cancelled" in again.stderr
+    listed = json.loads(_ok(octl("get", "deployments", "--status", "cancelled", "-o", "json")).stdout)
+    assert [deployment_id] == [d["id"] for d in listed]
+
+    (platform.marks / "done").touch()
+    redeployed = _ok(octl("deploy", "shop", "dev", str(platform.manifest), "-o", "json"))
+    # `first` was saved before the interrupt: not created again; `slow`, tainted by the interrupt, replaced.
+    assert "Resources: 1 added, 0 changed, 1 removed." in redeployed.stderr, redeployed.output
+    assert {"app": {"first": "created before the interrupt"}} == json.loads(redeployed.stdout)
+    return shown
+
+
+@pytest.fixture
+def local_platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+    tf_config = tmp_path / "terraform.rc"
+    tf_config.write_text("")
+    tf_config.chmod(0o644)
+    tmp_path.chmod(0o755)
+    yield from make_platform(
+        settings,
+        tmp_path,
+        {
+            "type": "vm",
+            "connection": {"type": "local"},
+            "job": {
+                "environment": {
+                    "IAC_BACKEND": "embedded",
+                    "TF_CLI_CONFIG_FILE": str(tf_config),
+                    "CHECKPOINT_DISABLE": "1",
+                }
+            },
+        },
+    )
+
+
+def test_cancel__local_runner_mid_apply(local_platform: Platform) -> None:
+    shown = cancel_mid_apply_then_redeploy(local_platform)
+    assert "stopped before the deployment finished" in shown["status_message"], shown
+    assert os.path.exists(local_platform.marks / "started")
