@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.settings import ServerSettings
 from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.kube_api import KubeApiServer, runner_image
+from tests.support.sshd import SshServer, running_sshd
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +72,8 @@ class Platform:
     octl: OctlProcess
     manifest: Path
     marks: Path
+    #: The stand-in Kubernetes API, for the Kubernetes path.
+    kube: KubeApiServer | None = None
 
 
 def make_platform(
@@ -167,3 +173,91 @@ def test_cancel__local_runner_mid_apply(local_platform: Platform) -> None:
     shown = cancel_mid_apply_then_redeploy(local_platform)
     assert "stopped before the deployment finished" in shown["status_message"], shown
     assert os.path.exists(local_platform.marks / "started")
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[SshServer]:
+    with running_sshd(tmp_path / "sshd") as server:
+        yield server
+
+
+@pytest.fixture
+def ssh_platform(settings: ServerSettings, sshd: SshServer, tmp_path: Path) -> Iterator[Platform]:
+    """A ``vm`` runner reached over SSH (tests/support/sshd.py on loopback, allowed here)."""
+    tf_config = tmp_path / "terraformrc"
+    tf_config.touch()
+    yield from make_platform(
+        settings,
+        tmp_path,
+        {
+            "type": "vm",
+            "connection": sshd.connection(),
+            "job": {
+                "work_dir": str(tmp_path / "vm-runs"),
+                "environment": {
+                    "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+                    "IAC_BACKEND": "embedded",
+                    "TF_CLI_CONFIG_FILE": str(tf_config),
+                    "CHECKPOINT_DISABLE": "1",
+                },
+            },
+        },
+        runner_denied_networks="",
+    )
+
+
+def test_cancel__vm_runner_over_ssh_mid_apply(ssh_platform: Platform) -> None:
+    shown = cancel_mid_apply_then_redeploy(ssh_platform)
+    assert "stopped before the deployment finished" in shown["status_message"], shown
+
+
+KUBE_NAMESPACE = "runs"
+
+
+@pytest.fixture
+def kube_platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+    """A ``kubernetes`` runner on the stand-in API (tests/support/kube_api.py): its kubelet runs the
+    runner image as a local process and, when a pod is deleted, SIGTERMs it and SIGKILLs it after the
+    pod's terminationGracePeriodSeconds (30 s by default), as a kubelet does."""
+    tf_config = tmp_path / "terraformrc"
+    tf_config.touch()
+    engine_env = {"IAC_BACKEND": "embedded", "TF_CLI_CONFIG_FILE": str(tf_config), "CHECKPOINT_DISABLE": "1"}
+    images = {DEFAULT_RUNNER_IMAGE: runner_image()}
+    with KubeApiServer(tmp_path / "kube", namespaces=("default", KUBE_NAMESPACE), images=images) as api:
+        configuration = {
+            "type": "kubernetes",
+            "cluster": {
+                "cluster_data": {"server": api.url, "certificate_authority_data": api.ca_data},
+                "auth": {
+                    "client_certificate_data": api.client_certificate_data,
+                    "client_key_data": api.client_key_data,
+                },
+            },
+            "job": {
+                "namespace": KUBE_NAMESPACE,
+                "service_account": "runner",
+                "pod_template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "main", "env": [{"name": k, "value": v} for k, v in engine_env.items()]}
+                        ]
+                    }
+                },
+            },
+        }
+        for platform in make_platform(settings, tmp_path, configuration, runner_denied_networks=""):
+            platform.kube = api
+            yield platform
+
+
+def test_cancel__kubernetes_runner_mid_apply_deletes_the_job(kube_platform: Platform) -> None:
+    """The Job is deleted (its pod in the background, with its grace period): the runner gets SIGTERM,
+    interrupts Terraform, which saves the state; the runner reports and the deployment ends cancelled."""
+    api = kube_platform.kube
+    assert api is not None
+
+    shown = cancel_mid_apply_then_redeploy(kube_platform)
+
+    assert "received signal SIGTERM" in shown["status_message"], shown
+    # The cancelled deployment's Job was deleted (the redeploy's is left).
+    assert shown["id"] not in [j["metadata"]["name"] for j in api.objects("jobs", KUBE_NAMESPACE)]

@@ -498,6 +498,10 @@ class Dispatcher:
             await self._release(deployment, next_check_at=now + interval)
             return
         grace = timedelta(seconds=self.settings.exit_grace_seconds)
+        if deployment.cancel_sent_at is not None:
+            # A stopped run may look gone (a deleted Job, a stopped task) while its runner still stops
+            # Terraform, saves the state and reports: it has the cancel's grace to do so.
+            grace = max(grace, timedelta(seconds=self.settings.cancel_grace_seconds))
         if deployment.exited_at is None:
             await self._release(deployment, exited_at=now, next_check_at=now + grace)
             return
