@@ -25,10 +25,12 @@ import pytest
 import yaml
 
 from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
+from orchestrator.protocol import agent_auth
 from orchestrator.settings import ServerSettings
+from tests.support.agent_process import AgentProcess
+from tests.support.kube_api import KubeApiServer, runner_image
 from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
-from tests.support.kube_api import KubeApiServer, runner_image
 from tests.support.sshd import SshServer, running_sshd
 
 pytestmark = pytest.mark.slow
@@ -72,14 +74,20 @@ class Platform:
     octl: OctlProcess
     manifest: Path
     marks: Path
+    base_url: str
     #: The stand-in Kubernetes API, for the Kubernetes path.
     kube: KubeApiServer | None = None
 
 
 def make_platform(
-    settings: ServerSettings, tmp_path: Path, runner_configuration: dict[str, Any], **overrides: object
+    settings: ServerSettings,
+    tmp_path: Path,
+    runner_configuration: dict[str, Any],
+    *,
+    runner_id: str = "slowrunner",
+    **overrides: object,
 ) -> Iterator[Platform]:
-    """Project ``shop``, environment ``dev``, the runner ``slowrunner`` picked by a rule, and the slow module."""
+    """Project ``shop``, environment ``dev``, the runner picked by a rule, and the slow module."""
     marks = tmp_path / "marks"
     marks.mkdir()
     marks.chmod(0o1777)
@@ -96,22 +104,24 @@ def make_platform(
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(yaml.safe_dump(MANIFEST))
     with serve(settings, status_check_interval_seconds=0.5, **overrides) as base_url:
-        octl = OctlProcess(base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "o.yaml")
+        octl = OctlProcess(
+            base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "o.yaml"
+        )
         platform_octl = OctlProcess(
             base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl-platform.yaml"
         )
-        _ok(platform_octl("create", "runner", "slowrunner", "--set-json", json.dumps(runner)))
+        _ok(platform_octl("create", "runner", runner_id, "--set-json", json.dumps(runner)))
         for args in (
             ("create", "env-type", "development"),
             ("create", "project", "shop"),
             ("create", "env", "shop", "dev", "--set", "env_type_id=development"),
-            ("create", "runner-rule", "--set", "runner_id=slowrunner"),
+            ("create", "runner-rule", "--set", f"runner_id={runner_id}"),
             ("create", "resource-type", "slow-thing", "--set-json", json.dumps(schema)),
             ("create", "module", "slow", "--set-json", json.dumps(module)),
             ("create", "module-rule", "--set", "module_id=slow"),
         ):
             _ok(octl(*args))
-        yield Platform(octl=octl, manifest=manifest, marks=marks)
+        yield Platform(octl=octl, manifest=manifest, marks=marks, base_url=base_url)
 
 
 def cancel_mid_apply_then_redeploy(platform: Platform) -> dict[str, Any]:
@@ -121,8 +131,8 @@ def cancel_mid_apply_then_redeploy(platform: Platform) -> dict[str, Any]:
     deployment_id = CREATED.search(created.stderr).group(1)  # type: ignore[union-attr]
     deadline = time.monotonic() + 120
     while not (platform.marks / "started").exists():
-        shown = json.loads(_ok(octl("get", "deployment", deployment_id, "-o", "json")).stdout)
-        assert "executing" == shown["status"], shown
+        running = json.loads(_ok(octl("get", "deployment", deployment_id, "-o", "json")).stdout)
+        assert "executing" == running["status"], running
         assert time.monotonic() < deadline, "the slow provisioner never started"
         time.sleep(0.5)
 
@@ -130,7 +140,9 @@ def cancel_mid_apply_then_redeploy(platform: Platform) -> dict[str, Any]:
 
     _ok(cancelled)
     assert f"Deployment {deployment_id} cancelled: deployment cancelled: " in cancelled.stderr
-    shown: dict[str, Any] = json.loads(_ok(octl("get", "deployment", deployment_id, "-o", "json")).stdout)
+    shown: dict[str, Any] = dict(
+        json.loads(_ok(octl("get", "deployment", deployment_id, "-o", "json")).stdout)
+    )
     assert "cancelled" == shown["status"]
     again = octl("cancel", deployment_id)
     assert 1 == again.exit_code
@@ -261,3 +273,38 @@ def test_cancel__kubernetes_runner_mid_apply_deletes_the_job(kube_platform: Plat
     assert "received signal SIGTERM" in shown["status_message"], shown
     # The cancelled deployment's Job was deleted (the redeploy's is left).
     assert shown["id"] not in [j["metadata"]["name"] for j in api.objects("jobs", KUBE_NAMESPACE)]
+
+
+@pytest.fixture
+def agent_platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+    """A ``vm`` runner with ``connection: {type: agent}``: ``po-runner remote`` (a real process) gets the
+    ``create-job`` command and runs ``po-runner standard`` locally; the cancel reaches it as a
+    ``cancel-job`` command."""
+    private_pem, public_pem = agent_auth.generate_key_pair()
+    tf_config = tmp_path / "terraformrc"
+    tf_config.touch()
+    configuration = {
+        "type": "vm",
+        "connection": {"type": "agent", "key": public_pem},
+        "job": {
+            "environment": {
+                "IAC_BACKEND": "embedded",
+                "TF_CLI_CONFIG_FILE": str(tf_config),
+                "CHECKPOINT_DISABLE": "1",
+            }
+        },
+    }
+    for platform in make_platform(
+        settings, tmp_path, configuration, runner_id="local", agent_fetch_wait_seconds=5
+    ):
+        agent = AgentProcess(platform.base_url, private_pem, tmp_path).start()
+        try:
+            yield platform
+        finally:
+            agent.stop()
+
+
+def test_cancel__agent_runner_mid_apply(agent_platform: Platform, tmp_path: Path) -> None:
+    shown = cancel_mid_apply_then_redeploy(agent_platform)
+    assert "received signal SIGTERM" in shown["status_message"], shown
+    assert "cancel: run stopped" in (tmp_path / "agent.log").read_text()

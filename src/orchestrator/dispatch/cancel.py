@@ -47,7 +47,9 @@ async def cancel(
         return Cancelled(deployment=deployment, final=False)
     message = cancelled_message(f"cancelled by '{by}' before a runner started it")
     if await store.cancel_unlaunched(conn, deployment.id, by=by, message=message, now=now):
-        await command_store.cancel_for_deployment(conn, deployment.id, now=now, reason="the deployment was cancelled")
+        await command_store.cancel_for_deployment(
+            conn, deployment.id, now=now, reason="the deployment was cancelled"
+        )
         await gauges.finished(conn, deployment, status=Status.CANCELLED)
         await results.after_final(conn, deployment, succeeded=False, message=message, now=now)
         final = True

@@ -549,9 +549,21 @@ class Dispatcher:
         log.info("cancel: stopping the run", deployment_id=str(deployment.id), handle=deployment.handle)
         if deployment.handle is not None and agent_policy.is_agent_handle(deployment.handle):
             async with self.engine.begin() as conn:
-                published = await agent_policy.publish_cancel(conn, deployment, now=now)
+                published = await agent_policy.publish_cancel(
+                    conn,
+                    deployment,
+                    now=now,
+                    grace_seconds=self.settings.cancel_grace_seconds,
+                    ttl=timedelta(seconds=self.settings.command_ttl_seconds),
+                )
             if published and self.on_command is not None:
                 self.on_command(deployment.org_id, deployment.runner_id)
+            if not published:
+                self.on_final(str(deployment.id))
+        elif deployment.handle is not None and is_managed_handle(deployment.handle):
+            # Not stopped: the managed runner is not told (yet). Its run ends on its own and, its cancel
+            # asked for, the deployment ends cancelled (unless it succeeded).
+            log.warning("cancel: a managed runner's run is not stopped", deployment_id=str(deployment.id))
         else:
             await self._cancel(deployment)
         self.wake()

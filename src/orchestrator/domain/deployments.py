@@ -9,8 +9,8 @@ stateDiagram-v2
     executing --> cancelled: cancelled before launch; or launched, cancel asked, then the run ended
 ```
 
-Only ``executing`` changes; ``succeeded``, ``failed`` and ``cancelled`` are final: results and logs are written once (an
-identical repeat of the results changes nothing, anything else is refused).
+Only ``executing`` changes; ``succeeded``, ``failed`` and ``cancelled`` are final: results and logs are
+written once (an identical repeat of the results changes nothing, anything else is refused).
 """
 
 from __future__ import annotations

@@ -174,7 +174,9 @@ async def complete(
     }
     if status == Status.FAILED:
         requested = deployments.c.cancel_requested_at.is_not(None)
-        values["status"] = sa.case((requested, sa.literal(Status.CANCELLED.value)), else_=sa.literal(status.value))
+        values["status"] = sa.case(
+            (requested, sa.literal(Status.CANCELLED.value)), else_=sa.literal(status.value)
+        )
         values["status_message"] = sa.case(
             (requested, sa.literal(cancelled_message(message))), else_=sa.literal(message)
         )
@@ -221,6 +223,17 @@ async def cancel_unlaunched(
         )
     )
     return result.rowcount > 0
+
+
+async def set_status_message(
+    conn: AsyncConnection, deployment_id: uuid.UUID, message: str, *, now: datetime
+) -> None:
+    """Tell something about an executing deployment (a final one keeps its message)."""
+    await conn.execute(
+        deployments.update()
+        .where(deployments.c.id == deployment_id, deployments.c.status == Status.EXECUTING)
+        .values(status_message=message, updated_at=now)
+    )
 
 
 async def request_cancel(

@@ -160,7 +160,9 @@ def cancel(session: Session, deployment_id: uuid.UUID, no_wait: bool) -> None:
         deployment = deploy.wait(session, org, str(deployment_id), started)
     status, message = deployment.get("status"), deployment.get("status_message") or ""
     if status != "cancelled":
-        raise OperationFailure(f"deployment {deployment_id} {status} before the cancel took effect: {message}")
+        raise OperationFailure(
+            f"deployment {deployment_id} {status} before the cancel took effect: {message}"
+        )
     output.success(f"Deployment {deployment_id} cancelled: {message}")
 
 
