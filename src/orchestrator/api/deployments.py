@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import pyrage
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import AfterValidator, BaseModel, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
@@ -76,7 +76,11 @@ class DeploymentSummaryOut(BaseModel):
     mode: str
     plan_only: bool
     rollback_to_deployment_id: uuid.UUID | None = schemas.optional()
-    status: str
+    status: str = Field(
+        description="executing, then one final status: succeeded, failed, or cancelled (`actions/cancel`). "
+        "A string, as upstream's: a client reads a status it does not know as final unless it is executing.",
+        examples=["executing", "succeeded", "failed", "cancelled"],
+    )
     status_message: str
     metrics: DeploymentMetrics
     runner_id: str
@@ -202,7 +206,10 @@ async def list_deployments(
     project_id: str | None = None,
     env_id: str | None = None,
     by_mode: Annotated[list[str] | None, Query(alias="by_mode[]")] = None,
-    by_status: Annotated[list[str] | None, Query(alias="by_status[]")] = None,
+    by_status: Annotated[
+        list[str] | None,
+        Query(alias="by_status[]", description="Only these statuses: executing, succeeded, failed, cancelled."),
+    ] = None,
     _: Principal = READ,
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
