@@ -31,10 +31,6 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
-#: Every status a deployment ends with.
-FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
-
-
 class Mode(StrEnum):
     DEPLOY = "deploy"
     PLAN_ONLY = "plan_only"
