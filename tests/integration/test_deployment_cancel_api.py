@@ -14,10 +14,13 @@ import httpx
 import pytest
 import yaml
 from fastapi import FastAPI
+from pydantic import SecretStr
 
+from orchestrator.settings import ServerSettings
 from orchestrator.store.schema import deployments
 from tests.support.deployments import insert_deployment
-from tests.support.orgs import Org, make_org
+from tests.support.managed import MANAGED_SECRET, bearer, claim, deploy, managed_env, registered
+from tests.support.orgs import Org, api_client, make_org
 
 LOCAL_RUNNER = yaml.safe_load(
     (Path(__file__).parent.parent / "data" / "runners" / "vm-local.yaml").read_text()
@@ -122,3 +125,33 @@ async def test_cancel__viewers_may_not_other_orgs_get_404(
     assert 404 == unknown.status_code, unknown.text
     assert "not found" in unknown.json()["message"]
     assert "executing" == still["status"]
+
+
+@pytest.fixture
+def settings(settings: ServerSettings) -> ServerSettings:
+    """Managed runners enabled (the heartbeat test); nothing else here depends on them."""
+    return settings.model_copy(update={"managed_runner_secret": SecretStr(MANAGED_SECRET)})
+
+
+async def test_cancel__a_managed_runner_is_told_by_its_heartbeat(app: FastAPI, org: Org) -> None:
+    """Claimed by a managed runner: the cancel is recorded (202) and the runner's next heartbeat answers
+    ``cancel: true`` with the grace; before the cancel, the heartbeat's answer is as it always was."""
+    await managed_env(org, "dev")
+    async with api_client(app, None) as runner_client:
+        token = await registered(runner_client, "managed-0")
+        deployment_id = await deploy(org, "dev")
+        claimed = await claim(runner_client, token)
+        assert 200 == claimed.status_code, claimed.text
+        before = await runner_client.post(
+            "/runner/heartbeat", json={"deploymentId": deployment_id}, headers=bearer(token)
+        )
+
+        answer = await org.clients["deployer"].post(cancel_path(org, deployment_id))
+        told = await runner_client.post(
+            "/runner/heartbeat", json={"deploymentId": deployment_id}, headers=bearer(token)
+        )
+
+    assert {"leaseSeconds": 60, "heartbeatSeconds": 15} == before.json()
+    assert 202 == answer.status_code, answer.text
+    assert 200 == told.status_code, told.text
+    assert {"cancel": True, "cancelGraceSeconds": 30.0}.items() <= told.json().items()

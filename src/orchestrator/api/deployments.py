@@ -208,7 +208,9 @@ async def list_deployments(
     by_mode: Annotated[list[str] | None, Query(alias="by_mode[]")] = None,
     by_status: Annotated[
         list[str] | None,
-        Query(alias="by_status[]", description="Only these statuses: executing, succeeded, failed, cancelled."),
+        Query(
+            alias="by_status[]", description="Only these statuses: executing, succeeded, failed, cancelled."
+        ),
     ] = None,
     _: Principal = READ,
     page: PageRequest = Depends(page_request),

@@ -561,9 +561,11 @@ class Dispatcher:
             if not published:
                 self.on_final(str(deployment.id))
         elif deployment.handle is not None and is_managed_handle(deployment.handle):
-            # Not stopped: the managed runner is not told (yet). Its run ends on its own and, its cancel
-            # asked for, the deployment ends cancelled (unless it succeeded).
-            log.warning("cancel: a managed runner's run is not stopped", deployment_id=str(deployment.id))
+            # The managed runner learns it from its next heartbeat's answer (``cancel: true``) and stops
+            # its po-runner itself.
+            log.info(
+                "cancel: the managed runner is told at its next heartbeat", deployment_id=str(deployment.id)
+            )
         else:
             await self._cancel(deployment)
         self.wake()
