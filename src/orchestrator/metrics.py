@@ -63,7 +63,7 @@ DEPLOYMENTS_CREATED: Final = Counter(
 )
 DEPLOYMENTS_FINISHED: Final = Counter(
     "po_deployments_finished",
-    "Deployments that became final, by runner type and status (succeeded, failed).",
+    "Deployments that became final, by runner type and status (succeeded, failed, cancelled).",
     ["runner_type", "status"],
     registry=REGISTRY,
 )

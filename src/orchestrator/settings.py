@@ -117,6 +117,14 @@ class ServerSettings(BaseSettings):
     status_check_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often launched runners are checked on."
     )
+    cancel_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="A cancelled or timed-out run: how long its runner gets after SIGTERM (it interrupts "
+        "Terraform, which saves its state; then it reports) before it is killed. As Kubernetes' default "
+        "terminationGracePeriodSeconds; keep it above the runner's RUNNER_STOP_GRACE_SECONDS (20 s).",
+    )
     object_store_url: str | None = Field(
         default=None,
         description=(

@@ -322,3 +322,24 @@ async def test_stop__a_second_signal_stops_po_runner_at_once(standin: ManagedSta
 
     assert 0 == exit_code
     assert 143 == standin.finished["d-10"]
+
+
+async def test_cancel__a_heartbeat_saying_cancel_sigterms_po_runner_and_reports_its_code(
+    standin: ManagedStandin, tmp_path: Path
+) -> None:
+    """The orchestrator answers a heartbeat ``cancel: true`` (the deployment was cancelled): po-runner gets
+    SIGTERM at once (no stop grace), the kill grace is the answer's, and the exit code is reported."""
+    standin.enqueue(probe(tmp_path, "d-c", PROBE_SLEEP="60"))
+    waits = Waits()
+
+    async with Running(standin, tmp_path, waits) as running:
+        await until(lambda: (tmp_path / "d-c.json").exists(), "the deployment running")
+        standin.cancelled["d-c"] = 12
+        await until(lambda: "d-c" in standin.finished, "the exit code reported")
+        running.stop.set()
+        exit_code = await running.exit_code()
+
+    assert 0 == exit_code
+    assert 143 == standin.finished["d-c"], "128 + SIGTERM"
+    assert 12 in waits.slept
+    assert removed(probed(tmp_path, "d-c")["cwd"])

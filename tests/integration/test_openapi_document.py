@@ -130,6 +130,21 @@ async def test_openapi__statuses_follow_what_the_route_does(document: dict[str, 
     # Managed runners: 404 when not enabled; a wrong secret 401; registering replaces, never conflicts.
     assert {"201", "400", "401", "404", "413", "503"} == codes("post", "/runner/register")
     assert {"200", "204", "400", "401", "404", "409", "413", "503"} == codes("post", "/runner/claim")
+    # Cancel: 200 when it had not started (cancelled now), 202 while its run is stopped, 409 when final.
+    cancel = "/orgs/{org_id}/deployments/{deployment_id}/actions/cancel"
+    assert {"200", "202", "400", "401", "403", "404", "409", "413", "503"} == codes("post", cancel)
+
+
+async def test_openapi__deployment_statuses_include_cancelled(document: dict[str, Any]) -> None:
+    """The status stays a string for upstream's clients; its values are named, cancelled among them, and
+    the list's ``by_status[]`` filter takes them."""
+    schemas = document["components"]["schemas"]
+    status = schemas["DeploymentOut"]["properties"]["status"]
+    assert "string" == status["type"]
+    assert ["executing", "succeeded", "failed", "cancelled"] == status["examples"]
+    listing = document["paths"]["/orgs/{org_id}/deployments"]["get"]["parameters"]
+    [by_status] = [p for p in listing if p["name"] == "by_status[]"]
+    assert "cancelled" in by_status["description"]
 
 
 async def test_openapi__documented_400_is_what_validation_answers(org: Org, document: dict[str, Any]) -> None:

@@ -779,3 +779,107 @@ def test_runner_cli__remote_without_its_environment_exits_2_naming_what_is_missi
     assert 2 == bad_key.returncode
     assert "private key" in bad_key.stderr
     assert TOKEN not in bad_key.stderr + bad_key.stdout
+
+
+SLOW_APPLY_TF = """
+terraform {{
+  backend "local" {{
+    path = "{state_path}"
+  }}
+}}
+
+resource "terraform_data" "first" {{
+  input = "before the interrupt"
+}}
+
+resource "terraform_data" "slow" {{
+  input = terraform_data.first.output
+  provisioner "local-exec" {{
+    command = "echo started > {marker}; sleep 60"
+  }}
+}}
+"""
+
+
+async def test_standard__sigterm_mid_apply_interrupts_the_engine_and_saves_state(
+    gateway: Gateway, keys: Keys, tmp_path: Path
+) -> None:
+    """SIGTERM while Terraform applies (a provisioner sleeping 60 s): the runner passes an interrupt to
+    the engine, which stops and saves its state (the resource created before it is there), and the runner
+    reports the failure with the log so far and exits within the issue's 30 s grace."""
+    state_path, marker = tmp_path / "s.tfstate", tmp_path / "started"
+    deployment_id = await gateway.deployment(
+        make_bundle({"main.tf": SLOW_APPLY_TF.format(state_path=state_path, marker=marker)})
+    )
+    env = runner_env(
+        gateway,
+        keys,
+        tmp_path,
+        deployment_id=deployment_id,
+        mode="deploy",
+        token=gateway.token(deployment_id),
+    )
+    process = await asyncio.create_subprocess_exec(
+        str(RUNNER_BIN), "standard", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        for _ in range(1200):
+            if marker.exists() or process.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert marker.exists(), "the provisioner never started"
+        process.send_signal(signal.SIGTERM)
+        # The issue's bound: within the grace period (30 s), with margin for a loaded machine.
+        _, stderr = await asyncio.wait_for(process.communicate(), 45)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.communicate()
+
+    assert 1 == process.returncode, stderr.decode()
+    error = (await gateway.results(deployment_id))["error"]
+    assert "received signal SIGTERM" in error["message"]
+    # The state was saved: the resource created before the interrupt, the interrupted one tainted (the
+    # next apply replaces it).
+    saved = {r["name"]: r for r in json.loads(state_path.read_text())["resources"]}
+    assert "tainted" not in saved["first"]["instances"][0]
+    assert "tainted" == saved.get("slow", {"instances": [{"status": "tainted"}]})["instances"][0]["status"]
+    logs = await decrypted_logs(gateway, keys, deployment_id)
+    assert "Interrupt received" in logs
+    assert "stopped by a signal" in logs
+
+
+async def test_standard__a_signal_while_reporting_does_not_lose_the_results(
+    gateway: Gateway, keys: Keys, tmp_path: Path
+) -> None:
+    """SIGTERM (then SIGINT) while the runner posts its results: they are still delivered (202), and the
+    runner exits once they are."""
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": main_tf(tmp_path / "s.tfstate")}))
+    held = gateway.faults.hold("POST", "/results")
+    env = runner_env(
+        gateway,
+        keys,
+        tmp_path,
+        deployment_id=deployment_id,
+        mode="deploy",
+        token=gateway.token(deployment_id),
+    )
+    process = await asyncio.create_subprocess_exec(
+        str(RUNNER_BIN), "standard", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert await asyncio.to_thread(held.arrived.wait, 60), "the runner never posted its results"
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.5)
+        held.release()
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        held.release()
+        if process.returncode is None:
+            process.kill()
+            await process.communicate()
+
+    assert 0 == process.returncode, stderr.decode()
+    assert [202] == [e.status for e in gateway.faults.of("POST", "/results")]
+    assert "succeeded" == (await gateway.stored(deployment_id)).status

@@ -73,6 +73,8 @@ class ManagedStandin:
     max_wait_seconds: float = 0.2
     #: Every route answers this status while set (429, 503, ...).
     outage: int | None = None
+    #: Deployments cancelled: a heartbeat carrying one answers ``cancel: true`` (as the orchestrator does).
+    cancelled: dict[str, float] = field(default_factory=dict)
     records: dict[str, Record] = field(default_factory=dict)
     queue: list[Queued] = field(default_factory=list)
     finished: dict[str, int] = field(default_factory=dict)
@@ -202,7 +204,12 @@ class ManagedStandin:
             return self._answer(
                 "heartbeat", record.name, body, 409, f"deployment '{deployment}' is not this runner's claim"
             )
-        timing = {"leaseSeconds": self.lease_seconds, "heartbeatSeconds": self.heartbeat_seconds}
+        timing: dict[str, Any] = {
+            "leaseSeconds": self.lease_seconds,
+            "heartbeatSeconds": self.heartbeat_seconds,
+        }
+        if deployment is not None and deployment in self.cancelled:
+            timing.update(cancel=True, cancelGraceSeconds=self.cancelled[deployment])
         return self._answer("heartbeat", record.name, body, 200, timing)
 
     async def _claim(self, request: Request) -> Response:

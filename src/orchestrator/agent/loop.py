@@ -91,6 +91,10 @@ class Agent:
     watches: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     #: Finding the runs launched before this agent started, to watch them again.
     resuming: asyncio.Task[None] | None = field(default=None, init=False)
+    #: The runs this agent launched, by deployment id: what a ``cancel-job`` stops.
+    runs: dict[str, tuple[Launcher, str]] = field(default_factory=dict, init=False)
+    #: Runs being stopped (``cancel-job``), by deployment id.
+    stopping: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll and handle commands until ``stop`` is set."""
@@ -170,6 +174,8 @@ class Agent:
         for task in watches:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # Runs being stopped are stopped to the end (each within its grace period).
+        await asyncio.gather(*self.stopping.values(), return_exceptions=True)
 
     async def _next_or_stop(self, stop: asyncio.Event) -> protocol.NextCommand | None:
         poll = asyncio.ensure_future(self.client.next_command())
@@ -203,6 +209,8 @@ class Agent:
         envelope = delivered.command
         context = {"command_id": envelope.command_id, "attempt": delivered.attempt}
         metrics.COMMANDS_RECEIVED.inc()
+        if envelope.type == protocol.CommandType.CANCEL_JOB:
+            return await self._cancel_job(delivered)
         try:
             payload = protocol.check_envelope(
                 envelope,
@@ -226,6 +234,7 @@ class Agent:
             log.exception("launch failed unexpectedly", **context)
             return await self._launch_failed(delivered, payload, f"unexpected error: {exc}", retryable=True)
         log.info("job launched", job_id=payload.job_id, handle=handle, note=started.note, **context)
+        self.runs[envelope.deployment_id] = (launcher, handle)
         metrics.RUNS_LAUNCHED.labels("kubernetes" if self.launchers.watches_start(payload) else "local").inc()
         created = protocol.EventEnvelope(
             protocol_version=protocol.PROTOCOL_VERSION,
@@ -246,6 +255,69 @@ class Agent:
         if outcome is Outcome.ACKED and self.launchers.watches_start(payload):
             self._watch(launcher, handle, envelope, payload.job_id)
         return outcome
+
+    async def _cancel_job(self, delivered: protocol.NextCommand) -> Outcome:
+        """``cancel-job``: ack, then stop the run in the background (its runner gets SIGTERM, interrupts
+        Terraform once, reports; killed after the grace period), so other commands are not held up. A
+        run this agent does not know of (it is over, or another agent's) is fine: nothing to stop."""
+        envelope = delivered.command
+        context = {"command_id": envelope.command_id, "attempt": delivered.attempt}
+        try:
+            payload = protocol.check_cancel_envelope(
+                envelope,
+                org_id=self.settings.org_id,
+                runner_id=self.settings.runner_id,
+                now=datetime.now(UTC),
+            )
+        except protocol.EnvelopeError as exc:
+            log.warning("command refused", code=exc.code, reason=exc.reason, **context)
+            metrics.COMMANDS_REFUSED.inc()
+            return await self._answer("reject", envelope, delivered, reason=f"{exc.code}: {exc.reason}")
+        found = self._run_of(envelope.deployment_id, payload)
+        outcome = await self._answer("ack", envelope, delivered)
+        if found is None:
+            log.info("cancel: no run of this deployment here", **context)
+            return outcome
+        launcher, handle = found
+        running = self.stopping.get(envelope.deployment_id)
+        if running is None or running.done():
+            log.info(
+                "cancel: stopping the run", handle=handle, grace_seconds=payload.grace_seconds, **context
+            )
+            task = asyncio.create_task(self._stop_run(launcher, handle, payload.grace_seconds, context))
+            self.stopping[envelope.deployment_id] = task
+            task.add_done_callback(lambda _: self.stopping.pop(envelope.deployment_id, None))
+        return outcome
+
+    def _run_of(self, deployment_id: str, payload: protocol.CancelJobPayload) -> tuple[Launcher, str] | None:
+        """The launcher and handle of a deployment's run: as launched by this agent, else found where a
+        launch puts it (a local run's pid file; a Kubernetes Job named after the job id)."""
+        known = self.runs.pop(deployment_id, None)
+        if known is not None:
+            return known
+        if payload.runner_type == "vm":
+            with contextlib.suppress(OSError):
+                handle = (self.launchers.local.runs_dir / deployment_id / "runner.pid").read_text().strip()
+                if handle:
+                    return self.launchers.local, handle
+            return None
+        if (
+            payload.runner_type == "kubernetes-agent"
+            and self.launchers.cluster is not None
+            and payload.namespace
+        ):
+            return self.launchers.cluster.launcher(), f"k8s:{payload.namespace}:{payload.job_id}"
+        return None
+
+    async def _stop_run(
+        self, launcher: Launcher, handle: str, grace_seconds: float, context: dict[str, Any]
+    ) -> None:
+        try:
+            await launcher.cancel(handle, grace_seconds=grace_seconds)
+        except Exception as exc:  # logged: the deployment still ends (its runner's results, or the timeout)
+            log.error("cancel: could not stop the run", handle=handle, error=str(exc), **context)
+        else:
+            log.info("cancel: run stopped", handle=handle, **context)
 
     def _run_spec(self, envelope: protocol.CommandEnvelope, payload: protocol.CreateJobPayload) -> RunSpec:
         """The run with the agent's additions: local runs get the CA file path in their environment;

@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 import pyrage
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import AfterValidator, BaseModel, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from orchestrator.api import schemas
 from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
-from orchestrator.dispatch import creation, errored_states
+from orchestrator.dispatch import cancel, creation, errored_states
 from orchestrator.domain.deployments import Deployment, Mode, Status, is_final
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
@@ -76,7 +76,11 @@ class DeploymentSummaryOut(BaseModel):
     mode: str
     plan_only: bool
     rollback_to_deployment_id: uuid.UUID | None = schemas.optional()
-    status: str
+    status: str = Field(
+        description="executing, then one final status: succeeded, failed, or cancelled (`actions/cancel`). "
+        "A string, as upstream's: a client reads a status it does not know as final unless it is executing.",
+        examples=["executing", "succeeded", "failed", "cancelled"],
+    )
     status_message: str
     metrics: DeploymentMetrics
     runner_id: str
@@ -202,7 +206,12 @@ async def list_deployments(
     project_id: str | None = None,
     env_id: str | None = None,
     by_mode: Annotated[list[str] | None, Query(alias="by_mode[]")] = None,
-    by_status: Annotated[list[str] | None, Query(alias="by_status[]")] = None,
+    by_status: Annotated[
+        list[str] | None,
+        Query(
+            alias="by_status[]", description="Only these statuses: executing, succeeded, failed, cancelled."
+        ),
+    ] = None,
     _: Principal = READ,
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
@@ -260,6 +269,33 @@ async def wait_for_complete(
                 error_body("API-408", f"deployment '{deployment_id}' is still executing"), status_code=408
             )
         await svc.notifier.wait(str(deployment_id), min(remaining, WAIT_POLL_SECONDS))
+
+
+@router.post(
+    "/orgs/{org_id}/deployments/{deployment_id}/actions/cancel",
+    response_model=DeploymentOut,
+    status_code=202,
+    responses={
+        200: {"description": "It had not started: it is `cancelled` now."},
+        202: {
+            "description": "Its run is being stopped (Terraform interrupted, its state saved); it ends "
+            "`cancelled` (`succeeded` if the run finished first). Wait with `actions/wait-for-complete`."
+        },
+        409: {"description": "It already ended (succeeded, failed or cancelled)."},
+    },
+)
+async def cancel_deployment(
+    org_id: str, deployment_id: uuid.UUID, caller: Principal = DEPLOY, svc: Services = Depends(services)
+) -> Response:
+    async with transaction(svc) as conn:
+        outcome = await cancel.cancel(conn, org_id, deployment_id, by=caller.token_id, now=datetime.now(UTC))
+    if outcome.final:
+        svc.notifier.notify(str(deployment_id))
+    else:
+        svc.wake_dispatcher()
+    return JSONResponse(
+        _out(svc, outcome.deployment).model_dump(mode="json"), status_code=200 if outcome.final else 202
+    )
 
 
 @router.get("/orgs/{org_id}/deployments/{deployment_id}/tf", response_class=PlainTextResponse)

@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import tempfile
-from types import FrameType
 
 import click
 from pydantic import ValidationError
@@ -75,10 +74,11 @@ def standard() -> None:
         settings = RunnerSettings()
     except ValidationError as exc:
         raise RunnerConfigurationError(_describe(exc)) from exc
+    stop = standard_mode.STOP_SIGNALS
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stop)
+        signal.signal(signum, stop.handler)
     try:
-        outcome = standard_mode.run_standard(settings, environ=dict(os.environ), echo=sys.stdout)
+        outcome = standard_mode.run_standard(settings, environ=dict(os.environ), echo=sys.stdout, stop=stop)
     except errors.ConfigurationError as exc:
         raise RunnerConfigurationError(exc.message) from exc
     if outcome.problem is not None:
@@ -184,11 +184,6 @@ def _configure_logs() -> None:
     except ValueError as exc:
         raise RunnerConfigurationError(str(exc)) from exc
     logs.configure(level, fmt=fmt)
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    # Turned into results: the deployment is reported as failed instead of vanishing.
-    raise standard_mode.TerminatedError(f"received signal {signal.Signals(signum).name}")
 
 
 def _describe(exc: ValidationError, what: str = "invalid runner environment") -> str:

@@ -537,6 +537,12 @@ class ApiClient:
                 return None
             raise
 
+    def cancel_deployment(self, org: str, deployment_id: str) -> JsonObject:
+        """Cancel an executing deployment: answered ``cancelled`` when it had not started, else still
+        ``executing`` while its run is stopped (wait for it with :meth:`wait_for_deployment`); an
+        ``ApiError`` 409 when it already ended."""
+        return self._object("POST", f"{self._deployment_path(org, deployment_id)}/actions/cancel")
+
     def get_deployment_tf(self, org: str, deployment_id: str) -> str:
         """The compiled root module (main.tf) the deployment ran."""
         return self._send("GET", f"{self._deployment_path(org, deployment_id)}/tf").text

@@ -84,6 +84,51 @@ def envelope_for(
     )
 
 
+async def publish_cancel(
+    conn: AsyncConnection, deployment: Deployment, *, now: datetime, grace_seconds: float, ttl: timedelta
+) -> bool:
+    """A cancelled agent deployment: True if a ``cancel-job`` command for its agent was stored (the agent
+    stops the run; its runner reports, ending the deployment ``cancelled``). False if none is needed:
+    its ``create-job`` was never delivered (it is closed, and the deployment ends ``cancelled`` here) or
+    the run is over already."""
+    create_id = (deployment.handle or "").removeprefix(HANDLE_PREFIX)
+    create = await store.get(conn, create_id, for_update=True)
+    if create is None:
+        return False
+    if create.state == CommandState.PENDING and create.attempt == 0:
+        await store.close(
+            conn, create.id, state=CommandState.CANCELLED, now=now, reason="the deployment was cancelled"
+        )
+        await results_policy.fail(
+            conn,
+            deployment,
+            "cancelled before the runner agent picked up its command",
+            now=now,
+            code="CANCELLED",
+        )
+        return False
+    payload = create.envelope.get("payload") or {}
+    spec = payload.get("spec") or {}
+    cancel = protocol.CancelJobPayload(
+        job_id=str(payload.get("job_id") or deployment.id),
+        namespace=payload.get("namespace"),
+        runner_type=str(spec.get("runner_type") or ""),
+        grace_seconds=grace_seconds,
+    )
+    envelope = protocol.CommandEnvelope(
+        protocol_version=protocol.PROTOCOL_VERSION,
+        command_id=protocol.cancel_command_id(str(deployment.id)),
+        organization_id=deployment.org_id,
+        runner_id=deployment.runner_id,
+        deployment_id=str(deployment.id),
+        type=protocol.CommandType.CANCEL_JOB,
+        created_at=now,
+        expires_at=now + ttl,
+        payload=cancel.model_dump(mode="json", exclude_none=True),
+    )
+    return await enqueue(conn, envelope, now=now)
+
+
 def job_spec(spec: RunSpec) -> dict[str, Any]:
     """The JobSpec of a ``kubernetes-agent`` run (no ``TOKEN``); a non-retryable ``LaunchError`` if the
     runner's stored ``job`` no longer validates."""
@@ -273,11 +318,23 @@ async def retry(conn: AsyncConnection, command: AgentCommand, *, delay: timedelt
 async def reject(
     conn: AsyncConnection, command: AgentCommand, *, reason: str, now: datetime
 ) -> Deployment | None:
-    """Dead-letter the command and fail its deployment with the reason; the deployment if this failed it."""
+    """Dead-letter the command and fail its deployment with the reason; the deployment if this failed it.
+    A rejected ``cancel-job`` (an agent that cannot cancel: upstream's knows only ``create-job``) fails
+    nothing: the run goes on and reports, and the deployment's message says so."""
     if _closed_as(command, CommandState.REJECTED):
         return None
     await store.close(conn, command.id, state=CommandState.REJECTED, now=now, reason=reason)
     await store.announce(conn, command.org_id, command.runner_id)
+    if command.type == protocol.CommandType.CANCEL_JOB:
+        log.warning("the runner agent rejected a cancel", command_id=command.id, reason=reason)
+        await deployment_store.set_status_message(
+            conn,
+            command.deployment_id,
+            f"Cancelling: the runner agent cannot stop the run (it rejected the cancel: {reason[:500]}); "
+            "the deployment ends cancelled when its run ends",
+            now=now,
+        )
+        return None
     deployment = await deployment_store.get(conn, command.org_id, command.deployment_id, for_update=True)
     if deployment is None:
         return None

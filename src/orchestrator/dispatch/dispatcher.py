@@ -143,7 +143,8 @@ class DispatchSettings:
     lease_seconds: float = 60.0
     launch_attempts: int = 5
     batch_size: int = 20
-    cancel_grace_seconds: float = 10.0
+    #: How long a stopped run's runner gets after SIGTERM before SIGKILL (PO_CANCEL_GRACE_SECONDS).
+    cancel_grace_seconds: float = 30.0
     #: How long an agent runner's command waits to be picked up (upstream RUNNER_COMMAND_TTL, 24 h).
     command_ttl_seconds: float = 24 * 3600.0
 
@@ -460,6 +461,9 @@ class Dispatcher:
             await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
             await self._cancel(deployment)
             return
+        if deployment.cancel_requested_at is not None and deployment.cancel_sent_at is None:
+            await self._stop_cancelled(deployment)
+            return
         if agent_policy.is_agent_handle(deployment.handle) or is_managed_handle(deployment.handle):
             # Agent and managed runs are never polled: only the deployment timeout is enforced here.
             await self._release(deployment, next_check_at=deployment.timeout_at)
@@ -494,6 +498,10 @@ class Dispatcher:
             await self._release(deployment, next_check_at=now + interval)
             return
         grace = timedelta(seconds=self.settings.exit_grace_seconds)
+        if deployment.cancel_sent_at is not None:
+            # A stopped run may look gone (a deleted Job, a stopped task) while its runner still stops
+            # Terraform, saves the state and reports: it has the cancel's grace to do so.
+            grace = max(grace, timedelta(seconds=self.settings.cancel_grace_seconds))
         if deployment.exited_at is None:
             await self._release(deployment, exited_at=now, next_check_at=now + grace)
             return
@@ -533,8 +541,38 @@ class Dispatcher:
             f"the orchestrator recovered it: {receipt.message}"
         )
 
+    async def _stop_cancelled(self, deployment: Deployment) -> None:
+        """A cancel was asked for: stop the run once (recorded first, so no other round asks again); the
+        checks that follow see it end, and whatever ends it ends it ``cancelled`` (``dispatch.cancel``)."""
+        now = datetime.now(UTC)
+        await self._release(deployment, cancel_sent_at=now, next_check_at=now)
+        log.info("cancel: stopping the run", deployment_id=str(deployment.id), handle=deployment.handle)
+        if deployment.handle is not None and agent_policy.is_agent_handle(deployment.handle):
+            async with self.engine.begin() as conn:
+                published = await agent_policy.publish_cancel(
+                    conn,
+                    deployment,
+                    now=now,
+                    grace_seconds=self.settings.cancel_grace_seconds,
+                    ttl=timedelta(seconds=self.settings.command_ttl_seconds),
+                )
+            if published and self.on_command is not None:
+                self.on_command(deployment.org_id, deployment.runner_id)
+            if not published:
+                self.on_final(str(deployment.id))
+        elif deployment.handle is not None and is_managed_handle(deployment.handle):
+            # The managed runner learns it from its next heartbeat's answer (``cancel: true``) and stops
+            # its po-runner itself.
+            log.info(
+                "cancel: the managed runner is told at its next heartbeat", deployment_id=str(deployment.id)
+            )
+        else:
+            await self._cancel(deployment)
+        self.wake()
+
     async def _cancel(self, deployment: Deployment) -> None:
-        """Stop a failed deployment's run, if this server launched one; a failure is only logged."""
+        """Stop a deployment's run (failed, timed out or cancelled), if this server launched one; a failure
+        is only logged."""
         if (
             deployment.handle is None
             or agent_policy.is_agent_handle(deployment.handle)

@@ -21,10 +21,10 @@ async def runner_type(conn: AsyncConnection, deployment: Deployment) -> str:
     return await store.runner_type(conn, deployment.org_id, deployment.runner_id) or UNKNOWN_RUNNER_TYPE
 
 
-async def finished(conn: AsyncConnection, deployment: Deployment, *, succeeded: bool) -> None:
-    """Count a deployment that became final (``po_deployments_finished_total``)."""
+async def finished(conn: AsyncConnection, deployment: Deployment, *, status: str) -> None:
+    """Count a deployment that became final (``po_deployments_finished_total``, by its final status)."""
     kind = await runner_type(conn, deployment)
-    metrics.DEPLOYMENTS_FINISHED.labels(kind, "succeeded" if succeeded else "failed").inc()
+    metrics.DEPLOYMENTS_FINISHED.labels(kind, str(status)).inc()
 
 
 @dataclass(eq=False, kw_only=True)

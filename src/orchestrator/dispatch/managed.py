@@ -40,6 +40,7 @@ from orchestrator.domain.managed import (
 from orchestrator.errors import ConflictError, UnauthenticatedError
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
+from orchestrator.store import deployments as deployment_store
 from orchestrator.store import managed_runners as store
 from orchestrator.store.managed_runners import ManagedRunner
 
@@ -122,11 +123,12 @@ async def heartbeat(
     *,
     now: datetime,
     lease: timedelta,
-) -> None:
-    """The runner is alive; with ``deployment_id`` (its claim, else ConflictError), its lease renewed."""
+) -> bool:
+    """The runner is alive; with ``deployment_id`` (its claim, else ConflictError), its lease renewed;
+    True if that deployment's cancel was asked for (the runner stops its run)."""
     await store.seen(conn, record.id, now=now)
     if deployment_id is None:
-        return
+        return False
     if record.claim_deployment_id != deployment_id or not await store.renew(
         conn, record.id, deployment_id, until=now + lease
     ):
@@ -138,6 +140,8 @@ async def heartbeat(
                 else " (its lease may have run out)"
             )
         )
+    deployment = await deployment_store.get_by_id(conn, deployment_id)
+    return deployment is not None and deployment.cancel_requested_at is not None
 
 
 async def claim(

@@ -90,7 +90,7 @@ async def apply_results(
             num_tf_resources_changed=counts.num_resources_changed,
         )
     succeeded = results.status is ResultStatus.SUCCESS
-    applied = await store.complete(
+    ended = await store.complete(
         conn,
         deployment.id,
         status=Status.SUCCEEDED if succeeded else Status.FAILED,
@@ -103,17 +103,18 @@ async def apply_results(
         error=None if results.error is None else results.error.model_dump(mode="json", exclude_none=True),
         results_digest=results_digest(results),
     )
-    if applied:
-        await gauges.finished(conn, deployment, succeeded=succeeded)
+    if ended is not None:
+        await gauges.finished(conn, deployment, status=ended)
         await after_final(conn, deployment, succeeded=succeeded, message=failure_message(results), now=now)
-    return applied
+    return ended is not None
 
 
 async def fail(
     conn: AsyncConnection, deployment: Deployment, message: str, *, now: datetime, code: str
 ) -> bool:
-    """Fail an executing deployment for a reason the orchestrator observed (timeout, lost runner, ...)."""
-    applied = await store.complete(
+    """Fail an executing deployment for a reason the orchestrator observed (timeout, lost runner, ...);
+    one whose cancel was asked for ends ``cancelled``."""
+    ended = await store.complete(
         conn,
         deployment.id,
         status=Status.FAILED,
@@ -121,10 +122,10 @@ async def fail(
         now=now,
         error={"error": code, "message": message},
     )
-    if applied:
-        await gauges.finished(conn, deployment, succeeded=False)
+    if ended is not None:
+        await gauges.finished(conn, deployment, status=ended)
         await after_final(conn, deployment, succeeded=False, message=message, now=now)
-    return applied
+    return ended is not None
 
 
 async def after_final(

@@ -6,10 +6,11 @@ stateDiagram-v2
     executing --> executing: dispatched (runner launched)
     executing --> succeeded: runner result "success"
     executing --> failed: runner result "failure", runner error, exited without results, timeout
+    executing --> cancelled: cancelled before launch; or launched, cancel asked, then the run ended
 ```
 
-Only ``executing`` changes; ``succeeded`` and ``failed`` are final: results and logs are written once (an
-identical repeat of the results changes nothing, anything else is refused).
+Only ``executing`` changes; ``succeeded``, ``failed`` and ``cancelled`` are final: results and logs are
+written once (an identical repeat of the results changes nothing, anything else is refused).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class Status(StrEnum):
     EXECUTING = "executing"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    #: Ended by ``POST .../actions/cancel``: not launched yet, or its run stopped (Terraform interrupted,
+    #: its state saved). Upstream's status is a free string: its clients read it as any other final one.
+    CANCELLED = "cancelled"
 
 
 class Mode(StrEnum):
@@ -52,6 +56,14 @@ def queued_message(limit: int, host: str) -> str:
         f"Queued: all {limit} local run slots of host {host} are in use; "
         "it starts when one is free (PO_LOCAL_RUN_LIMIT)"
     )
+
+
+CANCELLING_MESSAGE = "Cancelling: the run is being stopped (Terraform interrupted, its state saved)..."
+
+
+def cancelled_message(detail: str) -> str:
+    """The final message of a cancelled deployment."""
+    return f"deployment cancelled: {detail}"
 
 
 TIMEOUT_MESSAGE = "deployment timeout - runner did not complete within expected time"
@@ -127,6 +139,10 @@ class Deployment:
     next_check_at: datetime | None
     exited_at: datetime | None
     timeout_at: datetime
+    #: When a cancel was asked for, and by whom (token id); None: never.
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    cancel_sent_at: datetime | None = None
 
     def log_context(self) -> dict[str, str]:
         """The ids every log line about this deployment carries (bound as structlog context variables)."""

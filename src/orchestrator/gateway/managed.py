@@ -116,6 +116,14 @@ class TimingOut(BaseModel):
     heartbeatSeconds: int  # noqa: N815
 
 
+class HeartbeatOut(TimingOut):
+    #: The deployment the heartbeat carried was cancelled: stop its po-runner (SIGTERM, then SIGKILL after
+    #: cancelGraceSeconds) and report its exit code as usual.
+    #: Only when ``cancel`` (answers stay as before otherwise).
+    cancel: bool = False
+    cancelGraceSeconds: float | None = None  # noqa: N815
+
+
 class ClaimBody(_Body):
     waitSeconds: Annotated[int, Field(ge=0, le=MAX_WAIT_SECONDS)] = 0  # noqa: N815
 
@@ -221,16 +229,23 @@ async def register(body: RegisterBody, request: Request, svc: Services = Depends
     )
 
 
-@router.post("/heartbeat", response_model=TimingOut)
-async def heartbeat(body: HeartbeatBody, token: str = TOKEN, svc: Services = Depends(services)) -> TimingOut:
-    """The runner is alive; with `deploymentId` (its claim), that claim's lease is renewed. 409 if the
-    runner does not hold that deployment (its lease ran out, or it was replaced)."""
+@router.post("/heartbeat", response_model=HeartbeatOut, response_model_exclude_defaults=True)
+async def heartbeat(
+    body: HeartbeatBody, token: str = TOKEN, svc: Services = Depends(services)
+) -> HeartbeatOut:
+    """The runner is alive; with `deploymentId` (its claim), that claim's lease is renewed, and `cancel`
+    says whether the deployment was cancelled. 409 if the runner does not hold that deployment (its lease
+    ran out, or it was replaced)."""
     async with transaction(svc) as conn:
         record = await policy.authenticate(conn, token)
-        await policy.heartbeat(
+        cancel = await policy.heartbeat(
             conn, record, body.deploymentId, now=datetime.now(UTC), lease=_lease(svc.settings)
         )
-    return TimingOut(**_timing(svc.settings))
+    if not cancel:
+        return HeartbeatOut(**_timing(svc.settings))
+    return HeartbeatOut(
+        **_timing(svc.settings), cancel=True, cancelGraceSeconds=svc.settings.cancel_grace_seconds
+    )
 
 
 @router.post(

@@ -75,6 +75,10 @@ class Timing(_Wire):
 
     lease_seconds: int = Field(alias="leaseSeconds", gt=0)
     heartbeat_seconds: int = Field(alias="heartbeatSeconds", gt=0)
+    #: A heartbeat's answer: the deployment it carried was cancelled, stop its run (SIGTERM, then SIGKILL
+    #: after ``cancel_grace_seconds``). Absent from older servers' answers: false.
+    cancel: bool = False
+    cancel_grace_seconds: float = Field(default=30.0, alias="cancelGraceSeconds", ge=0)
 
 
 class Registration(Timing):

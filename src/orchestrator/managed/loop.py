@@ -13,7 +13,10 @@ Resilience: no answer, 429 and 5xx on any call are tried again after :class:`Del
 enabled) stops the runner with exit code 1 and a message naming the cause; a 401 to a later call (token
 not accepted: record replaced or pruned) makes it register again. Registering again while running a
 deployment, or a heartbeat's 409, means the server no longer counts the deployment as this runner's
-claim: its po-runner is stopped and nothing is reported (the server settles it when the lease ends).
+claim: its po-runner is stopped and nothing is reported (the server settles it when the lease ends). A
+heartbeat answered ``cancel: true`` (the deployment was cancelled): po-runner gets SIGTERM at once (it
+interrupts Terraform, which saves its state, and reports), SIGKILL after ``cancelGraceSeconds``, and its
+exit code is reported.
 
 Stopping (``stop`` set: SIGTERM/SIGINT): no more claims; a running po-runner may finish within
 ``RUNNER_STOP_GRACE_SECONDS``, then gets SIGTERM (it reports the deployment as failed) and, after
@@ -131,6 +134,8 @@ class ManagedRunner:
     _timing: Timing | None = field(default=None, init=False)
     _deployment: str | None = field(default=None, init=False)
     _lost: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    #: Set when a heartbeat's answer says the running deployment was cancelled.
+    _cancelled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _registering: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _refused: RefusedError | None = field(default=None, init=False)
     _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -285,7 +290,7 @@ class ManagedRunner:
 
     async def _run_claimed(self, claim: Claim) -> None:
         deployment = claim.deployment
-        self._deployment, self._lost = deployment.id, asyncio.Event()
+        self._deployment, self._lost, self._cancelled = deployment.id, asyncio.Event(), asyncio.Event()
         log.info("deployment claimed")
         exit_code = children.NOT_STARTED_EXIT_CODE
         work = None
@@ -320,8 +325,24 @@ class ManagedRunner:
         waiting = asyncio.create_task(process.wait())
         stopping = asyncio.create_task(self._stop.wait())
         urgent = asyncio.create_task(_first(self._lost.wait(), self.hurry.wait()))
+        cancelled = asyncio.create_task(self._cancelled.wait())
         try:
-            await asyncio.wait({waiting, stopping, urgent}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiting, stopping, urgent, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+            if cancelled.done() and not waiting.done():
+                grace = (
+                    self._timing.cancel_grace_seconds
+                    if self._timing
+                    else self.settings.runner_kill_grace_seconds
+                )
+                log.info("the deployment was cancelled: sending SIGTERM to po-runner", grace_seconds=grace)
+                process.signal(signal.SIGTERM)
+                killing = asyncio.ensure_future(self.sleep(grace))
+                await asyncio.wait({waiting, killing}, return_when=asyncio.FIRST_COMPLETED)
+                killing.cancel()
+                if not waiting.done():
+                    log.warning("sending SIGKILL to po-runner", deployment_id=self._deployment)
+                    process.signal(signal.SIGKILL)
+                return await waiting
             if not waiting.done() and not urgent.done():
                 grace = self.settings.runner_stop_grace_seconds
                 log.info(
@@ -343,7 +364,7 @@ class ManagedRunner:
                 process.signal(signal.SIGKILL)
             return await waiting
         finally:
-            for task in (stopping, urgent):
+            for task in (stopping, urgent, cancelled):
                 task.cancel()
 
     async def _report(self, deployment_id: str, exit_code: int) -> None:
@@ -402,6 +423,8 @@ class ManagedRunner:
                 token = await self._registered()
                 held = None if self._lost.is_set() else self._deployment
                 self._timing = await self.client.heartbeat(token, held)
+                if self._timing.cancel and held is not None and held == self._deployment:
+                    self._cancelled.set()
             except TokenRefusedError as exc:
                 if token is not None:
                     self._forget(token, exc)

@@ -52,6 +52,10 @@ TOKEN_ENV: Final = "TOKEN"
 
 class CommandType(StrEnum):
     CREATE_JOB = "create-job"
+    #: Ours, not upstream's: stop the run of ``job_id`` (a cancelled deployment). Upstream's agent
+    #: rejects a type it does not know; a rejected ``cancel-job`` changes nothing about the deployment
+    #: (its run goes on and reports), see ``dispatch.agent_commands.reject``.
+    CANCEL_JOB = "cancel-job"
 
 
 class EventType(StrEnum):
@@ -161,6 +165,18 @@ class CreateJobPayload(_Sent):
     spec: RunDescription
 
 
+class CancelJobPayload(_Sent):
+    """``payload`` of a ``cancel-job`` command: stop the run ``create-job`` launched as ``job_id``, as
+    Terraform expects (the runner gets SIGTERM and passes one SIGINT to the engine, which saves its state
+    and releases its lock), killing it after ``grace_seconds``. A run that is gone already is fine."""
+
+    job_id: str
+    namespace: str | None = None
+    #: The runner type of the run (``vm``, ``kubernetes-agent``): which launcher stops it.
+    runner_type: str
+    grace_seconds: float = Field(ge=0, le=3600)
+
+
 def with_deployment_token(payload: Mapping[str, Any], token: str) -> dict[str, Any]:
     """A stored ``create-job`` payload as it is delivered: ``token`` as ``spec.token`` and, when the payload
     has a JobSpec, as the ``TOKEN`` variable of its container ``main`` (first, replacing any other)."""
@@ -214,6 +230,10 @@ def command_id(deployment_id: str, revision: int = 1) -> str:
     return f"{CommandType.CREATE_JOB.value}:{deployment_id}:{revision}"
 
 
+def cancel_command_id(deployment_id: str) -> str:
+    return f"{CommandType.CANCEL_JOB.value}:{deployment_id}"
+
+
 class EnvelopeError(ValueError):
     """A command the agent must not run; ``code`` says why (``COMMAND_EXPIRED``, ...)."""
 
@@ -227,6 +247,13 @@ def check_envelope(
     envelope: CommandEnvelope, *, org_id: str, runner_id: str, now: datetime
 ) -> CreateJobPayload:
     """The payload of a command this agent may run, or ``EnvelopeError`` (upstream agent loop step 2)."""
+    _check_addressing(envelope, org_id=org_id, runner_id=runner_id, now=now)
+    if envelope.type != CommandType.CREATE_JOB:
+        raise EnvelopeError("UNSUPPORTED_COMMAND_TYPE", f"command type '{envelope.type}' is not supported")
+    return _create_job_payload(envelope)
+
+
+def _check_addressing(envelope: CommandEnvelope, *, org_id: str, runner_id: str, now: datetime) -> None:
     if envelope.protocol_version != PROTOCOL_VERSION:
         raise EnvelopeError(
             "UNSUPPORTED_PROTOCOL_VERSION",
@@ -241,8 +268,21 @@ def check_envelope(
         )
     if envelope.expires_at <= now:
         raise EnvelopeError(COMMAND_EXPIRED_CODE, f"the command expired at {envelope.expires_at.isoformat()}")
-    if envelope.type != CommandType.CREATE_JOB:
-        raise EnvelopeError("UNSUPPORTED_COMMAND_TYPE", f"command type '{envelope.type}' is not supported")
+
+
+def check_cancel_envelope(
+    envelope: CommandEnvelope, *, org_id: str, runner_id: str, now: datetime
+) -> CancelJobPayload:
+    """The payload of a ``cancel-job`` command this agent may run, or ``EnvelopeError``."""
+    _check_addressing(envelope, org_id=org_id, runner_id=runner_id, now=now)
+    try:
+        return CancelJobPayload.model_validate(envelope.payload)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors(include_input=False)})
+        raise EnvelopeError("INVALID_PAYLOAD", f"invalid cancel-job payload: {', '.join(fields)}") from exc
+
+
+def _create_job_payload(envelope: CommandEnvelope) -> CreateJobPayload:
     try:
         payload = CreateJobPayload.model_validate(envelope.payload)
     except ValidationError as exc:

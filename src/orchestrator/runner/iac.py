@@ -1,8 +1,9 @@
 """Running one IaC command (tofu/terraform/po-terraform) as a subprocess, its output teed to the log.
 
 Deliberately synchronous: ``subprocess.Popen`` with an argv list (never a shell); this thread waits for
-the engine, helper threads follow its output. If the runner is interrupted (SIGTERM → exception), the
-child gets SIGTERM, a grace period, then SIGKILL.
+the engine, helper threads follow its output. If the runner is interrupted (SIGTERM/SIGINT → exception),
+the engine gets one SIGINT (as from a terminal: Terraform stops gracefully, saves its state and releases its
+lock), a grace period (``RUNNER_STOP_GRACE_SECONDS``), then SIGKILL.
 
 The engine writes its stdout and stderr into files (in a hidden directory of the working directory,
 removed after each command), not into pipes: when the runner is killed, a pipe's reading end closes, and
@@ -166,8 +167,9 @@ class IacCli:
         if process.returncode is not None:
             return
         if not _exited(process):
-            # One SIGTERM: Terraform stops gracefully, saving its state and releasing its lock.
-            process.terminate()
+            # One SIGINT, as a terminal's Ctrl-C: Terraform stops gracefully, saving its state and
+            # releasing its lock (a second one would make it exit at once).
+            process.send_signal(signal.SIGINT)
             try:
                 _wait_and_clear(process, timeout_seconds=self._grace_seconds)
                 return

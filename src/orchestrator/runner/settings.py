@@ -101,6 +101,15 @@ class RunnerSettings(BaseSettings):
         "(errored.tfstate): pushing it to the backend and handing it to the orchestrator.",
     )
 
+    runner_stop_grace_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        le=3600,
+        description="After SIGTERM/SIGINT: how long the IaC engine gets, after its one SIGINT, to stop and "
+        "save its state before it is killed. The default leaves 10 s of Kubernetes' 30 s "
+        "terminationGracePeriodSeconds to report the results.",
+    )
+
     @field_validator("runner_gateway_url")
     @classmethod
     def _absolute_http_url(cls, value: str) -> str:

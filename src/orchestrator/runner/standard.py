@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
@@ -43,6 +44,55 @@ class TerminatedError(errors.OrchestratorError):
     """The runner was stopped before the deployment finished."""
 
 
+class StopSignals:
+    """What SIGTERM/SIGINT do to a runner (installed by ``po-runner standard``).
+
+    The first signal while the deployment runs raises :class:`TerminatedError` in the main thread: the
+    engine command in progress gets one SIGINT (Terraform stops gracefully, saves its state, releases
+    its lock), up to ``RUNNER_STOP_GRACE_SECONDS`` to exit, then SIGKILL; the failure is reported with
+    the log so far. Any later signal is only noted (a second interrupt would make Terraform exit at once,
+    losing its state), and a signal that arrives while the state is rescued, the logs uploaded or the
+    results posted interrupts none of it: those steps finish and the runner exits.
+    """
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._armed = False
+
+    def handler(self, signum: int, frame: object) -> None:
+        if self.received is not None:
+            return
+        self.received = signal.Signals(signum).name
+        if self._armed:
+            self._armed = False
+            raise TerminatedError(f"received signal {self.received}")
+
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[None]:
+        """While the deployment runs: a signal interrupts it (one received before raises at once)."""
+        if self.received is not None:
+            raise TerminatedError(f"received signal {self.received}")
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+
+    @contextlib.contextmanager
+    def disarmed(self) -> Iterator[None]:
+        """A step no signal may cut short (saving state); the deployment stays interruptible after it
+        only if no signal came meanwhile."""
+        was, self._armed = self._armed, False
+        try:
+            yield
+        finally:
+            self._armed = was and self.received is None
+
+
+#: The runner process's signal state (one deployment per process).
+STOP_SIGNALS = StopSignals()
+
+
 class StepFailedError(errors.OrchestratorError):
     """A step of the deployment failed; ``error`` is what the results report."""
 
@@ -65,7 +115,13 @@ class Outcome:
         return 0 if delivered and self.results.status is results.ResultStatus.SUCCESS else 1
 
 
-def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: TextIO | None) -> Outcome:
+def run_standard(
+    settings: RunnerSettings,
+    *,
+    environ: Mapping[str, str],
+    echo: TextIO | None,
+    stop: StopSignals | None = None,
+) -> Outcome:
     """Run the deployment described by ``settings`` and report it to the gateway.
 
     ``environ`` is passed (minus secrets) to the IaC engine; ``echo`` receives every log line as it
@@ -93,7 +149,7 @@ def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: 
             attempts=settings.runner_http_attempts, backoff_seconds=settings.runner_http_backoff_seconds
         ),
     ) as gateway:
-        body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ)
+        body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ, stop=stop)
         # Logs first: once the results arrive the deployment is complete, and its logs should be there.
         _upload_logs(settings, gateway=gateway, sink=sink, log=log)
         return _report(settings, gateway=gateway, log=log, body=body)
@@ -106,20 +162,24 @@ def _execute(
     sink: logs.LogBuffer,
     log: logs.RunnerLogger,
     environ: Mapping[str, str],
+    stop: StopSignals | None = None,
 ) -> results.DeploymentResults:
+    stop = stop or StopSignals()
     rescued: list[str] = []
     try:
-        with _code_dir(settings.iac_code_dir) as code_dir:
+        with stop.armed(), _code_dir(settings.iac_code_dir) as code_dir:
             deployment = _Deployment(settings, gateway=gateway, sink=sink, log=log, environ=environ)
             try:
                 body = deployment.run(code_dir)
             finally:
                 # Whatever ended the run (a failed apply, SIGTERM): state Terraform could not save is
-                # saved now, before the results.
-                rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
+                # saved now, before the results; no signal cuts that short.
+                with stop.disarmed():
+                    rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
     except StepFailedError as exc:
         error = exc.error
     except TerminatedError as exc:
+        log.warning("stopped by a signal: the engine was interrupted; reporting the deployment")
         error = _runner_error("the runner was stopped before the deployment finished", exc)
     except Exception as exc:  # The boundary: whatever broke, the results are still reported.
         log.exception("unexpected runner error")
@@ -191,7 +251,13 @@ class _Deployment:
         except errors.ConfigurationError as exc:
             raise StepFailedError(_runner_error("no IaC engine available", exc)) from exc
         self._fetch_bundle(code_dir)
-        cli = iac.IacCli(chosen, workdir=code_dir, environ=self._engine_environ(code_dir), sink=self.sink)
+        cli = iac.IacCli(
+            chosen,
+            workdir=code_dir,
+            environ=self._engine_environ(code_dir),
+            sink=self.sink,
+            terminate_grace_seconds=self.settings.runner_stop_grace_seconds,
+        )
         self.cli = cli
         if self.settings.log_level == "debug":
             # One engine start less on every run: the version is only worth it when debugging.

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.domain.deployments import Deployment, DispatchState, Status
+from orchestrator.domain.deployments import Deployment, DispatchState, Status, cancelled_message
 from orchestrator.domain.usage import Run
 from orchestrator.errors import ConflictError
 from orchestrator.store.pages import Page, newest_first, newest_key, to_page
@@ -158,8 +158,10 @@ async def complete(
     metrics: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
     results_digest: str | None = None,
-) -> bool:
-    """Finish an executing deployment; False (and nothing changed) if it was already final."""
+) -> Status | None:
+    """Finish an executing deployment; the status it ended with, or None (nothing changed) if it was
+    already final. A failure of a deployment whose cancel was asked for ends it ``cancelled`` (decided in
+    the same statement: a cancel committed meanwhile is seen)."""
     values: dict[str, Any] = {
         "status": status,
         "status_message": message,
@@ -170,14 +172,89 @@ async def complete(
         "error": error,
         "results_digest": results_digest,
     }
+    if status == Status.FAILED:
+        requested = deployments.c.cancel_requested_at.is_not(None)
+        values["status"] = sa.case(
+            (requested, sa.literal(Status.CANCELLED.value)), else_=sa.literal(status.value)
+        )
+        values["status_message"] = sa.case(
+            (requested, sa.literal(cancelled_message(message))), else_=sa.literal(message)
+        )
     if outputs is not None:
         values["outputs"] = outputs
     if metrics is not None:
         values["metrics"] = metrics
+    row = (
+        await conn.execute(
+            deployments.update()
+            .where(deployments.c.id == deployment_id, deployments.c.status == Status.EXECUTING)
+            .values(values)
+            .returning(deployments.c.status)
+        )
+    ).first()
+    return None if row is None else Status(row[0])
+
+
+async def cancel_unlaunched(
+    conn: AsyncConnection, deployment_id: uuid.UUID, *, by: str, message: str, now: datetime
+) -> bool:
+    """End a deployment no runner has yet (pending and not being launched, or queued for a managed
+    runner) ``cancelled``; False if it was launched or claimed meanwhile."""
+    free = sa.or_(deployments.c.dispatch_lease_until.is_(None), deployments.c.dispatch_lease_until < now)
     result = await conn.execute(
         deployments.update()
+        .where(
+            deployments.c.id == deployment_id,
+            deployments.c.status == Status.EXECUTING,
+            deployments.c.dispatch_state.in_([DispatchState.PENDING, DispatchState.QUEUED]),
+            deployments.c.dispatch_owner.is_(None),
+            free,
+        )
+        .values(
+            status=Status.CANCELLED,
+            status_message=message,
+            completed_at=now,
+            updated_at=now,
+            dispatch_state=DispatchState.DONE,
+            next_check_at=None,
+            error={"error": "CANCELLED", "message": message},
+            cancel_requested_at=now,
+            cancel_requested_by=by,
+        )
+    )
+    return result.rowcount > 0
+
+
+async def set_status_message(
+    conn: AsyncConnection, deployment_id: uuid.UUID, message: str, *, now: datetime
+) -> None:
+    """Tell something about an executing deployment (a final one keeps its message)."""
+    await conn.execute(
+        deployments.update()
         .where(deployments.c.id == deployment_id, deployments.c.status == Status.EXECUTING)
-        .values(values)
+        .values(status_message=message, updated_at=now)
+    )
+
+
+async def request_cancel(
+    conn: AsyncConnection, deployment_id: uuid.UUID, *, by: str, message: str, now: datetime
+) -> bool:
+    """Record a cancel of an executing deployment (the first one counts) and have its run checked now;
+    False if it is final or a cancel was already asked for."""
+    result = await conn.execute(
+        deployments.update()
+        .where(
+            deployments.c.id == deployment_id,
+            deployments.c.status == Status.EXECUTING,
+            deployments.c.cancel_requested_at.is_(None),
+        )
+        .values(
+            cancel_requested_at=now,
+            cancel_requested_by=by,
+            status_message=message,
+            updated_at=now,
+            next_check_at=now,
+        )
     )
     return result.rowcount > 0
 

@@ -360,6 +360,12 @@ deployments = sa.Table(
     # When the retention worker deleted the deployment's objects (bundle, logs) from the object store:
     # PO_OBJECT_RETENTION_DAYS after it finished, or once its environment was deleted. NULL: still kept.
     _ts("objects_deleted_at", nullable=True),
+    # A cancel was asked for (by whom: the token id): the run is being stopped, and the deployment ends
+    # ``cancelled`` whatever its runner reports, unless it succeeded first.
+    _ts("cancel_requested_at", nullable=True),
+    sa.Column("cancel_requested_by", sa.String(100), nullable=True),
+    # When the dispatcher told the run's launcher to stop it (once).
+    _ts("cancel_sent_at", nullable=True),
 )
 # One executing deployment per environment, enforced by the database.
 sa.Index(

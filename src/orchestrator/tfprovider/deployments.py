@@ -173,7 +173,7 @@ DEPLOYMENT = Spec(
             optional=True, requires_replace=True, description="Wait until it is final (default true)."
         ),
         "id": a_str(computed=True, description="The deployment's id (a UUID)."),
-        "status": a_str(computed=True, description="executing, succeeded or failed."),
+        "status": a_str(computed=True, description="executing, succeeded, failed or cancelled."),
         "status_message": a_str(computed=True),
         "runner_id": a_str(computed=True),
         "created_at": a_str(computed=True),

@@ -48,7 +48,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 RUNNER_LOG_LEVELS = ("debug", "info", "warn", "error")
 #: The statuses a deployment ends in.
-FINAL_STATUSES = ("succeeded", "failed")
+FINAL_STATUSES = ("succeeded", "failed", "cancelled")
 #: Seconds the server holds each wait-for-complete call open.
 WAIT_SECONDS = 30
 #: Consecutive connection failures while waiting before octl gives up (the deployment goes on).
@@ -299,7 +299,7 @@ def wait(session: Session, org: str, deployment_id: str, started: float, *, rere
         then = f"; `{reread}` prints its outputs" if reread else ""
         output.note(
             f"\nStopped waiting; deployment {deployment_id} goes on: `octl get deployment {deployment_id}`"
-            f"{then}."
+            f"{then}; `octl cancel {deployment_id}` stops it."
         )
         raise click.exceptions.Exit(130) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import click
@@ -31,7 +32,7 @@ DEPLOYMENT = (
     field("RunnerId", "runner_id"),
     field("StatusMessage", "status_message"),
 )
-STATUSES = ("executing", "succeeded", "failed")
+STATUSES = ("executing", "succeeded", "failed", "cancelled")
 #: Stored modes; a plan-only deployment is mode deploy with plan_only set, so plan_only is no filter.
 MODES = ("deploy", "rollback", "destroy")
 
@@ -122,6 +123,47 @@ def decrypt_logs(deployment_id: str, ciphertext: str, identity: str) -> str:
             "of this deployment"
         ) from exc
     return plain.decode("utf-8", errors="replace")
+
+
+@click.command("cancel")
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.option(
+    "--no-wait", is_flag=True, help="Return once the cancel is accepted, without waiting for the run to stop."
+)
+@org_option
+@pass_session
+def cancel(session: Session, deployment_id: uuid.UUID, no_wait: bool) -> None:
+    """Cancel an executing deployment.
+
+    Not started yet: it ends cancelled at once. Running: its runner is stopped as Terraform expects
+    (an interrupt, then the grace period): Terraform saves its state and releases its lock, and the
+    deployment ends cancelled; the next deploy plans from that state. Exits 0 once it is cancelled,
+    1 if it ended otherwise (it finished first) or had ended already.
+
+    \b
+    Example:
+      octl cancel 5f0c6a52-3a4e-4d8f-9d0e-2b7c1e4f8a90
+    """
+    # Imported here: deploy imports this module.
+    from orchestrator.cli.octl.commands import deploy
+
+    org, started = session.org(), time.monotonic()
+    deployment = session.client().cancel_deployment(org, str(deployment_id))
+    if deployment.get("status") == "executing":
+        if no_wait:
+            output.note(
+                f"Cancelling deployment {deployment_id}: its run is being stopped; "
+                f"`octl get deployment {deployment_id}` shows how it ends."
+            )
+            return
+        output.note(f"Cancelling deployment {deployment_id}: stopping its run (Terraform saves its state)...")
+        deployment = deploy.wait(session, org, str(deployment_id), started)
+    status, message = deployment.get("status"), deployment.get("status_message") or ""
+    if status != "cancelled":
+        raise OperationFailure(
+            f"deployment {deployment_id} {status} before the cancel took effect: {message}"
+        )
+    output.success(f"Deployment {deployment_id} cancelled: {message}")
 
 
 verbs.get.add_alias("dep", "deployment")
