@@ -101,6 +101,24 @@ async def last_in_env(
     return _deployment(row) if row else None
 
 
+async def state_changing_in_env(conn: AsyncConnection, env_uuid: uuid.UUID, *, limit: int) -> list[Deployment]:
+    """The newest (at most ``limit``) finished deployments of an environment that may have changed its
+    infrastructure: deploys and rollbacks that were not plan-only, succeeded or failed (a failed apply may
+    have created resources before it stopped). Newest first."""
+    stmt = (
+        deployments.select()
+        .where(
+            deployments.c.env_uuid == env_uuid,
+            deployments.c.status != Status.EXECUTING,
+            deployments.c.plan_only.is_(False),
+            deployments.c.mode.in_(["deploy", "rollback"]),
+        )
+        .order_by(deployments.c.created_at.desc())
+        .limit(limit)
+    )
+    return [_deployment(row) for row in (await conn.execute(stmt)).all()]
+
+
 async def list_page(
     conn: AsyncConnection,
     org_id: str,
