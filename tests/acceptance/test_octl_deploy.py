@@ -460,3 +460,7 @@ def test_delete_env__failed_destroy_says_how_to_go_on_and_keeps_its_logs(platfor
 
     _ok(forced)
     assert "No environments found" in octl("get", "envs", "shop").stderr
+    # It names what it leaves behind: the deployment that applied the resources, and where their state stays.
+    assert "Warning: left behind by --force: the resources applied by 1 deployment(s) of shop/dev" in forced.stderr
+    assert "1 Terraform resource(s) after it), are not destroyed" in forced.stderr
+    assert "their Terraform state stays in the state storage of runner" in forced.stderr
