@@ -345,6 +345,7 @@ def test_deploy__a_lost_answer_is_retried_with_the_same_idempotency_key(platform
             "dev",
             str(platform.manifest()),
             "--no-wait",
+            "--yes",  # no dry run first: the one POST is the create whose answer is lost
             PO_API_URL=f"http://127.0.0.1:{proxy.server_address[1]}",
         )
     finally:
@@ -463,7 +464,10 @@ def test_delete_env__failed_destroy_says_how_to_go_on_and_keeps_its_logs(platfor
     _ok(forced)
     assert "No environments found" in octl("get", "envs", "shop").stderr
     # It names what it leaves behind: the deployment that applied the resources, and where their state stays.
-    assert "Warning: left behind by --force: the resources applied by 1 deployment(s) of shop/dev" in forced.stderr
+    assert (
+        "Warning: left behind by --force: the resources applied by 1 deployment(s) of shop/dev"
+        in forced.stderr
+    )
     assert "1 Terraform resource(s) after it), are not destroyed" in forced.stderr
     assert "their Terraform state stays in the state storage of runner" in forced.stderr
 

@@ -464,7 +464,9 @@ async def test_modules__inline_code_that_does_not_parse_is_refused_naming_the_li
     created = await org.admin.post(base, json={**body, "module_source_code": broken})
     missing = await org.admin.get(f"{base}/pg")
     good = await _module(org, module_source="inline", module_source_code='output "x" { value = 1 }')
-    patched = await org.admin.patch(f"{base}/pg", json={"module_source_code": 'output "x" {\n  value = \n}\n'})
+    patched = await org.admin.patch(
+        f"{base}/pg", json={"module_source_code": 'output "x" {\n  value = \n}\n'}
+    )
     kept = await org.admin.get(f"{base}/pg")
 
     assert 400 == created.status_code, created.text

@@ -360,11 +360,18 @@ def test_tokens__derived_per_deployment_and_compared_safely() -> None:
     assert base64.urlsafe_b64decode(deployment_tokens.deployment_token(key, "o", "d1") + "=")
 
 
-async def test_state__kept_when_its_environment_is_force_deleted(gateway: Gateway, app: FastAPI, org: Org) -> None:
+async def test_state__kept_when_its_environment_is_force_deleted(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
     """A forced delete leaves the resources behind, so it leaves the state describing them too (under the
     environment's UUID); only a destroy that emptied it lets the state go."""
     client, auth = gateway.client, gateway.basic()
-    state = {"version": 4, "serial": 1, "lineage": "x", "resources": [{"type": "terraform_data", "name": "a"}]}
+    state = {
+        "version": 4,
+        "serial": 1,
+        "lineage": "x",
+        "resources": [{"type": "terraform_data", "name": "a"}],
+    }
     await client.request("LOCK", gateway.state_url("/lock"), json={"ID": "lock-1", "Who": "a"}, auth=auth)
     written = await client.post(gateway.state_url(), params={"ID": "lock-1"}, json=state, auth=auth)
     await client.request("UNLOCK", gateway.state_url("/lock"), json={"ID": "lock-1"}, auth=auth)

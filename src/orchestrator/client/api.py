@@ -483,11 +483,12 @@ class ApiClient:
 
         With an ``idempotency_key`` a POST whose connection failed is sent again with the same key (up to
         :data:`CREATE_ATTEMPTS` tries): if the first one reached the server, the repeat answers the same
-        deployment instead of creating a second. Without a key nothing is repeated.
+        deployment instead of creating a second. A dry run, which changes nothing, is repeated too. Without
+        a key nothing else is repeated.
         """
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         retry = Retry(
-            attempts=CREATE_ATTEMPTS if idempotency_key else 1,
+            attempts=CREATE_ATTEMPTS if idempotency_key or body.get("is_dry_run") is True else 1,
             backoff=Backoff(first_seconds=CREATE_RETRY_DELAY_SECONDS),
             on=ApiConnectionError,
         )

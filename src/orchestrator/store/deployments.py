@@ -101,7 +101,9 @@ async def last_in_env(
     return _deployment(row) if row else None
 
 
-async def state_changing_in_env(conn: AsyncConnection, env_uuid: uuid.UUID, *, limit: int) -> list[Deployment]:
+async def state_changing_in_env(
+    conn: AsyncConnection, env_uuid: uuid.UUID, *, limit: int
+) -> list[Deployment]:
     """The newest (at most ``limit``) finished deployments of an environment that may have changed its
     infrastructure: deploys and rollbacks that were not plan-only, succeeded or failed (a failed apply may
     have created resources before it stopped). Newest first."""

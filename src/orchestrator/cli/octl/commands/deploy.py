@@ -219,10 +219,10 @@ def run(session: Session, body: JsonObject, options: RunOptions) -> None:
     if options.dry_run:
         body["is_dry_run"] = True
     org = session.org()
-    if not (options.dry_run or options.plan_only or options.yes):
-        _confirm_removals(session, org, body)
     what = f"{body['mode']} deployment{' (plan only)' if body.get('plan_only') else ''}"
     output.note(f"Creating {what} in {body['project_id']}/{body['env_id']}...")
+    if not (options.dry_run or options.plan_only or options.yes):
+        _confirm_removals(session, org, body)
     started = time.monotonic()
     created = session.client().create_deployment(
         org,

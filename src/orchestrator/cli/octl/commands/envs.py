@@ -181,14 +181,18 @@ def _orphaned(client: ApiClient, org: str, project_id: str, env_id: str) -> str 
     env = client.get_env(org, project_id, env_id)
     applied = [
         d
-        for d in client.list_deployments(org, project_id=project_id, env_id=env_id, modes=("deploy", "rollback"))
+        for d in client.list_deployments(
+            org, project_id=project_id, env_id=env_id, modes=("deploy", "rollback")
+        )
         if not d.get("plan_only") and d.get("status") != "executing"
     ]
     if not applied:
         return None
     newest = applied[0]
     counted = (newest.get("metrics") or {}).get("num_tf_resources")
-    resources = f"{counted} Terraform resource(s) after it" if isinstance(counted, int) else "no resource count"
+    resources = (
+        f"{counted} Terraform resource(s) after it" if isinstance(counted, int) else "no resource count"
+    )
     return (
         f"the resources applied by {len(applied)} deployment(s) of {project_id}/{env_id}, the newest "
         f"'{newest['id']}' ({newest.get('status')}, {resources}), are not destroyed; their Terraform state "
