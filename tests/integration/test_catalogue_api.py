@@ -471,7 +471,8 @@ async def test_modules__inline_code_that_does_not_parse_is_refused_naming_the_li
 
     assert 400 == created.status_code, created.text
     assert created.json()["message"].startswith(
-        "module_source_code: does not parse as Terraform code: line 6: Unclosed template interpolation sequence"
+        "module_source_code: does not parse as Terraform code: "
+        "line 6: Unclosed template interpolation sequence"
     )
     assert 404 == missing.status_code
     assert 'output "x" { value = 1 }' == good["module_source_code"]
