@@ -459,7 +459,10 @@ async def test_modules__inline_code_that_does_not_parse_is_refused_naming_the_li
     await _type(org)
     base = f"/orgs/{org.id}/modules"
     body = {"id": "pg", "resource_type": "postgres", "module_source": "inline"}
-    broken = 'variable "name" {\n  type = string\n}\n\nresource "terraform_data" "x" {\n  input = "${var.name"\n}\n'
+    broken = (
+        'variable "name" {\n  type = string\n}\n\n'
+        + 'resource "terraform_data" "x" {\n  input = "${var.name"\n}\n'
+    )
 
     created = await org.admin.post(base, json={**body, "module_source_code": broken})
     missing = await org.admin.get(f"{base}/pg")
