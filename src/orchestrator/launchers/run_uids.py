@@ -34,6 +34,7 @@ import signal
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from orchestrator.errors import ConfigurationError
 SHARED_TEMP_DIRS: Final = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 #: How many rounds ``sweep`` kills the uid's processes before it gives up (a fork loop racing it).
 SWEEP_ROUNDS: Final = 50
-#: ``kill -s KILL -- -1`` as the run's uid: every process of that uid at once (a fork cannot escape it).
+#: ``kill -KILL -1`` as the run's uid: every process of that uid at once (a fork cannot escape it).
 KILL_PROGRAM: Final = ("/bin/kill", "/usr/bin/kill")
 #: The lock dir's name in the launcher's runs dir.
 LOCK_DIR: Final = ".uids"
@@ -97,10 +98,12 @@ def _uids_by_pid() -> Iterator[tuple[int, set[int]]]:
             try:
                 with open(PROC / name / "status", encoding="ascii", errors="replace") as status:
                     for line in status:
+                        if line.startswith("State:") and line.split()[1] == "Z":
+                            break  # a zombie: dead already, only waiting for its parent
                         if line.startswith("Uid:"):
                             yield int(name), {int(value) for value in line.split()[1:5]}
                             break
-            except (OSError, ValueError):
+            except (OSError, ValueError, IndexError):
                 continue
 
 
@@ -271,10 +274,10 @@ def sweep(uid: int, allowed: UidRange) -> bool:
         if uid not in process_uids():
             return True
         if program is not None and os.geteuid() == 0:
-            # The kill process itself is of that uid and is spared by kill(-1); it exits right after.
+            # All of the uid's processes in one call (the kill process itself is spared, and exits).
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run(
-                    [program, "-s", "KILL", "--", "-1"],
+                    [program, "-KILL", "-1"],  # procps' kill takes no "--"
                     user=uid,
                     group=uid,
                     extra_groups=[],
@@ -286,10 +289,11 @@ def sweep(uid: int, allowed: UidRange) -> bool:
                     timeout=10,
                     check=False,
                 )
-        else:
-            for pid in pids_of(uid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        # And one by one, whatever was left (another kill program, or not root).
+        for pid in pids_of(uid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     return uid not in process_uids()
 
 
