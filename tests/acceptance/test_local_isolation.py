@@ -13,8 +13,6 @@ run user and the modes the server gives its files, not the test's temporary dire
 from __future__ import annotations
 
 import base64
-import json
-import os
 import secrets
 import shutil
 import sys
@@ -27,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import run_probe
 from tests.support.outages import ServerProcess
 from tests.support.run_user import nobody
 from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
@@ -221,62 +220,6 @@ def test_local_run__environment_holds_none_of_the_servers(canaries: tuple[Isolat
         assert isolated.runs_dir in Path(environment[name]).parents, name
 
 
-#: What the probe's detached process does: until its run ends it looks at every process of another uid
-#: (its environment, working directory, open files, memory) and at every process's environment for the
-#: marker; each success is one JSON line in the found file. It starts its own session (setsid), as an
-#: attacker would, so only the sweep of its uid stops it.
-PROBE = r"""
-import json, os, sys, time
-found, marker, deadline = sys.argv[1], sys.argv[2].encode(), time.time() + 120
-me = os.getuid()
-with open(f"{found}/probe.pid", "w") as pid_file:
-    pid_file.write(str(os.getpid()))
-def note(**what):
-    with open(f"{found}/probe.jsonl", "a") as out:
-        out.write(json.dumps(what) + "\n")
-seen = set()
-while time.time() < deadline:
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        base = f"/proc/{name}"
-        try:
-            with open(f"{base}/status") as status:
-                uid = next(int(l.split()[1]) for l in status if l.startswith("Uid:"))
-        except Exception:
-            continue
-        try:
-            with open(f"{base}/environ", "rb") as environ:
-                data = environ.read()
-            if marker in data and (name, "marker") not in seen:
-                seen.add((name, "marker"))
-                note(pid=int(name), uid=uid, what="marker in environ")
-            if uid != me and (name, "environ") not in seen:
-                seen.add((name, "environ"))
-                note(pid=int(name), uid=uid, what="environ")
-        except OSError:
-            pass
-        if uid == me:
-            continue
-        for what, probe in (
-            ("cwd", lambda: os.readlink(f"{base}/cwd")),
-            ("fd", lambda: os.listdir(f"{base}/fd")),
-            ("mem", lambda: os.close(os.open(f"{base}/mem", os.O_RDWR))),
-        ):
-            if (name, what) in seen:
-                continue
-            try:
-                detail = probe()
-            except OSError:
-                continue
-            seen.add((name, what))
-            note(pid=int(name), uid=uid, what=what, detail=str(detail))
-    with open(f"{found}/probe.alive", "w") as alive:
-        alive.write(str(time.time()))
-    time.sleep(0.1)
-"""
-
-
 def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it(
     database_url: str, shared: Path, tmp_path: Path
 ) -> None:
@@ -287,7 +230,7 @@ def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it
     (tmp_path / "other").mkdir()
     other = build_stack(isolated.server.url, tmp_path / "other", org="globex", runner=runner)
     found = isolated.found
-    (found / "probe.py").write_text(PROBE)
+    (found / "probe.py").write_text(run_probe.PROBE)
     (found / "probe.py").chmod(0o644)
     try:
         # Org acme's run: starts the detached probe, then waits (bounded) until org globex's run is over.
@@ -309,19 +252,15 @@ def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it
             json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},
         )
         assert 201 == probing.status_code, probing.text
-        _wait_for(found / "probe.alive", 60)
+        run_probe.wait_for(found / "probe.alive", 60)
         # Org globex's run, with the marker in its runner's secrets, while the probe looks.
         victim = other.deploy(demo_manifest())
         time.sleep(1.0)  # a few more rounds of the probe over what globex's run left (nothing, it is over)
         (found / "other-done").touch()
         prober = isolated.stack.wait(probing.json()["id"])
         probe_pid = int((found / "probe.pid").read_text())
-        gone = _wait_gone(probe_pid, 30)
-        findings = (
-            [json.loads(line) for line in (found / "probe.jsonl").read_text().splitlines() if line.strip()]
-            if (found / "probe.jsonl").exists()
-            else []
-        )
+        gone = run_probe.wait_gone(probe_pid, 30)
+        findings = run_probe.findings(found)
     finally:
         other.client.close()
         isolated.close()
@@ -331,24 +270,5 @@ def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it
     # Nothing of another uid: no environment (so no token, no secret), no directory, no file, no memory
     # of globex's run, of the idle warm runners (each of its own uid, not dumpable) or of the server.
     assert [] == findings
-    assert marker not in (found / "probe.jsonl").read_text() if (found / "probe.jsonl").exists() else True
     # The probe left its run's session, yet it is gone once its run is over.
     assert gone, f"the probe (pid {probe_pid}) outlived its run"
-
-
-def _wait_for(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
-        time.sleep(0.1)
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False

@@ -218,7 +218,9 @@ def _describe(exc: ValidationError, what: str = "invalid runner environment") ->
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
         variable = ".".join(str(part) for part in error["loc"]).upper()
-        problems.append(f"{variable}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        # A check of several variables (no location) names them in its message.
+        problems.append(f"{variable}: {message}" if variable else message)
     return f"{what}: " + "; ".join(problems)
 
 
