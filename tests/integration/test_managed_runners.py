@@ -128,6 +128,27 @@ async def test_runner_calls__take_no_secret_and_no_unknown_token(runner_client: 
     assert 401 == without.status_code
 
 
+async def test_agent_routes_of_the_pool__401_for_any_bearer_without_a_traceback(
+    org: Org, runner_client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Managed pool (runner ``managed`` of every organization) speaks no agent protocol: an agent route
+    of it answers the gateway's generic 401 for any bearer, never a 500 (it did: ``'managed' is not a valid
+    RunnerType``)."""
+    base = f"/runner-gateway/v1/orgs/{org.id}/runners/managed"
+    token = await registered(runner_client, "managed-0")
+    answers = [
+        await runner_client.post(f"{base}/events", json={}, headers=bearer(value))
+        for value in ("x", token, MANAGED_SECRET)
+    ] + [
+        await runner_client.post(f"{base}/commands/next", json={}, headers=bearer("x")),
+        await runner_client.post(f"{base}/commands/c-1/ack", json={}, headers=bearer("x")),
+    ]
+
+    assert [401] * 5 == [answer.status_code for answer in answers], [a.text for a in answers]
+    assert "Traceback" not in caplog.text
+    assert "is not a valid RunnerType" not in caplog.text
+
+
 async def test_managed_runners_off__routes_404_and_pool_hidden(
     settings: ServerSettings, runner_client: httpx.AsyncClient
 ) -> None:
