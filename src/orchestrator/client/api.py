@@ -219,8 +219,12 @@ class ApiClient:
     def get_runner(self, org: str, runner_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}")
 
-    def list_runners(self, org: str) -> list[JsonObject]:
-        return self._list(f"/orgs/{_segment(org)}/runners")
+    def list_runners(self, org: str, *, include_managed: bool = True) -> list[JsonObject]:
+        """The organization's runners; with ``include_managed``, the platform's Managed pool too (when
+        managed runners are on)."""
+        return self._list(
+            f"/orgs/{_segment(org)}/runners", {"include_managed": "true" if include_managed else None}
+        )
 
     def update_runner(self, org: str, runner_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}", body=patch)
