@@ -68,6 +68,7 @@ from orchestrator.identity.issuer import WorkloadIssuer
 from orchestrator.launchers import availability, run_user
 from orchestrator.launchers.base import Launcher, LaunchError, LaunchTarget
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.notify import Notifier
 from orchestrator.secretbox import KEY_FILE_NAME, SecretBox, decode_key, key_check_value, load_or_create_key
@@ -216,12 +217,18 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
         if settings.allow_local_runners
         else None
     )
+    uids = None
     if settings.allow_local_runners:
         run_user.prepare_runs_dir(settings.local_runs_dir, user, setting="PO_LOCAL_RUNS_DIR")
+        if user is not None:
+            uids = RunUids.from_setting(
+                settings.local_run_uids, settings.local_runs_dir, setting="PO_LOCAL_RUN_UIDS"
+            )
     return LocalLauncher(
         settings.local_runs_dir,
         environ=os.environ,
         run_user=user,
+        run_uids=uids,
         run_limit=settings.local_run_limit,
         warm_runners=settings.local_warm_runners if settings.allow_local_runners else 0,
     )

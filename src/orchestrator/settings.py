@@ -72,6 +72,13 @@ class ServerSettings(BaseSettings):
         description="When the server runs as root, local runs (runtime `process`) execute as this "
         "unprivileged user, its primary group only, without capabilities. Empty: as the server's user.",
     )
+    local_run_uids: str = Field(
+        default="2100000-2100999",
+        description="When the server runs as root, each local run (runtime `process`) and each warm runner "
+        "executes as a uid of its own from this range START-END (no account; group of the same number), "
+        "never reused while anything of it is left; every process of the uid is killed when its run ends. "
+        "Empty: every run as PO_LOCAL_RUN_USER (no isolation between runs).",
+    )
     local_run_limit: int | None = Field(
         default=None,
         ge=1,

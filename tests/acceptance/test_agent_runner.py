@@ -5,6 +5,9 @@ agent killed between launch and ack, a server restarted under a waiting agent, a
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from tests.support.demo_modules import make_slow
 from tests.support.live_server import serve_in_thread
 from tests.support.log_lines import json_lines
 from tests.support.outages import ServerProcess
+from tests.support.run_user import nobody
 from tests.support.stack import Stack, build_stack, demo_manifest, runner_body
 
 pytestmark = pytest.mark.slow
@@ -247,3 +251,57 @@ def test_vm_agent__a_command_nobody_picks_up_expires(
 
     assert ("failed", "COMMAND_EXPIRED") == (finished["status"], finished["error"]["error"])
     assert "did not pick up" in finished["status_message"]
+
+
+def test_vm_agent__local_runs_execute_as_a_uid_of_their_own_and_leave_no_process(
+    stacks: list[Stack], server: ServerProcess, tmp_path: Path, keys: tuple[str, str]
+) -> None:
+    """With the agent's defaults (as root: AGENT_RUN_USER, AGENT_RUN_UIDS), a run executes as a uid of the
+    agent's range, and a process it started in a session of its own is killed when the run ends."""
+    if os.geteuid() != 0:
+        pytest.skip("an agent switches runs to other uids only as root")
+    nobody()  # the run's Python must be reachable by other users (scripts/grant-run-user-access)
+    shared = Path(tempfile.mkdtemp(prefix="po-agent-isolation-"))
+    shared.chmod(0o755)
+    found = shared / "found"
+    found.mkdir()
+    found.chmod(0o777)
+    try:
+        stack = agent_stack(stacks, server, shared, keys[1])
+        (shared / "terraformrc").chmod(0o644)
+        code = (
+            'resource "terraform_data" "leftover" {\n  provisioner "local-exec" {\n'
+            f'    command = "id -u > {found}/uid; setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & '
+            f'echo $! > {found}/leftover.pid"\n  }}\n}}\n'
+        )
+        for path, body in [
+            ("/resource-types", {"id": "leftover", "output_schema": {"type": "object"}}),
+            (
+                "/modules",
+                {
+                    "id": "leftover",
+                    "resource_type": "leftover",
+                    "module_source": "inline",
+                    "module_source_code": code,
+                },
+            ),
+            ("/module-rules", {"module_id": "leftover"}),
+        ]:
+            response = stack.client.post(f"/orgs/{stack.org}{path}", json=body)
+            assert 201 == response.status_code, (path, response.text)
+        agent = AgentProcess(server.url, keys[0], shared)
+        del agent.env["AGENT_RUN_USER"]  # the default: nobody, and a uid of its own per run
+        agent.start()
+        try:
+            deployment = stack.deploy({"workloads": {"work": {"resources": {"l": {"type": "leftover"}}}}})
+            leftover = int((found / "leftover.pid").read_text())
+            gone = wait_for(lambda: not Path(f"/proc/{leftover}").exists(), "the leftover to be killed", 30)
+            uid = int((found / "uid").read_text())
+        finally:
+            agent.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+    assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert 2200000 <= uid <= 2200999  # AGENT_RUN_UIDS' default
+    assert gone

@@ -173,3 +173,30 @@ def test_delete_env__never_deployed_is_immediate(stack: Stack) -> None:
 
     assert 204 == response.status_code
     assert 404 == stack.client.get(f"/orgs/{stack.org}/projects/shop/envs/dev").status_code
+
+
+def test_delete_env__after_a_failed_apply_destroys_what_it_created(stack: Stack) -> None:
+    """The only deployment created the bucket, then failed on the app: the state holds both (the app
+    tainted). Deleting the environment must destroy them, not orphan them."""
+    module = stack.client.get(f"/orgs/{stack.org}/modules/demo-app").json()
+    failing = module["module_source_code"].replace(
+        'resource "terraform_data" "app" {',
+        'resource "terraform_data" "app" {\n  provisioner "local-exec" {\n    command = "exit 3"\n  }',
+    )
+    patched = stack.client.patch(f"/orgs/{stack.org}/modules/demo-app", json={"module_source_code": failing})
+    assert 200 == patched.status_code, patched.text
+    failed = stack.deploy()
+
+    deleted = stack.client.delete(f"/orgs/{stack.org}/projects/shop/envs/dev")
+    destroy = next(
+        d
+        for d in stack.client.get(f"/orgs/{stack.org}/deployments").json()["items"]
+        if d["mode"] == "destroy"
+    )
+    finished = stack.wait(destroy["id"])
+
+    assert "failed" == failed["status"], failed["status_message"]
+    assert 202 == deleted.status_code, deleted.text
+    assert "succeeded" == finished["status"], finished["status_message"]
+    assert 2 == finished["metrics"]["num_tf_resources_removed"]
+    assert 404 == stack.client.get(f"/orgs/{stack.org}/projects/shop/envs/dev").status_code

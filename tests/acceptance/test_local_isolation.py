@@ -1,6 +1,8 @@
-"""A tenant's code never runs as the server: a local run of an orchestrator serving as root executes as
-the unprivileged run user (``PO_LOCAL_RUN_USER``, default ``nobody``), outside the data dir, with none of
-the server's environment, and can read neither the server key nor the database.
+"""A tenant's code never runs as the server, nor as another run: a local run of an orchestrator serving as
+root executes as an unprivileged uid of its own (``PO_LOCAL_RUN_UIDS``, default 2100000-2100999; no
+account, the group of the same number), outside the data dir, with none of the server's environment; it can
+read neither the server key nor the database, sees nothing of another run (``/proc`` of other uids, their
+directories, an idle warm runner's memory) and nothing of it outlives its run.
 
 Real ``orchestrator serve`` processes as root, real runner processes, the embedded Terraform engine; the
 probes are ``local-exec`` provisioners and ``file()`` in an inline module, as a tenant would write them.
@@ -13,7 +15,9 @@ from __future__ import annotations
 import base64
 import secrets
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import run_probe
 from tests.support.outages import ServerProcess
 from tests.support.run_user import nobody
 from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
@@ -28,6 +33,8 @@ from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, run
 pytestmark = pytest.mark.slow
 
 MODULE = yaml.safe_load((EXAMPLES / "module.yaml").read_text())
+#: PO_LOCAL_RUN_UIDS's default.
+RUN_UIDS = range(2100000, 2101000)
 
 
 @pytest.fixture
@@ -105,9 +112,10 @@ def test_local_run__executes_as_the_unprivileged_user_without_privileges(isolate
     )
 
     assert "succeeded" == deployment["status"], deployment["status_message"]
-    assert str(isolated.user.uid) == isolated.read("uid")
-    # Its primary group only: none of root's groups.
-    assert [str(isolated.user.gid)] == isolated.read("groups").split()
+    uid = int(isolated.read("uid"))
+    assert uid in RUN_UIDS
+    # Its own group (the same number) only: none of root's groups.
+    assert [str(uid)] == isolated.read("groups").split()
     capabilities = dict(line.split(":") for line in isolated.read("caps").splitlines())
     for kind in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         assert 0 == int(capabilities[kind].strip(), 16), kind
@@ -124,8 +132,9 @@ def test_local_run__lives_outside_the_data_dir_in_its_own_private_directory(isol
     found = isolated.found
     deployment = isolated.probe(
         f"pwd > {found}/pwd\n"
-        f'stat -c "%U %a" "$HOME/.." > {found}/work\n'
+        f'stat -c "%u %a" "$HOME/.." > {found}/work\n'
         f'stat -c "%U %a" "$HOME/../.." > {found}/run\n'
+        f"id -u > {found}/uid\n"
         f'echo "$HOME" > {found}/home\necho "$TMPDIR" > {found}/tmpdir'
     )
 
@@ -134,7 +143,7 @@ def test_local_run__lives_outside_the_data_dir_in_its_own_private_directory(isol
     data_dir = isolated.data_dir.resolve()
     assert isolated.runs_dir.resolve() == work.parent.parent
     assert data_dir not in work.parents
-    assert "nobody 700" == isolated.read("work")
+    assert f"{isolated.read('uid')} 700" == isolated.read("work")
     # The launcher's own part of the run (stderr, pid file): the run user may only pass through.
     assert "root 711" == isolated.read("run")
     assert (str(work / "home"), str(work / "tmp")) == (isolated.read("home"), isolated.read("tmpdir"))
@@ -209,3 +218,57 @@ def test_local_run__environment_holds_none_of_the_servers(canaries: tuple[Isolat
     # Its own HOME and TMPDIR, in its working directory.
     for name in ("HOME", "TMPDIR"):
         assert isolated.runs_dir in Path(environment[name]).parents, name
+
+
+def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it(
+    database_url: str, shared: Path, tmp_path: Path
+) -> None:
+    isolated = Isolated(database_url, shared, tmp_path)
+    marker = f"marker-{secrets.token_hex(12)}"
+    runner = runner_body(isolated.tf_config)
+    runner["runner_configuration"]["job"]["secrets"] = {"MY_RUNNER_SECRET": marker}
+    (tmp_path / "other").mkdir()
+    other = build_stack(isolated.server.url, tmp_path / "other", org="globex", runner=runner)
+    found = isolated.found
+    (found / "probe.py").write_text(run_probe.PROBE)
+    (found / "probe.py").chmod(0o644)
+    try:
+        # Org acme's run: starts the detached probe, then waits (bounded) until org globex's run is over.
+        code = MODULE["module_source_code"] + (
+            '\nresource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
+            f'    command = "setsid nohup {sys.executable} {found}/probe.py {found} {marker} '
+            '> /dev/null 2>&1 < /dev/null &"\n  }\n}\n'
+            '\nresource "terraform_data" "wait" {\n  depends_on = [terraform_data.probe]\n'
+            '  provisioner "local-exec" {\n'
+            f'    command = "for i in $(seq 600); do [ -e {found}/other-done ] && exit 0; sleep 0.2; done"\n'
+            "  }\n}\n"
+        )
+        patched = isolated.stack.client.patch(
+            f"/orgs/{isolated.stack.org}/modules/demo-app", json={"module_source_code": code}
+        )
+        assert 200 == patched.status_code, patched.text
+        probing = isolated.stack.client.post(
+            f"/orgs/{isolated.stack.org}/deployments",
+            json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},
+        )
+        assert 201 == probing.status_code, probing.text
+        run_probe.wait_for(found / "probe.alive", 60)
+        # Org globex's run, with the marker in its runner's secrets, while the probe looks.
+        victim = other.deploy(demo_manifest())
+        time.sleep(1.0)  # a few more rounds of the probe over what globex's run left (nothing, it is over)
+        (found / "other-done").touch()
+        prober = isolated.stack.wait(probing.json()["id"])
+        probe_pid = int((found / "probe.pid").read_text())
+        gone = run_probe.wait_gone(probe_pid, 30)
+        findings = run_probe.findings(found)
+    finally:
+        other.client.close()
+        isolated.close()
+
+    assert "succeeded" == victim["status"], victim["status_message"]
+    assert "succeeded" == prober["status"], prober["status_message"]
+    # Nothing of another uid: no environment (so no token, no secret), no directory, no file, no memory
+    # of globex's run, of the idle warm runners (each of its own uid, not dumpable) or of the server.
+    assert [] == findings
+    # The probe left its run's session, yet it is gone once its run is over.
+    assert gone, f"the probe (pid {probe_pid}) outlived its run"

@@ -13,9 +13,11 @@ import asyncio
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ import sqlalchemy as sa
 from orchestrator.protocol import age
 from orchestrator.store import db
 from orchestrator.store.schema import deployments, managed_runners
+from tests.support import run_probe
 from tests.support.managed import MANAGED_SECRET
 from tests.support.outages import ServerProcess, wait_for
 from tests.support.postgres import PostgresServer
@@ -72,6 +75,7 @@ ENVIRONMENTS: dict[str, list[str]] = {
     "k8s": ["kubernetes"],
     "late": ["late"],
     "probe": ["probe"],
+    "leak": ["leak"],
 }
 
 
@@ -86,7 +90,15 @@ class RunnerProcess:
         self, url: str, name: str, root: Path, *, secret: str = MANAGED_SECRET, **extra: str
     ) -> None:
         self.name = name
-        self.work_dir = root / f"work-{name}"
+        # As root, each run executes as a uid of its own, who must pass through to its work directory:
+        # not under the test's own temporary directory (0700).
+        self.work_dir = (
+            Path(tempfile.mkdtemp(prefix=f"po-managed-{name}-")) / "work"
+            if os.geteuid() == 0
+            else root / f"work-{name}"
+        )
+        if os.geteuid() == 0:
+            self.work_dir.parent.chmod(0o711)
         self.log = root / f"runner-{name}-{next(_started)}.log"
         self.home = root / f"home-{name}"
         self.home.mkdir(parents=True, exist_ok=True)
@@ -345,7 +357,9 @@ def test_a_deployment_runs_through_po_runner_managed_and_leaves_nothing_behind(
     assert 200 == logs.status_code, logs.text
     assert "terraform_data" in logs.text
     wait_for(lambda: runner.events("exit code reported"), 30, "the exit code to be reported")
-    assert [] == list(runner.work_dir.iterdir())
+    # Nothing of the run; the uids' lock folder (.uids) stays, empty.
+    assert [] == [entry for entry in runner.work_dir.iterdir() if entry.name != ".uids"]
+    assert [] == list((runner.work_dir / ".uids").glob("*")) if (runner.work_dir / ".uids").exists() else True
     assert [deployment_id] == [entry["deployment_id"] for entry in runner.events("deployment claimed")]
     assert 0 == runner.stop()
     assert MANAGED_SECRET not in runner.log.read_text()
@@ -585,3 +599,72 @@ def test_one_pool_serves_two_organizations_that_cannot_read_each_other(
         f"{server.url}/runner/deployments/{probed}/finished", json={"exitCode": 1}, headers=bearer
     )
     assert 200 == done.status_code, done.text
+
+
+# --- isolation ---------------------------------------------------------------------------------------
+
+
+def test_a_runs_leftover_process_sees_nothing_of_the_runner_and_is_gone_with_its_run(
+    server: ServerProcess, acme: Stack, globex: Stack, runners: list[RunnerProcess], tmp_path: Path
+) -> None:
+    """A deployment's detached probe looks for the shared secret (in every environment it can read, and in
+    the runner's secret file) and at every process of another uid: it finds nothing, its run executes as a
+    uid of its own, and it is gone when its run ends, before the next organization's deployment runs."""
+    if os.geteuid() != 0:
+        pytest.skip("a managed runner gives each run a uid of its own only as root")
+    found = Path(tempfile.mkdtemp(prefix="po-managed-probe-"))
+    found.chmod(0o777)
+    secret_file = tmp_path / "managed-secret"
+    secret_file.write_text(MANAGED_SECRET + "\n")
+    secret_file.chmod(0o600)
+    (found / "probe.py").write_text(run_probe.PROBE)
+    (found / "probe.py").chmod(0o644)
+    code = (
+        'resource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
+        f'    command = "id -u > {found}/uid; setsid nohup {sys.executable} {found}/probe.py {found} '
+        f'{MANAGED_SECRET} {secret_file} > /dev/null 2>&1 < /dev/null &"\n'
+        "  }\n}\n"
+        'resource "terraform_data" "wait" {\n  depends_on = [terraform_data.probe]\n'
+        '  provisioner "local-exec" {\n'
+        f'    command = "for i in $(seq 300); do [ -e {found}/probe.alive ] && sleep 2 && exit 0; '
+        'sleep 0.1; done"\n'
+        "  }\n}\n"
+    )
+    base = f"/orgs/{acme.org}"
+    for path, body in [
+        ("/resource-types", {"id": "probe-app", "output_schema": {"type": "object"}}),
+        (
+            "/modules",
+            {
+                "id": "probe-app",
+                "resource_type": "probe-app",
+                "module_source": "inline",
+                "module_source_code": code,
+            },
+        ),
+        ("/module-rules", {"module_id": "probe-app"}),
+    ]:
+        response = acme.client.post(base + path, json=body)
+        assert 201 == response.status_code, (path, response.text)
+    runner = RunnerProcess(server.url, "pool-isolated", tmp_path, RUNNER_TAGS="leak")
+    del runner.env["RUNNER_MANAGED_SECRET"]
+    runner.env["RUNNER_MANAGED_SECRET_FILE"] = str(secret_file)
+    runners.append(runner.start())
+    registered(runner)
+    try:
+        manifest = {"workloads": {"probe": {"resources": {"p": {"type": "probe-app"}}}}}
+        probing, _ = create(acme, "leak", manifest)
+        probed = acme.wait(probing)
+        probe_pid = int((found / "probe.pid").read_text())
+        gone = run_probe.wait_gone(probe_pid, 30)
+        theirs, their_identity = create(globex, "leak")
+        assert_succeeded(globex, theirs, their_identity)
+        seen = run_probe.findings(found)
+        uid = int((found / "uid").read_text())
+    finally:
+        shutil.rmtree(found, ignore_errors=True)
+
+    assert "succeeded" == probed["status"], probed["status_message"]
+    assert 2300000 <= uid <= 2300999  # RUNNER_RUN_UIDS' default: not the runner's own (root)
+    assert [] == seen  # no environment, file, directory or memory of another uid; the secret nowhere
+    assert gone, f"the probe (pid {probe_pid}) outlived its run"

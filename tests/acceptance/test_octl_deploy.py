@@ -12,10 +12,12 @@ import base64
 import json
 import os
 import re
+import select
 import signal
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -343,6 +345,7 @@ def test_deploy__a_lost_answer_is_retried_with_the_same_idempotency_key(platform
             "dev",
             str(platform.manifest()),
             "--no-wait",
+            "--yes",  # no dry run first: the one POST is the create whose answer is lost
             PO_API_URL=f"http://127.0.0.1:{proxy.server_address[1]}",
         )
     finally:
@@ -460,3 +463,95 @@ def test_delete_env__failed_destroy_says_how_to_go_on_and_keeps_its_logs(platfor
 
     _ok(forced)
     assert "No environments found" in octl("get", "envs", "shop").stderr
+    # It names what it leaves behind: the deployment that applied the resources, and where their state stays.
+    assert (
+        "Warning: left behind by --force: the resources applied by 1 deployment(s) of shop/dev"
+        in forced.stderr
+    )
+    assert "1 Terraform resource(s) after it), are not destroyed" in forced.stderr
+    assert "their Terraform state stays in the state storage of runner" in forced.stderr
+
+
+def _on_terminal(octl: OctlProcess, args: tuple[str, ...], answer: str, *, timeout: float = 120.0) -> Ran:
+    """``octl`` with a pseudo-terminal as stdin, stdout and stderr; ``answer`` typed once it asks."""
+    main, secondary = os.openpty()
+    environ = {
+        **os.environ,
+        "PO_API_URL": octl.base_url,
+        "PO_AUTH_TOKEN": octl.token,
+        "PO_ORG_ID": ORG,
+        "OCTL_CONFIG": str(octl.config_path),
+        "OCTL_KEYS_DIR": str(octl.config_path.parent / "keys"),
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+    }
+    process = subprocess.Popen(
+        [str(OCTL_EXECUTABLE), *args], stdin=secondary, stdout=secondary, stderr=secondary, env=environ
+    )
+    os.close(secondary)
+    seen, answered = b"", False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the process ended and closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if not answered and b"Do you want to continue?" in seen:
+            os.write(main, answer.encode() + b"\r")
+            answered = True
+        if process.poll() is not None and not ready:
+            break
+    exit_code = process.wait(timeout=30)
+    os.close(main)
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    return Ran(exit_code=exit_code, stdout=text, stderr=text)
+
+
+def test_deploy__an_empty_manifest_is_refused_and_removes_nothing(platform: Platform) -> None:
+    octl = platform.octl
+    _ok(octl("deploy", "shop", "dev", str(platform.manifest()), "--yes"))
+    empty_file = platform.tmp_path / "empty.yaml"
+    empty_file.write_text("")
+
+    from_file = octl("deploy", "shop", "dev", str(empty_file))
+    from_stdin = octl("deploy", "shop", "dev", "-", input="# nothing here\n")
+    with platform.client() as client:
+        deployments = client.list_deployments(ORG, project_id="shop", env_id="dev")
+
+    for refused in (from_file, from_stdin):
+        assert 2 == refused.exit_code, refused.output
+        assert "is empty: deploying it would remove every resource of the environment" in refused.stderr
+        assert "deploy a manifest of `workloads: {}`" in refused.stderr
+    assert 1 == len(deployments)
+
+
+def test_deploy__removing_resources_asks_on_a_terminal_and_says_so_when_piped(platform: Platform) -> None:
+    octl = platform.octl
+    _ok(octl("deploy", "shop", "dev", str(platform.manifest()), "--yes"))
+    nothing = platform.tmp_path / "nothing.yaml"
+    nothing.write_text("workloads: {}\n")
+    args = ("deploy", "shop", "dev", str(nothing))
+
+    declined = _on_terminal(octl, args, "n")
+    with platform.client() as client:
+        after_decline = client.list_deployments(ORG, project_id="shop", env_id="dev")
+    piped = octl(*args)
+    accepted_again = _on_terminal(octl, ("deploy", "shop", "dev", str(platform.manifest())), "y")
+
+    assert 1 == declined.exit_code, declined.output
+    assert "This deployment removes 2 resource(s) from shop/dev:" in declined.output
+    assert "workload removed" in declined.output
+    assert "not deployed: the removal from shop/dev was not confirmed" in declined.output
+    assert 1 == len(after_decline)
+    # Piped: no one to answer; it says what it removes and goes on.
+    _ok(piped)
+    assert "This deployment removes 2 resource(s) from shop/dev:" in piped.stderr
+    assert "not asked: no terminal to answer on" in piped.stderr
+    # Adding resources back asks nothing.
+    assert 0 == accepted_again.exit_code, accepted_again.output
+    assert "Do you want to continue?" not in accepted_again.output

@@ -453,6 +453,37 @@ async def test_modules__inline_source_needs_code_and_only_it_may_have_code(org: 
     assert whitespace.json()["message"].startswith("module_source:")
 
 
+async def test_modules__inline_code_that_does_not_parse_is_refused_naming_the_line(org: Org) -> None:
+    """Terraform's own parser reads inline code at create and update: a syntax error is a 400 naming the
+    field, the line and Terraform's words; nothing is stored."""
+    await _type(org)
+    base = f"/orgs/{org.id}/modules"
+    body = {"id": "pg", "resource_type": "postgres", "module_source": "inline"}
+    broken = (
+        'variable "name" {\n  type = string\n}\n\n'
+        + 'resource "terraform_data" "x" {\n  input = "${var.name"\n}\n'
+    )
+
+    created = await org.admin.post(base, json={**body, "module_source_code": broken})
+    missing = await org.admin.get(f"{base}/pg")
+    good = await _module(org, module_source="inline", module_source_code='output "x" { value = 1 }')
+    patched = await org.admin.patch(
+        f"{base}/pg", json={"module_source_code": 'output "x" {\n  value = \n}\n'}
+    )
+    kept = await org.admin.get(f"{base}/pg")
+
+    assert 400 == created.status_code, created.text
+    assert created.json()["message"].startswith(
+        "module_source_code: does not parse as Terraform code: "
+        "line 6: Unclosed template interpolation sequence"
+    )
+    assert 404 == missing.status_code
+    assert 'output "x" { value = 1 }' == good["module_source_code"]
+    assert 400 == patched.status_code, patched.text
+    assert "line 2: Invalid expression: Expected the start of an expression" in patched.json()["message"]
+    assert 'output "x" { value = 1 }' == kept.json()["module_source_code"]
+
+
 @pytest.mark.parametrize(
     "source", ["../../..", "/etc", "git::file:///etc", "file:///var/lib", "./modules/%2e%2e/%2e%2e/x"]
 )

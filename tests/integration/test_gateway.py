@@ -358,3 +358,41 @@ def test_tokens__derived_per_deployment_and_compared_safely() -> None:
     )
     assert not deployment_tokens.verify(key, "o", "d1", None)
     assert base64.urlsafe_b64decode(deployment_tokens.deployment_token(key, "o", "d1") + "=")
+
+
+async def test_state__kept_when_its_environment_is_force_deleted(
+    gateway: Gateway, app: FastAPI, org: Org
+) -> None:
+    """A forced delete leaves the resources behind, so it leaves the state describing them too (under the
+    environment's UUID); only a destroy that emptied it lets the state go."""
+    client, auth = gateway.client, gateway.basic()
+    state = {
+        "version": 4,
+        "serial": 1,
+        "lineage": "x",
+        "resources": [{"type": "terraform_data", "name": "a"}],
+    }
+    await client.request("LOCK", gateway.state_url("/lock"), json={"ID": "lock-1", "Who": "a"}, auth=auth)
+    written = await client.post(gateway.state_url(), params={"ID": "lock-1"}, json=state, auth=auth)
+    await client.request("UNLOCK", gateway.state_url("/lock"), json={"ID": "lock-1"}, auth=auth)
+    async with app.state.services.engine.begin() as conn:
+        await conn.execute(
+            deployments.update()
+            .where(deployments.c.id == uuid.UUID(gateway.deployment_id))
+            .values(status="failed", status_message="failed part-way")
+        )
+
+    deleted = await org.admin.delete(f"/orgs/{org.id}/projects/shop/envs/dev", params={"force": "true"})
+    async with app.state.services.engine.connect() as conn:
+        kept = (
+            await conn.execute(
+                sa.select(sa.func.count())
+                .select_from(tf_states)
+                .where(tf_states.c.env_uuid == uuid.UUID(gateway.env["uuid"]))
+            )
+        ).scalar_one()
+
+    assert 200 == written.status_code, written.text
+    assert 204 == deleted.status_code, deleted.text
+    assert 404 == (await org.admin.get(f"/orgs/{org.id}/projects/shop/envs/dev")).status_code
+    assert 1 == kept

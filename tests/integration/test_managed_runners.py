@@ -128,6 +128,27 @@ async def test_runner_calls__take_no_secret_and_no_unknown_token(runner_client: 
     assert 401 == without.status_code
 
 
+async def test_agent_routes_of_the_pool__401_for_any_bearer_without_a_traceback(
+    org: Org, runner_client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Managed pool (runner ``managed`` of every organization) speaks no agent protocol: an agent route
+    of it answers the gateway's generic 401 for any bearer, never a 500 (it did: ``'managed' is not a valid
+    RunnerType``)."""
+    base = f"/runner-gateway/v1/orgs/{org.id}/runners/managed"
+    token = await registered(runner_client, "managed-0")
+    answers = [
+        await runner_client.post(f"{base}/events", json={}, headers=bearer(value))
+        for value in ("x", token, MANAGED_SECRET)
+    ] + [
+        await runner_client.post(f"{base}/commands/next", json={}, headers=bearer("x")),
+        await runner_client.post(f"{base}/commands/c-1/ack", json={}, headers=bearer("x")),
+    ]
+
+    assert [401] * 5 == [answer.status_code for answer in answers], [a.text for a in answers]
+    assert "Traceback" not in caplog.text
+    assert "is not a valid RunnerType" not in caplog.text
+
+
 async def test_managed_runners_off__routes_404_and_pool_hidden(
     settings: ServerSettings, runner_client: httpx.AsyncClient
 ) -> None:
@@ -155,7 +176,13 @@ async def test_pool__listed_in_every_organization_and_read_only(
     org: Org, other_org: Org, runner_client: httpx.AsyncClient
 ) -> None:
     await registered(runner_client, "managed-0", ["docker"])
-    listed = [await o.clients["viewer"].get(f"/orgs/{o.id}/runners") for o in (org, other_org)]
+    listed = [
+        await o.clients["viewer"].get(f"/orgs/{o.id}/runners", params={"include_managed": "true"})
+        for o in (org, other_org)
+    ]
+    # Upstream's runner types have no "managed": the plain list leaves the pool out for upstream clients.
+    plain = [await o.clients["viewer"].get(f"/orgs/{o.id}/runners") for o in (org, other_org)]
+    assert [[], []] == [answer.json()["items"] for answer in plain]
     got = await org.clients["viewer"].get(f"/orgs/{org.id}/runners/managed")
     refused = [
         await client.patch(f"/orgs/{org.id}/runners/managed", json={"description": "mine"})
@@ -510,6 +537,6 @@ async def test_pool__organizations_from_before_get_it_when_the_server_starts_wit
         assert 201 == (await platform.post("/orgs", json={"id": "early"})).status_code
     on = create_app(settings)
     async with on.router.lifespan_context(on), api_client(on, BOOTSTRAP_TOKEN) as platform:
-        listed = await platform.get("/orgs/early/runners")
+        listed = await platform.get("/orgs/early/runners", params={"include_managed": "true"})
 
     assert ["managed"] == [r["id"] for r in listed.json()["items"]]

@@ -396,8 +396,19 @@ def test_managed_runners__po_runner_managed_with_seed_004s_environment(chart: An
     assert "command" not in runner
     env = env_of(runner)
     assert env["RUNNER_URL"]["value"] == SERVICE_URL
-    # The runners and the server read the same Secret.
-    assert secret_ref(env, "RUNNER_MANAGED_SECRET") == {"name": MANAGED_SECRET, "key": MANAGED_KEY}
+    # The runners and the server read the same Secret: the runners as a file (mode 0400), never a variable.
+    assert "RUNNER_MANAGED_SECRET" not in env
+    secret_path = Path(env["RUNNER_MANAGED_SECRET_FILE"]["value"])
+    (secret_volume,) = [v for v in pod_spec(rendered, "StatefulSet")["volumes"] if "secret" in v]
+    assert secret_volume["secret"] == {
+        "secretName": MANAGED_SECRET,
+        "defaultMode": 0o400,
+        "items": [{"key": MANAGED_KEY, "path": secret_path.name}],
+    }
+    assert {"mountPath": str(secret_path.parent), "name": secret_volume["name"], "readOnly": True} in runner[
+        "volumeMounts"
+    ]
+    assert env["RUNNER_RUN_UIDS"]["value"] == "2300000-2300999"
     assert env["RUNNER_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "RUNNER_TAGS" not in env  # no tags of its own: only the detected ones
     # Their logs as the server's.
@@ -406,10 +417,10 @@ def test_managed_runners__po_runner_managed_with_seed_004s_environment(chart: An
     # The runner makes its work dir private (chmod 0700): a directory of its own, not the mount's root.
     assert str(Path(env["RUNNER_WORK_DIR"]["value"]).parent) in mounts
     assert pod_spec(rendered, "StatefulSet")["terminationGracePeriodSeconds"] == 45
-    (work,) = pod_spec(rendered, "StatefulSet")["volumes"]
+    (work,) = [v for v in pod_spec(rendered, "StatefulSet")["volumes"] if "emptyDir" in v]
     assert work["emptyDir"] == {"sizeLimit": "4Gi"}
-    # Everything a runner writes is on that volume (the root file system is read-only).
-    assert {m["name"] for m in mounts.values()} == {work["name"]}
+    # Everything a runner writes is on that volume (the root file system is read-only; the secret's is not).
+    assert {m["name"] for m in mounts.values() if not m.get("readOnly")} == {work["name"]}
     assert {"/tmp", "/home/runner"} <= set(mounts)
     assert runner["resources"] == {
         "requests": {"cpu": "250m", "memory": "512Mi"},
@@ -431,8 +442,47 @@ def test_managed_runners__no_kubernetes_api_access(chart: Any) -> None:
     assert not any(path.startswith("/var/run/secrets") for path in mounts)
 
 
-def test_managed_runners__non_root_read_only_no_capabilities(chart: Any) -> None:
+def test_managed_runners__root_with_six_capabilities_to_run_each_deployment_as_its_own_uid(
+    chart: Any,
+) -> None:
+    """By default (runUids) the runner switches each deployment to a uid of its own: root, read-only, with
+    only the capabilities that needs (all within Pod Security "baseline"), no privilege escalation."""
     rendered = render(chart, DEFAULTS)
+    pod = pod_spec(rendered, "StatefulSet")["securityContext"]
+    assert (pod["runAsNonRoot"], pod["runAsUser"], pod["runAsGroup"]) == (False, 0, 0)
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = container(rendered, "StatefulSet")["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    baseline = {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert set(context["capabilities"]["add"]) == {
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "KILL",
+        "SETGID",
+        "SETUID",
+    }
+    assert set(context["capabilities"]["add"]) <= baseline
+
+
+def test_managed_runners__without_run_uids_non_root_read_only_no_capabilities(chart: Any) -> None:
+    rendered = render(chart, {"managedRunners": {"runUids": ""}})
     pod = pod_spec(rendered, "StatefulSet")["securityContext"]
     assert (pod["runAsNonRoot"], pod["runAsUser"], pod["runAsGroup"]) == (True, 65534, 65534)
     assert pod["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from orchestrator.launchers.base import Launcher, LaunchError
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.commands import CreateJobPayload
 
@@ -59,12 +60,18 @@ class AgentLaunchers:
         runs_dir: Path,
         environ: Mapping[str, str],
         run_user: RunUser | None = None,
+        run_uids: RunUids | None = None,
         kubernetes: LauncherFactory | None = None,
         cluster: LaunchedRuns | None = None,
         on_exit: Callable[[int], None] | None = None,
     ) -> None:
         self.local = LocalLauncher(
-            runs_dir, environ=environ, run_user=run_user, user_setting="AGENT_RUN_USER", on_exit=on_exit
+            runs_dir,
+            environ=environ,
+            run_user=run_user,
+            run_uids=run_uids,
+            user_setting="AGENT_RUN_USER",
+            on_exit=on_exit,
         )
         self._kubernetes = kubernetes
         self.cluster = cluster

@@ -14,6 +14,7 @@ from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.client.gateway import RunnerGateway
 from orchestrator.errors import ConfigurationError
+from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import agent_auth
 
@@ -23,6 +24,11 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
     key = agent_auth.load_private_key(settings.private_key.get_secret_value())
     run_user = RunUser.resolve(settings.agent_run_user, setting="AGENT_RUN_USER")
     prepare_runs_dir(settings.agent_runs_dir, run_user, setting="AGENT_RUNS_DIR")
+    uids = (
+        RunUids.from_setting(settings.agent_run_uids, settings.agent_runs_dir, setting="AGENT_RUN_UIDS")
+        if run_user is not None
+        else None
+    )
     # ConfigurationError here when the gateway CA or the mTLS pair cannot be loaded.
     client = AgentClient(
         gateway=RunnerGateway.of(settings, timeout_seconds=settings.agent_request_timeout_seconds),
@@ -45,6 +51,7 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
             runs_dir=settings.agent_runs_dir,
             environ=os.environ,
             run_user=run_user,
+            run_uids=uids,
             kubernetes=cluster,
             cluster=cluster,
             on_exit=metrics.run_finished,

@@ -81,6 +81,11 @@ class AgentSettings(BaseSettings):
         description="When the agent runs as root, local runs (vm, runtime process) execute as this "
         "unprivileged user (AGENT_RUN_USER); root: as root, without isolation.",
     )
+    agent_run_uids: str = Field(
+        default="2200000-2200999",
+        description="When the agent runs as root, each local run executes as a uid of its own from this "
+        "range START-END (AGENT_RUN_UIDS; see PO_LOCAL_RUN_UIDS); empty: every run as AGENT_RUN_USER.",
+    )
     agent_request_timeout_seconds: float = Field(
         default=30.0, gt=0, description="Timeout of a request other than the long poll."
     )

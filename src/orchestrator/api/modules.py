@@ -16,6 +16,7 @@ from orchestrator.api.catalogue_fields import KIND, Description, ModuleId, Resou
 from orchestrator.api.context import MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import catalogue as catalogue_changes
+from orchestrator.dispatch import module_code
 from orchestrator.domain import catalogue
 from orchestrator.domain.catalogue import ModuleContent, ModuleParam, ResourceRequest
 from orchestrator.errors import InvalidInputError, NotFoundError, found
@@ -279,6 +280,8 @@ async def list_modules(
 async def create_module(
     org_id: str, body: ModuleCreateBody, _: Principal = MANAGE, svc: Services = Depends(services)
 ) -> ModuleOut:
+    if body.module_source_code is not None:
+        await module_code.check_syntax(body.module_source_code)
     async with transaction(svc) as conn:
         created = await catalogue_changes.create_module(
             conn, org_id=org_id, module_id=body.id, resource_type=body.resource_type, content=body.content()
@@ -303,6 +306,8 @@ async def update_module(
     _: Principal = MANAGE,
     svc: Services = Depends(services),
 ) -> ModuleOut:
+    if body.module_source_code is not None:
+        await module_code.check_syntax(body.module_source_code)
     async with transaction(svc) as conn:
         updated = await catalogue_changes.update_module(conn, org_id, module_id, body.apply)
     return ModuleOut.of(updated)

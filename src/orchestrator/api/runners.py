@@ -340,10 +340,19 @@ async def create_runner(
 async def list_runners(
     org_id: str,
     by_runner_type: Annotated[RunnerType | None, Query(alias="byRunnerType")] = None,
+    include_managed: Annotated[
+        bool,
+        Query(
+            description="Also list the platform's Managed pool (runner `managed`, type `managed`, which "
+            "upstream's runner types do not have: left out unless asked for, so upstream clients can read "
+            "the list)."
+        ),
+    ] = False,
     _: Principal = READ,
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[RunnerSummaryOut]:
+    hidden = _hidden_type(svc.settings) if include_managed else MANAGED_RUNNER_TYPE
     async with svc.reader.connect() as conn:
         result = await store.list_runners(
             conn,
@@ -351,7 +360,7 @@ async def list_runners(
             runner_type=by_runner_type,
             after=page.after,
             limit=page.limit,
-            hidden_type=_hidden_type(svc.settings),
+            hidden_type=hidden,
         )
     return page_out(result, RunnerSummaryOut.of)
 

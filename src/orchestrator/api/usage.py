@@ -35,7 +35,8 @@ CSV_COLUMNS = (
 CSV_MEDIA_TYPE = "text/csv"
 
 DEFINITION = (
-    "A deployment's run lasts from `launched_at` (its runner was started, or a managed runner claimed it) "
+    "A deployment's run lasts from `launched_at` (its runner was started, a managed runner claimed it, or "
+    "an agent created its job; a command no agent picked up counts nothing) "
     "to the earlier of `completed_at` and `exited_at` (its runner was seen to exit without results); a "
     "run still executing counts up to now. Its runner minutes are the seconds of that run within "
     "[from, to), divided by 60; a deployment never launched counts zero. It ran on managed runners iff "

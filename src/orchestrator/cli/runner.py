@@ -58,8 +58,30 @@ def main(ctx: click.Context) -> None:
       RUNNER_GATEWAY_URL=https://po.example.com ORG_ID=acme RUNNER_ID=my-runner \\
         PRIVATE_KEY="$(cat agent.pem)" po-runner remote
     """
+    not_dumpable()
     if ctx.invoked_subcommand is None:
         ctx.invoke(standard)
+
+
+#: ``prctl`` option that sets whether the process may be dumped and traced (``linux/prctl.h``).
+PR_SET_DUMPABLE = 4
+
+
+def not_dumpable() -> None:
+    """Make this process non-dumpable: its ``/proc/<pid>/environ``, ``mem``, ``fd`` and ``maps`` become
+    root's, so not even a process of the same uid (what a run starts: its engine, a provisioner, a process
+    it left behind) can read its deployment token, its secrets or a warm runner's pipe, nor trace it. The
+    processes it starts are dumpable again (``execve`` resets the flag): they are the run's own. Linux
+    only; elsewhere nothing happens."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 @main.command()
@@ -191,7 +213,9 @@ def _describe(exc: ValidationError, what: str = "invalid runner environment") ->
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
         variable = ".".join(str(part) for part in error["loc"]).upper()
-        problems.append(f"{variable}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        # A check of several variables (no location) names them in its message.
+        problems.append(f"{variable}: {message}" if variable else message)
     return f"{what}: " + "; ".join(problems)
 
 

@@ -219,8 +219,12 @@ class ApiClient:
     def get_runner(self, org: str, runner_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}")
 
-    def list_runners(self, org: str) -> list[JsonObject]:
-        return self._list(f"/orgs/{_segment(org)}/runners")
+    def list_runners(self, org: str, *, include_managed: bool = True) -> list[JsonObject]:
+        """The organization's runners; with ``include_managed``, the platform's Managed pool too (when
+        managed runners are on)."""
+        return self._list(
+            f"/orgs/{_segment(org)}/runners", {"include_managed": "true" if include_managed else None}
+        )
 
     def update_runner(self, org: str, runner_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}", body=patch)
@@ -483,11 +487,12 @@ class ApiClient:
 
         With an ``idempotency_key`` a POST whose connection failed is sent again with the same key (up to
         :data:`CREATE_ATTEMPTS` tries): if the first one reached the server, the repeat answers the same
-        deployment instead of creating a second. Without a key nothing is repeated.
+        deployment instead of creating a second. A dry run, which changes nothing, is repeated too. Without
+        a key nothing else is repeated.
         """
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         retry = Retry(
-            attempts=CREATE_ATTEMPTS if idempotency_key else 1,
+            attempts=CREATE_ATTEMPTS if idempotency_key or body.get("is_dry_run") is True else 1,
             backoff=Backoff(first_seconds=CREATE_RETRY_DELAY_SECONDS),
             on=ApiConnectionError,
         )

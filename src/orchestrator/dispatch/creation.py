@@ -287,6 +287,10 @@ async def create(
     return Created(deployment=deployment, new=True)
 
 
+#: How many of an environment's newest deployments a destroy looks through for code it can run.
+DESTROY_CODE_CANDIDATES = 20
+
+
 async def create_destroy(
     conn: AsyncConnection,
     ctx: Context,
@@ -296,18 +300,28 @@ async def create_destroy(
     now: datetime,
     logs_recipient: str | None = None,
 ) -> Deployment | None:
-    """The destroy deployment that deleting an environment runs first, with the code of its last
-    successful deployment; None when nothing was ever deployed (nothing to destroy). ``logs_recipient``:
-    the age recipient its runner encrypts its logs to (none: the logs are not kept)."""
-    last = await store.last_in_env(conn, env.uuid, succeeded_state_change=True)
-    if last is None:
+    """The destroy deployment that deleting an environment runs first; None when no deployment ever
+    applied anything there (nothing to destroy). It runs with the code of the newest deployment that may
+    have changed the infrastructure, succeeded or failed (a failed apply can leave resources in the state:
+    they are destroyed, not orphaned), or of an older one when that code is no longer stored; Terraform
+    destroys whatever the state holds. ``logs_recipient``: the age recipient its runner encrypts its logs
+    to (none: the logs are not kept)."""
+    candidates = await store.state_changing_in_env(conn, env.uuid, limit=DESTROY_CODE_CANDIDATES)
+    if not candidates:
         return None
     if await store.executing_in_env(conn, env.uuid) is not None:
         raise ConflictError(f"a deployment is already executing in environment '{env.project_id}/{env.id}'")
-    bundle = await bundles.get(ctx.blobs, ctx.box, last.org_id, last.id, last.bundle_key)
+    last, bundle = candidates[0], None
+    for candidate in candidates:
+        bundle = await bundles.get(ctx.blobs, ctx.box, candidate.org_id, candidate.id, candidate.bundle_key)
+        if bundle is not None:
+            last = candidate
+            break
     if bundle is None:
         raise ConflictError(
-            f"the code of deployment '{last.id}' is no longer stored; delete the environment with force=true"
+            f"the code of deployment '{last.id}' (and of the deployments before it) is no longer stored, so "
+            "no destroy can run; delete the environment with force=true, which leaves its resources and "
+            "their Terraform state behind"
         )
     deployment_id = uuid.uuid4()
     bundle_key = await bundles.put(ctx.blobs, ctx.box, env.org_id, deployment_id, bundle)

@@ -1,5 +1,8 @@
-"""Deleting an environment: a destroy deployment first, unless nothing was ever deployed or the delete is
-forced; then, for good, its row and the Terraform state the orchestrator kept for it (``purge``).
+"""Deleting an environment: a destroy deployment first, unless nothing was ever applied there or the delete
+is forced; then, for good, its row and the (by then empty) Terraform state the orchestrator kept for it
+(``purge``). A forced delete removes only the row: the state the orchestrator kept stays, under the
+environment's UUID, since the resources it describes were not destroyed (state is never thrown away while it
+may hold something).
 
 Its deployments stay on record (keyed by the environment's UUID, so an environment created again under
 the same id starts afresh and is never confused with the deleted one).
@@ -36,8 +39,9 @@ async def delete(
     now: datetime,
     logs_recipient: str | None = None,
 ) -> Environment | None:
-    """Delete the environment (locked from the read on): purged at once when nothing was ever deployed or
-    ``force`` is set (None; with force its infrastructure and state are left behind), else marked
+    """Delete the environment (locked from the read on): purged at once when nothing was ever applied there,
+    removed at once when ``force`` is set (None; its infrastructure and the state describing it are left
+    behind, the state the orchestrator keeps included), else marked
     ``deleting`` behind a destroy deployment (the environment as it is now). 409 while another deployment
     executes there (with force, a destroy may)."""
     env = await project_store.get_env(conn, org_id, project_id, env_id, for_update=True)
@@ -57,7 +61,11 @@ async def delete(
         )
     )
     if destroy is None:
-        await purge(conn, env)
+        if force:
+            # Its resources stay: so does their state (keyed by the environment's UUID, never reused).
+            await project_store.delete_env(conn, env.org_id, env.project_id, env.id)
+        else:
+            await purge(conn, env)
         return None
     updated = await project_store.update_env(
         conn,

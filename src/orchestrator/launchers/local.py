@@ -43,8 +43,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launchers import processes, run_user, warm
+from orchestrator.launchers import processes, run_uids, run_user, warm
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
+from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.launch import RunSpec, WarmOrder
 
@@ -142,8 +143,12 @@ class LocalLauncher:
         on_exit: Callable[[int], None] | None = None,
         run_limit: int | None = None,
         warm_runners: int = 0,
+        run_uids: RunUids | None = None,
     ) -> None:
         self.runs_dir = runs_dir
+        #: A uid of its own for each run and warm runner (``launchers.run_uids``), when runs execute as
+        #: another user; None: every run as ``run_user``.
+        self.run_uids = run_uids if run_user is not None else None
         #: Told the exit code of each runner this launcher started, once it exited (the agent's metrics).
         self.on_exit = on_exit
         #: How many runs of this host execute at once (the dispatcher queues the others).
@@ -165,6 +170,10 @@ class LocalLauncher:
         self._lock = threading.Lock()
         #: Runners started ahead, each waiting for one ``process`` run (``launchers.warm``).
         self.warm_pool = warm.WarmPool(self._start_warm, runs_dir / warm.WARM_DIR, warm_runners)
+        #: The user each idle warm runner was started as (its own uid), by its stderr file.
+        self._warm_users: dict[Path, RunUser] = {}
+        #: Adopted runs found gone whose uid was released already.
+        self._released: set[str] = set()
 
     def close(self) -> None:
         """Stop the idle warm runners (the runs go on)."""
@@ -257,14 +266,13 @@ class LocalLauncher:
         user = self.run_user if process_runtime else None
         if user is not None:
             await self.check_runnable()
-        try:
-            work = await asyncio.to_thread(self._prepare, run_dir, user)
-        except OSError as exc:
-            error = LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}")
-            # A directory the server may not write (permissions, read-only) stays so, and unsaved state
-            # waits for its recovery; anything else (a full disk, a path being set up) may clear up.
-            error.retryable = exc.errno not in _PERMANENT_DIRECTORY_ERRORS
-            raise error from exc
+        # A warm runner only serves runs on the runs dir's file system (its stderr file is renamed).
+        warm_runner = (
+            await asyncio.to_thread(self._take_warm)
+            if process_runtime and run_dir.parent == self.runs_dir
+            else None
+        )
+        user, work = await self._place(run_dir, user, warm_runner)
         if user is not None:
             self._check_reachable(user, work)
         run_env = {
@@ -277,9 +285,10 @@ class LocalLauncher:
         own = {**self._inherited, "HOME": str(work / "home"), "TMPDIR": str(work / "tmp")}
         argv = self._argv(job, sorted(run_env))
         process: subprocess.Popen[bytes] | None = None
-        if process_runtime and run_dir.parent == self.runs_dir:
-            # A warm runner's stderr file is renamed into run_dir: the same file system as the runs dir.
-            process = await asyncio.to_thread(self._hand_to_warm, {**own, **run_env}, run_dir, work)
+        if warm_runner is not None:
+            process = await asyncio.to_thread(
+                self._hand_to_warm, warm_runner, {**own, **run_env}, run_dir, work
+            )
         if process is None:
             try:
                 process = await asyncio.to_thread(self._spawn, argv, {**own, **run_env}, run_dir, work, user)
@@ -293,6 +302,38 @@ class LocalLauncher:
         # A thread, not the event loop, waits for the process: a run outlives the loop that started it.
         threading.Thread(target=self._reap, args=(handle, process, run_dir), daemon=True).start()
         return handle
+
+    async def _place(
+        self, run_dir: Path, user: RunUser | None, warm_runner: warm.WarmRunner | None
+    ) -> tuple[RunUser | None, Path]:
+        """Who the run executes as (the warm runner's uid, a uid of its own, or ``user``) and its prepared
+        working directory; the uid recorded in ``run_dir`` and held by it. An earlier attempt's uid (its
+        process is gone, or the run would have been adopted) is freed."""
+        earlier = self._run_uid(run_dir)
+        try:
+            if warm_runner is not None:
+                user = self._warm_users.pop(warm_runner.stderr, user)
+            elif user is not None and self.run_uids is not None:
+                user = self._own_user(await asyncio.to_thread(self.run_uids.take, run_dir))
+            work = await asyncio.to_thread(self._prepare, run_dir, user)
+        except OSError as exc:
+            if warm_runner is not None:
+                await asyncio.to_thread(warm_runner.discard)
+            if user is not None and self.run_uids is not None and user.uid in self.run_uids.uids:
+                # Nothing ran as it for this run: the warm runner's is swept, a fresh one just dropped.
+                drop = self.run_uids.release if warm_runner is not None else self.run_uids.forget
+                await asyncio.to_thread(drop, user.uid)
+            error = LaunchError(f"cannot prepare the run's directory {run_dir}: {exc.strerror or exc}")
+            # A directory the server may not write (permissions, read-only) stays so, and unsaved state
+            # waits for its recovery; anything else (a full disk, a path being set up) may clear up.
+            error.retryable = exc.errno not in _PERMANENT_DIRECTORY_ERRORS
+            raise error from exc
+        if user is not None and self.run_uids is not None:
+            self.run_uids.hand_over(user.uid, run_dir)
+            run_uids.record_uid(run_dir, user.uid)
+            if earlier is not None and earlier != user.uid:
+                await asyncio.to_thread(self.run_uids.release, earlier, holder_done=True)
+        return user, work
 
     def _check_reachable(self, user: RunUser, work: Path) -> None:
         """The run user must reach its working directory (``job.work_dir`` may be anywhere)."""
@@ -332,31 +373,52 @@ class LocalLauncher:
                 os.chown(directory, user.uid, user.gid, follow_symlinks=False)
         return work
 
-    def _hand_to_warm(self, env: dict[str, str], run_dir: Path, work: Path) -> subprocess.Popen[bytes] | None:
-        """The run handed to a warm runner (its stderr moved to ``run_dir/stderr.log``), or None when no
-        live one is idle."""
-        while (runner := self.warm_pool.take()) is not None:
-            try:
-                runner.hand_over(WarmOrder(environ=env, cwd=str(work)), run_dir / "stderr.log")
-            except OSError:
-                runner.discard()  # died meanwhile: the next one, or a cold start
-                continue
-            return runner.process
-        return None
+    @staticmethod
+    def _own_user(uid: int) -> RunUser:
+        """The run user of a uid of the range: its group of the same number, no account."""
+        return RunUser(name=f"uid {uid}", uid=uid, gid=uid)
+
+    def _take_warm(self) -> warm.WarmRunner | None:
+        """A live idle warm runner, or None (the pool is topped up either way)."""
+        return self.warm_pool.take()
+
+    def _hand_to_warm(
+        self, runner: warm.WarmRunner, env: dict[str, str], run_dir: Path, work: Path
+    ) -> subprocess.Popen[bytes] | None:
+        """The run handed to ``runner`` (its stderr moved to ``run_dir/stderr.log``), or None when it died
+        meanwhile (the run then starts cold, as the same user: the runner's uid now holds the run)."""
+        try:
+            runner.hand_over(WarmOrder(environ=env, cwd=str(work)), run_dir / "stderr.log")
+        except OSError:
+            runner.discard()
+            return None
+        return runner.process
 
     def _start_warm(self, stderr_path: Path) -> subprocess.Popen[bytes]:
-        """A warm runner (``po-runner warm``) as the run user, started as a cold one is, its stderr to
-        ``stderr_path`` (the launcher's) and its stdin a pipe the order comes through."""
-        return self._start(
-            [self._python, "-m", "orchestrator.cli.runner", "warm"],
-            # Its HOME until the order sets the run's (a user site-packages folder is looked up there).
-            {**self._inherited, "HOME": "/nonexistent"},
-            stderr_path,
-            os.O_EXCL,
-            stdin=subprocess.PIPE,
-            cwd=Path("/"),
-            user=self.run_user,
-        )
+        """A warm runner (``po-runner warm``) as a run user of its own (a uid of the range, or the run
+        user), started as a cold one is, its stderr to ``stderr_path`` (the launcher's) and its stdin a pipe
+        the order comes through."""
+        user = self.run_user
+        if user is not None and self.run_uids is not None:
+            user = self._own_user(self.run_uids.take(stderr_path))
+        try:
+            process = self._start(
+                [self._python, "-m", "orchestrator.cli.runner", "warm"],
+                # Its HOME until the order sets the run's (a user site-packages folder is looked up there).
+                {**self._inherited, "HOME": "/nonexistent"},
+                stderr_path,
+                os.O_EXCL,
+                stdin=subprocess.PIPE,
+                cwd=Path("/"),
+                user=user,
+            )
+        except OSError:
+            if user is not None and self.run_uids is not None:
+                self.run_uids.release(user.uid)
+            raise
+        if user is not None:
+            self._warm_users[stderr_path] = user
+        return process
 
     def _spawn(
         self, argv: list[str], env: dict[str, str], run_dir: Path, work: Path, user: RunUser | None
@@ -398,8 +460,7 @@ class LocalLauncher:
         code (plan files hold outputs in clear text) unless it holds unsaved state; the stderr of a failed
         run stays for the dispatcher's message."""
         code = process.wait()
-        self._stop_leftovers(handle)
-        remove_code_dir(run_dir, whole_run=code == 0)
+        self._finish(handle, run_dir, whole_run=code == 0)
         self._exit_codes[handle] = code
         self._running.discard(handle)
         if self.on_exit is not None:
@@ -420,9 +481,30 @@ class LocalLauncher:
         if run.members():
             run.stop(self._reap_grace_seconds)
 
+    def _finish(self, handle: str, run_dir: Path, *, whole_run: bool) -> None:
+        """The runner is gone: stop what is left of its session (SIGTERM first: Terraform saves its state
+        and releases its lock), then every other process of the run's uid, whatever session it made;
+        remove the run's code (unsaved state kept) and free its uid (held while unsaved state keeps
+        ``work/``)."""
+        self._stop_leftovers(handle)
+        uid = self._run_uid(run_dir)
+        if uid is not None and self.run_uids is not None:
+            run_uids.sweep(uid, self.run_uids.uids)
+        remove_code_dir(run_dir, whole_run=whole_run)
+        if uid is not None and self.run_uids is not None:
+            self.run_uids.release(uid)
+
+    def _run_uid(self, run_dir: Path) -> int | None:
+        """The uid of the range a run executes as (``runner.uid`` in its directory), if any."""
+        if self.run_uids is None:
+            return None
+        uid = run_uids.read_uid(run_dir)
+        return uid if uid is not None and uid in self.run_uids.uids else None
+
     def _reap_adopted(self, handle: str) -> None:
         try:
-            self._stop_leftovers(handle)
+            _, _, _, run_dir = self._parse(handle)
+            self._finish(handle, run_dir, whole_run=False)
         finally:
             with self._lock:
                 self._reaping.discard(handle)
@@ -452,8 +534,7 @@ class LocalLauncher:
             # Not this process's child: its exit cannot be waited for, only seen.
             while run.leader_alive():
                 time.sleep(poll_seconds)
-            self._stop_leftovers(handle)
-            remove_code_dir(run_dir, whole_run=False)
+            self._finish(handle, run_dir, whole_run=False)
         finally:
             self._running.discard(handle)
 
@@ -501,6 +582,12 @@ class LocalLauncher:
             if start:
                 threading.Thread(target=self._reap_adopted, args=(handle,), daemon=True).start()
             return RunStatus(state=RunState.RUNNING)
+        with self._lock:
+            first = handle not in self._released
+            self._released.add(handle)
+        if first:
+            # Launched before a restart, nothing of it left: its code and uid go as a reaped run's do.
+            await asyncio.to_thread(self._finish, handle, run_dir, whole_run=False)
         return RunStatus(
             state=RunState.EXITED,
             detail=_last_line(run_dir) or "the runner process is gone",
@@ -515,6 +602,9 @@ class LocalLauncher:
         if kept is not None:
             kept.unlink(missing_ok=True)
         remove_code_dir(run_dir, whole_run=False)
+        uid = self._run_uid(run_dir)
+        if uid is not None and self.run_uids is not None:
+            self.run_uids.release(uid)
 
     async def cancel(self, handle: str, *, grace_seconds: float) -> None:
         """SIGTERM the run (see ``_stop``), then SIGKILL what is left of it after the grace period."""

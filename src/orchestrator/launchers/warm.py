@@ -89,6 +89,7 @@ class WarmPool:
         self._idle: list[WarmRunner] = []
         self._starting = 0
         self._closed = False
+        self._swept = False
         self._lock = threading.Lock()
 
     def take(self) -> WarmRunner | None:
@@ -115,10 +116,21 @@ class WarmPool:
 
     def _top_up(self) -> None:
         with self._lock:
+            if not self._swept:
+                self._sweep_stale()
+                self._swept = True
             missing = 0 if self._closed else self.size - len(self._idle) - self._starting
             self._starting += max(missing, 0)
         for _ in range(missing):
             threading.Thread(target=self._add, name="warm-runner", daemon=True).start()
+
+    def _sweep_stale(self) -> None:
+        """Before the first fill: remove the stderr files of warm runners an earlier process of this
+        launcher left (it was killed: its idle runners exited, their files stayed)."""
+        with contextlib.suppress(OSError):
+            for stale in self.directory.glob("*.stderr"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
 
     def _add(self) -> None:
         runner: WarmRunner | None = None

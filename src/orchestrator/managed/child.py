@@ -78,10 +78,12 @@ def child_environment(
     return env
 
 
-def prepare_work_root(root: Path) -> None:
-    """``RUNNER_WORK_DIR``, private (0700), without the work directories of runs of an earlier process."""
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    root.chmod(0o700)
+def prepare_work_root(root: Path, *, other_users: bool = False) -> None:
+    """``RUNNER_WORK_DIR``, private (0700; 0711 when runs execute as other uids, who must pass through to
+    their own directory, never list it), without the work directories of runs of an earlier process."""
+    mode = 0o711 if other_users else 0o700
+    root.mkdir(parents=True, exist_ok=True, mode=mode)
+    root.chmod(mode)
     for leftover in root.glob(f"{RUN_DIR_PREFIX}*"):
         log.warning("removing the work directory of an earlier run", path=str(leftover))
         remove_tree(leftover)
@@ -93,6 +95,12 @@ def make_work_dir(root: Path, deployment_id: str) -> Path:
     for name in ("home", "tmp", "code"):
         (work / name).mkdir(mode=0o700)
     return work
+
+
+def give_work_dir(work: Path, uid: int) -> None:
+    """The work directory and its three folders (0700) to the run's uid (and group of the same number)."""
+    for path in (work / "home", work / "tmp", work / "code", work):
+        os.chown(path, uid, uid, follow_symlinks=False)
 
 
 def remove_tree(path: Path) -> bool:
@@ -135,11 +143,21 @@ class Child:
 
 
 async def start(
-    argv: Sequence[str], env: Mapping[str, str], work: Path, *, deployment_id: str, sink: TextIO
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    work: Path,
+    *,
+    deployment_id: str,
+    sink: TextIO,
+    uid: int | None = None,
 ) -> Child:
-    """Start ``argv`` in its own session (a terminal's Ctrl-C reaches the runner only, which decides) and
-    copy its output, line by line, to ``sink``: its JSON lines as they are, any other line as a JSON line
-    naming the deployment. ``OSError`` if it cannot start."""
+    """Start ``argv`` in its own session (a terminal's Ctrl-C reaches the runner only, which decides),
+    as ``uid`` (its group of the same number, no other group, umask 077) when given, and copy its output,
+    line by line, to ``sink``: its JSON lines as they are, any other line as a JSON line naming the
+    deployment. ``OSError`` if it cannot start."""
+    as_user: dict[str, object] = (
+        {} if uid is None else {"user": uid, "group": uid, "extra_groups": [], "umask": 0o077}
+    )
     process = await asyncio.create_subprocess_exec(
         *argv,
         env=dict(env),
@@ -148,6 +166,7 @@ async def start(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        **as_user,  # type: ignore[arg-type]
     )
     assert process.stdout is not None and process.stderr is not None
     copying = [

@@ -39,6 +39,7 @@ import structlog
 
 from orchestrator.client.errors import ClientError
 from orchestrator.client.http import Backoff
+from orchestrator.launchers.run_uids import RunUids, sweep
 from orchestrator.managed import child as children
 from orchestrator.managed.client import (
     Claim,
@@ -129,6 +130,8 @@ class ManagedRunner:
     rng: random.Random = field(default_factory=random.Random)
     #: Set on a second signal: a running po-runner gets SIGTERM at once.
     hurry: asyncio.Event = field(default_factory=asyncio.Event)
+    #: A uid of its own for each deployment's po-runner (runner as root), else None: the runner's own.
+    uids: RunUids | None = None
 
     _token: str | None = field(default=None, init=False, repr=False)
     _timing: Timing | None = field(default=None, init=False)
@@ -293,11 +296,14 @@ class ManagedRunner:
         self._deployment, self._lost, self._cancelled = deployment.id, asyncio.Event(), asyncio.Event()
         log.info("deployment claimed")
         exit_code = children.NOT_STARTED_EXIT_CODE
-        work = None
+        work, uid = None, None
         try:
             work = await asyncio.to_thread(
                 children.make_work_dir, self.settings.runner_work_dir, deployment.id
             )
+            if self.uids is not None:
+                uid = await asyncio.to_thread(self.uids.take, work)
+                await asyncio.to_thread(children.give_work_dir, work, uid)
             env = children.child_environment(
                 claim.environment,
                 gateway_url=self.settings.gateway_url,
@@ -305,16 +311,23 @@ class ManagedRunner:
                 work=work,
                 path=self.path,
             )
-            process = await children.start(self.argv, env, work, deployment_id=deployment.id, sink=self.sink)
+            process = await children.start(
+                self.argv, env, work, deployment_id=deployment.id, sink=self.sink, uid=uid
+            )
             log.info("po-runner started", pid=process.process.pid)
             exit_code = await self._supervise(process)
             log.info("po-runner exited", exit_code=exit_code)
         except OSError as exc:
             log.error("cannot start po-runner", error=str(exc))
         finally:
+            if uid is not None and self.uids is not None:
+                # Whatever the run started, in whatever session: gone before its directory goes.
+                await asyncio.to_thread(sweep, uid, self.uids.uids)
             if work is not None:
                 removed = await asyncio.to_thread(children.remove_tree, work)
                 log.info("work directory removed", removed=removed)
+            if uid is not None and self.uids is not None:
+                await asyncio.to_thread(self.uids.release, uid)
         try:
             await self._report(deployment.id, exit_code)
         finally:

@@ -1,8 +1,11 @@
 """``ManagedSettings``: the configuration of ``po-runner managed``, from seed 004's environment variables.
 
-``RUNNER_URL`` (the orchestrator's base URL), ``RUNNER_MANAGED_SECRET``, ``RUNNER_NAME``, ``RUNNER_TAGS``
-(comma-separated, added to the detected ones), ``RUNNER_WORK_DIR`` and ``RUNNER_GATEWAY_CA`` (PEM text, or
-the path of a PEM file). The secret is a ``SecretStr``: never printed, never in a message.
+``RUNNER_URL`` (the orchestrator's base URL), ``RUNNER_MANAGED_SECRET_FILE`` (a file holding the shared
+secret; or, less safely, ``RUNNER_MANAGED_SECRET`` itself), ``RUNNER_NAME``, ``RUNNER_TAGS``
+(comma-separated, added to the detected ones), ``RUNNER_WORK_DIR``, ``RUNNER_GATEWAY_CA`` (PEM text, or the
+path of a PEM file) and ``RUNNER_RUN_UIDS`` (the uids the deployments run as, when the runner is root).
+The secret is a ``SecretStr``: never printed, never in a message; ``po-runner managed`` drops
+``RUNNER_MANAGED_SECRET`` from its environment at start and is not dumpable, so no run reads it.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.client.tls import PEM_CERTIFICATE_MARKER, GatewayTls, check_ca_pem, read_ca_file
@@ -54,7 +57,19 @@ class ManagedSettings(BaseSettings):
 
     runner_url: str = Field(description="The orchestrator's base URL, e.g. http://po:8080 (RUNNER_URL).")
     runner_managed_secret: SecretStr = Field(
-        description="The installation's MANAGED_RUNNER_SECRET (RUNNER_MANAGED_SECRET); only sent to register."
+        description="The installation's MANAGED_RUNNER_SECRET (RUNNER_MANAGED_SECRET); only sent to "
+        "register. Prefer RUNNER_MANAGED_SECRET_FILE: a variable is visible to what reads the environment."
+    )
+    runner_managed_secret_file: Path | None = Field(
+        default=None,
+        description="A file holding the shared secret (RUNNER_MANAGED_SECRET_FILE; surrounding blanks "
+        "ignored); keep it readable by the runner's user only.",
+    )
+    runner_run_uids: str = Field(
+        default="2300000-2300999",
+        description="When the runner runs as root, each deployment's po-runner executes as a uid of its own "
+        "from this range START-END (RUNNER_RUN_UIDS), killed with everything it started when the run ends; "
+        "empty: as the runner's own user.",
     )
     runner_name: str = Field(description="This runner's name, unique in the pool (RUNNER_NAME).")
     runner_tags: str = Field(default="", description="Comma-separated tags added to the detected ones.")
@@ -87,6 +102,23 @@ class ManagedSettings(BaseSettings):
         if parts.query or parts.fragment:
             raise ValueError("must not have a query or a fragment")
         return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_from_file(cls, data: Any) -> Any:
+        """``RUNNER_MANAGED_SECRET_FILE``'s content as the secret (the file wins over the variable)."""
+        if not isinstance(data, dict):
+            return data
+        path = data.get("runner_managed_secret_file")
+        if not path:
+            return data
+        try:
+            secret = Path(str(path)).read_text().strip()
+        except OSError as exc:
+            raise ValueError(
+                f"RUNNER_MANAGED_SECRET_FILE {path}: cannot be read ({exc.strerror or exc})"
+            ) from None
+        return {**data, "runner_managed_secret": secret}
 
     @field_validator("runner_managed_secret")
     @classmethod

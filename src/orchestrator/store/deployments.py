@@ -16,7 +16,7 @@ from orchestrator.domain.deployments import Deployment, DispatchState, Status, c
 from orchestrator.domain.usage import Run
 from orchestrator.errors import ConflictError
 from orchestrator.store.pages import Page, newest_first, newest_key, to_page
-from orchestrator.store.schema import deployments, envs, runners
+from orchestrator.store.schema import agent_commands, deployments, envs, runners
 
 #: Columns of the row that are not fields of ``Deployment`` (read with their own functions).
 _NOT_IN_ENTITY = frozenset({"objects_deleted_at"})
@@ -101,6 +101,26 @@ async def last_in_env(
     return _deployment(row) if row else None
 
 
+async def state_changing_in_env(
+    conn: AsyncConnection, env_uuid: uuid.UUID, *, limit: int
+) -> list[Deployment]:
+    """The newest (at most ``limit``) finished deployments of an environment that may have changed its
+    infrastructure: deploys and rollbacks that were not plan-only, succeeded or failed (a failed apply may
+    have created resources before it stopped). Newest first."""
+    stmt = (
+        deployments.select()
+        .where(
+            deployments.c.env_uuid == env_uuid,
+            deployments.c.status != Status.EXECUTING,
+            deployments.c.plan_only.is_(False),
+            deployments.c.mode.in_(["deploy", "rollback"]),
+        )
+        .order_by(deployments.c.created_at.desc())
+        .limit(limit)
+    )
+    return [_deployment(row) for row in (await conn.execute(stmt)).all()]
+
+
 async def list_page(
     conn: AsyncConnection,
     org_id: str,
@@ -130,8 +150,19 @@ async def usage_runs(conn: AsyncConnection, org_id: str, start: datetime, end: d
     """What ``domain.usage`` reads of the organization's deployments that count in ``[start, end)``: those
     created in it, and those launched before its end whose run had not ended by its start (still
     executing, or completed and exited, whichever is set, after ``start``). One query, on the
-    ``(org_id, created_at)`` index; the minutes are ``domain.usage``'s."""
+    ``(org_id, created_at)`` index; the minutes are ``domain.usage``'s. A deployment an agent launches
+    starts when its job was created (``agent_commands.job_created_at``; never: not at all)."""
     c = deployments.c
+    # An agent's deployment runs from when an agent created its job (acked the create-job command), not
+    # from when the command was queued: a command no agent ever picked up costs nothing.
+    commands = agent_commands.c
+    has_command = sa.exists().where(commands.deployment_id == c.id)
+    job_created = (
+        sa.select(sa.func.min(commands.job_created_at))
+        .where(commands.deployment_id == c.id)
+        .scalar_subquery()
+    )
+    started = sa.case((has_command, job_created), else_=c.launched_at).label("launched_at")
     ran_into = sa.and_(
         c.launched_at.is_not(None),
         c.launched_at < end,
@@ -139,7 +170,7 @@ async def usage_runs(conn: AsyncConnection, org_id: str, start: datetime, end: d
         sa.or_(c.exited_at.is_(None), c.exited_at > start),
     )
     stmt = sa.select(
-        c.project_id, c.env_id, c.runner_id, c.created_at, c.launched_at, c.completed_at, c.exited_at
+        c.project_id, c.env_id, c.runner_id, c.created_at, started, c.completed_at, c.exited_at
     ).where(c.org_id == org_id, c.created_at < end, sa.or_(c.created_at >= start, ran_into))
     return [Run(**row._mapping) for row in (await conn.execute(stmt)).all()]
 

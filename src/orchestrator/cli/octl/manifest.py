@@ -37,8 +37,12 @@ def parse(text: str, name: str) -> dict[str, Any]:
         raise InputError(
             f"the manifest in {name} is not valid YAML or JSON: {inputs.yaml_error(exc)}"
         ) from exc
-    if data is None:
-        data = {}
+    if data is None or data == {}:
+        raise InputError(
+            f"the manifest in {name} is empty: deploying it would remove every resource of the environment. "
+            "To remove them all on purpose, deploy a manifest of `workloads: {}` (octl asks first on a "
+            "terminal), or delete the environment with `octl delete env PROJECT ENV`"
+        )
     if not isinstance(data, dict):
         raise InputError(
             f"the manifest in {name} must be a mapping with workloads and shared, not {type(data).__name__}"

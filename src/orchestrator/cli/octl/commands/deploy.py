@@ -69,6 +69,7 @@ class RunOptions:
     show_logs: bool
     save_keys: Path | None
     no_save_keys: bool
+    yes: bool
     out: str
 
 
@@ -113,6 +114,13 @@ def run_options(func: F) -> F:
             "--no-save-keys",
             is_flag=True,
             help="Keep the keys in this process only: the outputs cannot be read again once it ends.",
+        ),
+        click.option(
+            "-y",
+            "--yes",
+            is_flag=True,
+            help="Do not ask before a deployment that removes resources (on a terminal it asks, as "
+            "`terraform apply` does; elsewhere it says what it removes and goes on).",
         ),
         click.option(
             "-o",
@@ -213,6 +221,8 @@ def run(session: Session, body: JsonObject, options: RunOptions) -> None:
     org = session.org()
     what = f"{body['mode']} deployment{' (plan only)' if body.get('plan_only') else ''}"
     output.note(f"Creating {what} in {body['project_id']}/{body['env_id']}...")
+    if not (options.dry_run or options.plan_only or options.yes):
+        _confirm_removals(session, org, body)
     started = time.monotonic()
     created = session.client().create_deployment(
         org,
@@ -246,6 +256,28 @@ def run(session: Session, body: JsonObject, options: RunOptions) -> None:
     if options.show_logs:
         _show_logs(session, org, deployment_id, logs_key.identity)
     report(session, org, deployment, outputs_key.identity, started, options.out)
+
+
+def _confirm_removals(session: Session, org: str, body: JsonObject) -> None:
+    """Before a deployment that removes resources (the dry run's diff says which): ask on a terminal, as
+    `terraform apply` does; where no one can answer (standard input or error not a terminal: a pipeline, a
+    manifest piped in), say what it removes and go on."""
+    dry_run = session.client().create_deployment(org, {**body, "is_dry_run": True})
+    changes = (dry_run.get("diff") or {}).get("changes") or []
+    removed = [change for change in changes if change.get("type") == "removed"]
+    if not removed:
+        return
+    target = f"{body['project_id']}/{body['env_id']}"
+    lines = "".join(f"\n  - {change.get('resource')}: {change.get('summary')}" for change in removed)
+    listing = f"This deployment removes {len(removed)} resource(s) from {target}:{lines}"
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        output.note(f"{listing}\n(not asked: no terminal to answer on; --yes leaves this note out)")
+        return
+    output.note(listing)
+    if not click.confirm("Do you want to continue?", default=False, err=True):
+        raise OperationFailure(
+            f"not deployed: the removal from {target} was not confirmed (pass --yes to deploy without asking)"
+        )
 
 
 def _save_keys(

@@ -23,7 +23,7 @@ from orchestrator.cli.octl.session import (
     org_option,
     pass_session,
 )
-from orchestrator.client.api import ApiError
+from orchestrator.client.api import ApiClient, ApiError
 
 #: How often `delete env --wait` looks whether the environment is gone.
 WAIT_POLL_SECONDS = 1.0
@@ -132,14 +132,17 @@ def delete_env(session: Session, project_id: str, env_id: str, force: bool, wait
       octl delete env shop dev --yes --wait    # in a script: no question, wait for the end
       octl delete env shop dev --force --yes   # delete, leaving the resources and their state behind
     """
-    _confirm(project_id, env_id, force=force, yes=yes)
     org = session.org()
     client = session.client()
+    orphaned = _orphaned(client, org, project_id, env_id) if force else None
+    _confirm(project_id, env_id, force=force, yes=yes, orphaned=orphaned)
     logs_key = None if force else keys.KeyPair.generate()
     deleting = client.delete_env(
         org, project_id, env_id, force=force, logs_recipient=logs_key.recipient if logs_key else None
     )
     if deleting is None:
+        if orphaned:
+            output.warning(f"left behind by --force: {orphaned}")
         output.success(f"Environment {project_id}/{env_id} deleted from organization {org}.")
         return
     message = str(deleting.get("status_message") or "")
@@ -171,12 +174,39 @@ def delete_env(session: Session, project_id: str, env_id: str, force: bool, wait
     output.success(f"Environment {project_id}/{env_id} destroyed and deleted from organization {org}.")
 
 
-def _confirm(project_id: str, env_id: str, *, force: bool, yes: bool) -> None:
+def _orphaned(client: ApiClient, org: str, project_id: str, env_id: str) -> str | None:
+    """What a forced delete leaves behind, in words: the deployments that may have created resources
+    there (deploys and rollbacks that were not plan-only, succeeded or failed), the newest named with its
+    last resource count, and the state describing them; None when nothing was ever applied there."""
+    env = client.get_env(org, project_id, env_id)
+    applied = [
+        d
+        for d in client.list_deployments(
+            org, project_id=project_id, env_id=env_id, modes=("deploy", "rollback")
+        )
+        if not d.get("plan_only") and d.get("status") != "executing"
+    ]
+    if not applied:
+        return None
+    newest = applied[0]
+    counted = (newest.get("metrics") or {}).get("num_tf_resources")
+    resources = (
+        f"{counted} Terraform resource(s) after it" if isinstance(counted, int) else "no resource count"
+    )
+    return (
+        f"the resources applied by {len(applied)} deployment(s) of {project_id}/{env_id}, the newest "
+        f"'{newest['id']}' ({newest.get('status')}, {resources}), are not destroyed; their Terraform state "
+        f"stays in the state storage of runner '{env.get('runner_id') or newest.get('runner_id')}' under "
+        f"environment UUID {env.get('uuid')}"
+    )
+
+
+def _confirm(project_id: str, env_id: str, *, force: bool, yes: bool, orphaned: str | None = None) -> None:
     """Ask before deleting; on a stdin that is not a terminal, only --yes goes on."""
     if yes:
         return
     what = (
-        "its resources and their Terraform state are left behind (--force)"
+        (orphaned or "nothing was ever applied there") + " (--force)"
         if force
         else "a destroy deployment removes its resources first"
     )
