@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from orchestrator import deployment_tokens
 from orchestrator.dispatch import managed as policy
@@ -513,3 +514,24 @@ async def test_pool__organizations_from_before_get_it_when_the_server_starts_wit
         listed = await platform.get("/orgs/early/runners")
 
     assert ["managed"] == [r["id"] for r in listed.json()["items"]]
+
+
+# --- the agent protocol is not the pool's (issue 26) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["events", "commands/next", "commands/c-1/ack", "commands/c-1/retry", "commands/c-1/reject"],
+)
+async def test_agent_gateway__the_pool_answers_a_clear_4xx_without_a_traceback(
+    org: Org, runner_client: httpx.AsyncClient, path: str
+) -> None:
+    url = f"/runner-gateway/v1/orgs/{org.id}/runners/managed/{path}"
+
+    with capture_logs() as logs:
+        answer = await runner_client.post(url, json={}, headers=bearer("anything"))
+
+    assert 403 == answer.status_code, answer.text
+    assert answer.json()["message"].startswith("runner 'managed' is the platform's managed pool")
+    assert "does not use the agent protocol" in answer.json()["message"]
+    assert [] == [e for e in logs if e["log_level"] in ("error", "critical") or "exc_info" in e]
