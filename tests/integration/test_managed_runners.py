@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -88,8 +89,10 @@ async def test_register__answers_a_token_stored_only_as_its_hash(
     assert {
         "name": "managed-0",
         "pool": "managed",
-        "tags": ["docker", "gpu.large", "managed"],
+        "tags": ["docker", "managed"],
     }.items() <= body.items()
+    assert ["gpu.large"] == [d["tag"] for d in body["droppedTags"]]
+    assert "PO_MANAGED_SECRET_TAGS: docker, linux" in body["droppedTags"][0]["reason"]
     assert {"leaseSeconds": 60, "heartbeatSeconds": 15}.items() <= body.items()
     assert str(uuid.UUID(body["runnerId"])) == body["runnerId"]
     assert [hashlib.sha256(body["token"].encode()).hexdigest()] == [r.token_hash for r in records]
@@ -535,3 +538,99 @@ async def test_agent_gateway__the_pool_answers_a_clear_4xx_without_a_traceback(
     assert answer.json()["message"].startswith("runner 'managed' is the platform's managed pool")
     assert "does not use the agent protocol" in answer.json()["message"]
     assert [] == [e for e in logs if e["log_level"] in ("error", "critical") or "exc_info" in e]
+
+
+# --- tags decided by the platform (issue 26) -----------------------------------------------------------
+
+
+async def test_tags__a_shared_secret_runner_declaring_gpu_cannot_claim_a_gpu_deployment(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["gpu"])
+    deployment_id = await deploy(org, "dev")
+    self_declared = await register(runner_client, "tenant-0", ["linux", "gpu"])
+
+    refused = await claim(runner_client, self_declared.json()["token"])
+
+    assert ["linux", "managed"] == self_declared.json()["tags"]
+    assert ["gpu"] == [d["tag"] for d in self_declared.json()["droppedTags"]]
+    assert 204 == refused.status_code
+    assert "queued" == (await _deployment_row(app, deployment_id)).dispatch_state
+
+
+async def test_tags__a_runner_registered_with_a_gpu_credential_claims_the_gpu_deployment(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["gpu"])
+    deployment_id = await deploy(org, "dev")
+    async with api_client(app, BOOTSTRAP_TOKEN) as platform:
+        created = await platform.post(
+            "/managed-runner-registrations", json={"tags": ["gpu"], "description": "gpu pool"}
+        )
+        listed = await platform.get("/managed-runner-registrations")
+    secret = created.json()["secret"]
+
+    answer = await register(runner_client, "gpu-0", ["gpu", "linux", "kubernetes"], secret=secret)
+    claimed = await claim(runner_client, answer.json()["token"])
+
+    assert 201 == created.status_code, created.text
+    assert [{"id": created.json()["id"], "tags": ["gpu"], "description": "gpu pool"}] == [
+        {k: r[k] for k in ("id", "tags", "description")} for r in listed.json()["items"]
+    ]
+    assert secret not in listed.text
+    assert 201 == answer.status_code, answer.text
+    assert ["gpu", "managed"] == answer.json()["tags"]
+    assert ["kubernetes", "linux"] == [d["tag"] for d in answer.json()["droppedTags"]]
+    assert 200 == claimed.status_code, claimed.text
+    assert deployment_id == claimed.json()["deployment"]["id"]
+
+
+async def test_tags__registration_credentials_are_the_platform_admins_and_deletable(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    async with api_client(app, BOOTSTRAP_TOKEN) as platform:
+        created = (await platform.post("/managed-runner-registrations", json={"tags": ["gpu"]})).json()
+        by_org_admin = await org.admin.post("/managed-runner-registrations", json={"tags": ["gpu"]})
+        listed_by_org_admin = await org.admin.get("/managed-runner-registrations")
+        bad_tag = await platform.post("/managed-runner-registrations", json={"tags": ["GPU"]})
+        deleted = await platform.delete(f"/managed-runner-registrations/{created['id']}")
+        again = await platform.delete(f"/managed-runner-registrations/{created['id']}")
+    after = await register(runner_client, "gpu-0", ["gpu"], secret=created["secret"])
+
+    assert 403 == by_org_admin.status_code and 403 == listed_by_org_admin.status_code
+    assert 400 == bad_tag.status_code and bad_tag.json()["message"].startswith("tags[0]:")
+    assert (204, 404) == (deleted.status_code, again.status_code)
+    assert 401 == after.status_code
+
+
+async def test_tags__the_server_setting_allows_more_tags_to_the_shared_secret(
+    settings: ServerSettings, runner_client: httpx.AsyncClient
+) -> None:
+    wider = create_app(settings.model_copy(update={"managed_secret_tags": "linux,docker,gpu"}))
+    async with wider.router.lifespan_context(wider), api_client(wider, None) as client:
+        answer = await register(client, "gpu-0", ["gpu", "arm64"])
+
+    assert ["gpu", "managed"] == answer.json()["tags"]
+    assert ["arm64"] == [d["tag"] for d in answer.json()["droppedTags"]]
+
+
+def test_octl__platform_admin_creates_lists_and_deletes_registration_credentials(
+    settings: ServerSettings, tmp_path: Path
+) -> None:
+    with serve(settings) as base_url:
+        octl = Octl(base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl.yaml")
+        created = octl(
+            "create", "managed-runner-registration", "--tag", "gpu", "--description", "gpus", "-o", "json"
+        )
+        registration = json.loads(created.stdout)
+        listed = octl("get", "managed-runner-registrations")
+        deleted = octl("delete", "managed-runner-registration", registration["id"])
+        after = octl("get", "managed-runner-registrations")
+
+    assert 0 == created.exit_code, created.output
+    assert ["gpu"] == registration["tags"] and registration["secret"]
+    assert 0 == listed.exit_code, listed.output
+    assert any(registration["id"] in line and "gpu" in line for line in listed.output.splitlines())
+    assert registration["secret"] not in listed.output
+    assert 0 == deleted.exit_code, deleted.output
+    assert registration["id"] not in after.output

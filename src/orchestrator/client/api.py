@@ -211,6 +211,18 @@ class ApiClient:
     def list_orgs(self) -> list[JsonObject]:
         return self._list("/orgs")
 
+    # -- managed runner registration credentials (platform admin) ---------------------------------------
+
+    def create_managed_registration(self, body: JsonObject) -> JsonObject:
+        """A registration credential; the answer holds its ``secret``, which is never answered again."""
+        return self._object("POST", "/managed-runner-registrations", body=body)
+
+    def list_managed_registrations(self) -> list[JsonObject]:
+        return self._list("/managed-runner-registrations")
+
+    def delete_managed_registration(self, registration_id: str) -> None:
+        self._delete(f"/managed-runner-registrations/{_segment(registration_id)}")
+
     # -- runners --------------------------------------------------------------------------------------
 
     def create_runner(self, org: str, body: JsonObject) -> JsonObject:

@@ -33,6 +33,7 @@ from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, Status, runner_mode
 from orchestrator.domain.managed import (
     MANAGED_RUNNER_ID,
+    MANAGED_TAG,
     TOKEN_INVALID_MESSAGE,
     check_name,
     runner_tags,
@@ -92,9 +93,53 @@ def exited_message(name: str, exit_code: int) -> str:
     return f"managed runner '{name}': po-runner exited with code {exit_code} without reporting results"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Allowance:
+    """The tags a registration may serve (besides ``managed``), decided by the platform: what the shared
+    secret allows (``PO_MANAGED_SECRET_TAGS``) or what a registration credential was created with."""
+
+    tags: frozenset[str]
+    #: Why a tag outside ``tags`` is dropped (told in the register answer).
+    reason: str
+
+
+def shared_secret_allowance(tags: frozenset[str]) -> Allowance:
+    allowed = ", ".join(sorted(tags)) or "none"
+    return Allowance(
+        tags=tags,
+        reason=(
+            f"a runner registering with MANAGED_RUNNER_SECRET may serve only the tags the server allows "
+            f"(PO_MANAGED_SECRET_TAGS: {allowed}); register with a registration credential bound to this "
+            "tag (a platform admin creates one: octl create managed-runner-registration --tag <tag>)"
+        ),
+    )
+
+
+def credential_allowance(registration: store.Registration) -> Allowance:
+    allowed = ", ".join(registration.tags) or "none"
+    return Allowance(
+        tags=frozenset(registration.tags),
+        reason=f"registration credential {registration.id} allows only the tags: {allowed}",
+    )
+
+
+def effective_tags(declared: list[str], allowance: Allowance) -> tuple[list[str], list[dict[str, str]]]:
+    """The declared tags (checked: InvalidInputError naming ``tags[i]``) the allowance lets the runner
+    serve, with ``managed``; and the dropped ones, each with its reason."""
+    checked = runner_tags(declared)
+    kept = [t for t in checked if t == MANAGED_TAG or t in allowance.tags]
+    dropped = [{"tag": t, "reason": allowance.reason} for t in checked if t not in kept]
+    return kept, dropped
+
+
+async def credential(conn: AsyncConnection, secret: str) -> store.Registration | None:
+    """The registration credential whose secret this is (looked up by its SHA-256)."""
+    return await store.registration_by_secret_hash(conn, token_hash(secret))
+
+
 async def register(conn: AsyncConnection, *, name: str, tags: list[str], now: datetime) -> Registered:
-    """Register ``name`` (replacing its record): a new record and token. InvalidInputError naming the
-    field for a bad name or tag."""
+    """Register ``name`` (replacing its record) with ``tags`` (already the effective ones): a new record
+    and token. InvalidInputError naming the field for a bad name or tag."""
     check_name(name)
     all_tags = runner_tags(tags)
     old = await store.by_name(conn, name, for_update=True)

@@ -96,13 +96,21 @@ class RegisterBody(_Body):
     )
 
 
+class DroppedTag(BaseModel):
+    tag: str
+    reason: str
+
+
 class RegisterOut(BaseModel):
     runnerId: str  # noqa: N815
     name: str
     #: The runner's token: every later call carries it (Authorization: Bearer); stored only hashed.
     token: str
     pool: str
+    #: The tags it serves: the declared ones the platform allows it, and ``managed``.
     tags: list[str]
+    #: Declared tags it may not serve, each with why (issue 26).
+    droppedTags: list[DroppedTag] = Field(default_factory=list)  # noqa: N815
     leaseSeconds: int  # noqa: N815
     heartbeatSeconds: int  # noqa: N815
 
@@ -198,11 +206,18 @@ async def register(body: RegisterBody, request: Request, svc: Services = Depends
     when managed runners are not enabled on this server."""
     _enabled(svc)
     assert svc.settings.managed_runner_secret is not None
-    if not policy.secret_matches(svc.settings.managed_runner_secret, body.managedSecret):
-        log.warning("managed runner registration refused: wrong secret", name=body.name[:63])
-        raise UnauthenticatedError(SECRET_INVALID_MESSAGE)
+    if policy.secret_matches(svc.settings.managed_runner_secret, body.managedSecret):
+        allowance = policy.shared_secret_allowance(svc.settings.managed_secret_tag_set)
+    else:
+        async with svc.reader.connect() as conn:
+            credential = await policy.credential(conn, body.managedSecret)
+        if credential is None:
+            log.warning("managed runner registration refused: wrong secret", name=body.name[:63])
+            raise UnauthenticatedError(SECRET_INVALID_MESSAGE)
+        allowance = policy.credential_allowance(credential)
+    tags, dropped = policy.effective_tags(body.tags, allowance)
     async with transaction(svc) as conn:
-        registered = await policy.register(conn, name=body.name, tags=body.tags, now=datetime.now(UTC))
+        registered = await policy.register(conn, name=body.name, tags=tags, now=datetime.now(UTC))
     _told(svc, managed_gateway(request), registered.outcome)
     log.info(
         "managed runner registered",
@@ -210,6 +225,7 @@ async def register(body: RegisterBody, request: Request, svc: Services = Depends
         runner_id=str(registered.record.id),
         tags=registered.record.tags,
         replaced=registered.replaced is not None,
+        dropped_tags=[d["tag"] for d in dropped],
     )
     return RegisterOut(
         runnerId=str(registered.record.id),
@@ -217,6 +233,7 @@ async def register(body: RegisterBody, request: Request, svc: Services = Depends
         token=registered.token,
         pool=MANAGED_RUNNER_ID,
         tags=registered.record.tags,
+        droppedTags=[DroppedTag(**d) for d in dropped],
         **_timing(svc.settings),
     )
 

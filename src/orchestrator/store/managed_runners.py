@@ -23,7 +23,13 @@ from orchestrator.domain.managed import (
     handle,
 )
 from orchestrator.store.rows import entity
-from orchestrator.store.schema import deployments, managed_runners, orgs, runners
+from orchestrator.store.schema import (
+    deployments,
+    managed_runner_registrations,
+    managed_runners,
+    orgs,
+    runners,
+)
 
 #: How many queued deployments one claim looks at (oldest first) for one whose tags the runner carries.
 CLAIM_SCAN = 100
@@ -335,3 +341,44 @@ async def any_queued(conn: AsyncConnection) -> bool:
         .limit(1)
     )
     return found.first() is not None
+
+
+# --- registration credentials (issue 26) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registration:
+    id: uuid.UUID
+    tags: list[str]
+    description: str
+    created_at: datetime
+
+
+async def insert_registration(
+    conn: AsyncConnection, *, secret_hash: str, tags: list[str], description: str, now: datetime
+) -> Registration:
+    record = Registration(id=uuid.uuid4(), tags=tags, description=description, created_at=now)
+    await conn.execute(
+        sa.insert(managed_runner_registrations).values(
+            id=record.id, secret_hash=secret_hash, tags=tags, description=description, created_at=now
+        )
+    )
+    return record
+
+
+async def list_registrations(conn: AsyncConnection) -> list[Registration]:
+    table = managed_runner_registrations
+    rows = await conn.execute(sa.select(table).order_by(table.c.created_at, table.c.id))
+    return [entity(Registration, row) for row in rows]
+
+
+async def registration_by_secret_hash(conn: AsyncConnection, secret_hash: str) -> Registration | None:
+    table = managed_runner_registrations
+    row = (await conn.execute(sa.select(table).where(table.c.secret_hash == secret_hash))).one_or_none()
+    return entity(Registration, row) if row is not None else None
+
+
+async def delete_registration(conn: AsyncConnection, registration_id: uuid.UUID) -> bool:
+    table = managed_runner_registrations
+    result = await conn.execute(sa.delete(table).where(table.c.id == registration_id))
+    return bool(result.rowcount)
