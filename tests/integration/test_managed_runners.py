@@ -143,7 +143,7 @@ async def test_managed_runners_off__routes_404_and_pool_hidden(
     ):
         await platform.post("/orgs", json={"id": "acme"})
         answer = await register(client, "managed-0")
-        listed = await platform.get("/orgs/acme/runners")
+        listed = await platform.get("/orgs/acme/runners?include_managed=true")
         got = await platform.get("/orgs/acme/runners/managed")
 
     assert 404 == answer.status_code
@@ -159,7 +159,9 @@ async def test_pool__listed_in_every_organization_and_read_only(
     org: Org, other_org: Org, runner_client: httpx.AsyncClient
 ) -> None:
     await registered(runner_client, "managed-0", ["docker"])
-    listed = [await o.clients["viewer"].get(f"/orgs/{o.id}/runners") for o in (org, other_org)]
+    listed = [
+        await o.clients["viewer"].get(f"/orgs/{o.id}/runners?include_managed=true") for o in (org, other_org)
+    ]
     got = await org.clients["viewer"].get(f"/orgs/{org.id}/runners/managed")
     refused = [
         await client.patch(f"/orgs/{org.id}/runners/managed", json={"description": "mine"})
@@ -514,7 +516,7 @@ async def test_pool__organizations_from_before_get_it_when_the_server_starts_wit
         assert 201 == (await platform.post("/orgs", json={"id": "early"})).status_code
     on = create_app(settings)
     async with on.router.lifespan_context(on), api_client(on, BOOTSTRAP_TOKEN) as platform:
-        listed = await platform.get("/orgs/early/runners")
+        listed = await platform.get("/orgs/early/runners?include_managed=true")
 
     assert ["managed"] == [r["id"] for r in listed.json()["items"]]
 
@@ -634,3 +636,35 @@ def test_octl__platform_admin_creates_lists_and_deletes_registration_credentials
     assert registration["secret"] not in listed.output
     assert 0 == deleted.exit_code, deleted.output
     assert registration["id"] not in after.output
+
+
+# --- upstream clients can parse the runner list (issue 26) ---------------------------------------------
+
+
+def _upstream_runner_page_validator() -> Any:
+    import jsonschema
+    import referencing
+    import yaml
+
+    from tests.conformance.test_upstream_schemas import UPSTREAM
+
+    document = yaml.safe_load((UPSTREAM / "control-plane.yaml").read_text())
+    resource = referencing.Resource.from_contents(
+        document, default_specification=referencing.jsonschema.DRAFT202012
+    )
+    registry = referencing.Registry().with_resource("urn:control-plane", resource)
+    return jsonschema.Draft202012Validator(
+        {"$ref": "urn:control-plane#/components/schemas/RunnerPage"}, registry=registry
+    )
+
+
+async def test_list__upstream_clients_parse_it_and_the_pool_only_when_asked_for(org: Org) -> None:
+    plain = await org.admin.get(f"/orgs/{org.id}/runners")
+    with_pool = await org.admin.get(f"/orgs/{org.id}/runners", params={"include_managed": "true"})
+    pool = await org.admin.get(f"/orgs/{org.id}/runners/managed")
+
+    errors = [e.message for e in _upstream_runner_page_validator().iter_errors(plain.json())]
+    assert [] == errors
+    assert "managed" not in [r["id"] for r in plain.json()["items"]]
+    assert "managed" in [r["id"] for r in with_pool.json()["items"]]
+    assert 200 == pool.status_code

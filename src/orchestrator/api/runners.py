@@ -345,10 +345,20 @@ async def create_runner(
 async def list_runners(
     org_id: str,
     by_runner_type: Annotated[RunnerType | None, Query(alias="byRunnerType")] = None,
+    include_managed: Annotated[
+        bool,
+        Query(
+            description="Ours: also list the managed pool (runner `managed`, type `managed`, which upstream's "
+            "RunnerType does not have: without this, upstream clients parse the list)."
+        ),
+    ] = False,
     _: Principal = READ,
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[RunnerSummaryOut]:
+    """The organization's runners; the managed pool only with `include_managed=true` (GET of runner
+    `managed` reads it always)."""
+    hidden = _hidden_type(svc.settings) if include_managed else MANAGED_RUNNER_TYPE
     async with svc.reader.connect() as conn:
         result = await store.list_runners(
             conn,
@@ -356,7 +366,7 @@ async def list_runners(
             runner_type=by_runner_type,
             after=page.after,
             limit=page.limit,
-            hidden_type=_hidden_type(svc.settings),
+            hidden_type=hidden,
         )
     return page_out(result, RunnerSummaryOut.of)
 

@@ -231,8 +231,10 @@ class ApiClient:
     def get_runner(self, org: str, runner_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}")
 
-    def list_runners(self, org: str) -> list[JsonObject]:
-        return self._list(f"/orgs/{_segment(org)}/runners")
+    def list_runners(self, org: str, *, include_managed: bool = False) -> list[JsonObject]:
+        """The runners; with ``include_managed`` the managed pool too (ours: upstream ignores it)."""
+        params = {"include_managed": "true"} if include_managed else None
+        return self._list(f"/orgs/{_segment(org)}/runners", params)
 
     def update_runner(self, org: str, runner_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}", body=patch)
