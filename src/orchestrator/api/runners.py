@@ -348,8 +348,8 @@ async def list_runners(
     include_managed: Annotated[
         bool,
         Query(
-            description="Ours: also list the managed pool (runner `managed`, type `managed`, which upstream's "
-            "RunnerType does not have: without this, upstream clients parse the list)."
+            description="Ours: also list the managed pool (runner `managed`, type `managed`, which "
+            "upstream's RunnerType does not have: without this, upstream clients parse the list)."
         ),
     ] = False,
     _: Principal = READ,
