@@ -668,3 +668,51 @@ async def test_list__upstream_clients_parse_it_and_the_pool_only_when_asked_for(
     assert "managed" not in [r["id"] for r in plain.json()["items"]]
     assert "managed" in [r["id"] for r in with_pool.json()["items"]]
     assert 200 == pool.status_code
+
+
+# --- a queued deployment says what it waits for (issue 26) ---------------------------------------------
+
+
+async def test_waiting__the_status_message_says_what_a_queued_deployment_waits_for(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["gpu"])
+    deployment_id = await deploy(org, "dev")
+
+    async def round_() -> tuple[str, int]:
+        now = datetime.now(UTC)
+        async with app.state.services.engine.begin() as conn:
+            written = await policy.note_waiting(conn, now=now, online_within=timedelta(seconds=60))
+        return (await _deployment_row(app, deployment_id)).status_message, written
+
+    none_online = await round_()
+    unchanged = await round_()
+    await registered(runner_client, "linux-0", ["linux"])
+    no_gpu = await round_()
+    async with api_client(app, BOOTSTRAP_TOKEN) as platform:
+        secret = (await platform.post("/managed-runner-registrations", json={"tags": ["gpu"]})).json()[
+            "secret"
+        ]
+    gpu_token = (await register(runner_client, "gpu-0", ["gpu"], secret=secret)).json()["token"]
+    can_take = await round_()
+    claimed = await claim(runner_client, gpu_token)
+
+    assert ("waiting for a managed runner: none is online", 1) == none_online
+    assert ("waiting for a managed runner: none is online", 0) == unchanged  # no write per round
+    assert ("waiting for a managed runner: no online managed runner has the tags gpu", 1) == no_gpu
+    assert ("Deploying...", 1) == can_take
+    assert 200 == claimed.status_code
+    assert "Deploying..." == (await _deployment_row(app, deployment_id)).status_message
+
+
+async def test_waiting__the_worker_round_notes_it(app: FastAPI, org: Org) -> None:
+    await managed_env(org, "dev")
+    deployment_id = await deploy(org, "dev")
+
+    await _worker(app, datetime.now(UTC)).run_once()
+
+    row = await _deployment_row(app, deployment_id)
+    assert ("queued", "waiting for a managed runner: none is online") == (
+        row.dispatch_state,
+        row.status_message,
+    )

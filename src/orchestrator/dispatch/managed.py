@@ -30,7 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator import deployment_tokens
 from orchestrator.dispatch import results as results_policy
-from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, Status, runner_mode
+from orchestrator.domain.deployments import (
+    EXECUTING_MESSAGE,
+    TIMEOUT_MESSAGE,
+    Deployment,
+    Status,
+    runner_mode,
+)
 from orchestrator.domain.managed import (
     MANAGED_RUNNER_ID,
     MANAGED_TAG,
@@ -268,6 +274,39 @@ async def time_out_queued(conn: AsyncConnection, *, now: datetime, limit: int = 
     return failed
 
 
+#: A queued deployment no online managed runner can take (issue 26).
+NONE_ONLINE_MESSAGE = "waiting for a managed runner: none is online"
+
+
+def waiting_message(required: list[str], online: list[frozenset[str]]) -> str:
+    """What a queued deployment of the pool waits for: no runner online, none online carrying its tags,
+    or (one can take it) the ordinary message."""
+    if not online:
+        return NONE_ONLINE_MESSAGE
+    if any(set(required) <= tags for tags in online):
+        return EXECUTING_MESSAGE
+    return (
+        f"waiting for a managed runner: no online managed runner has the tags {', '.join(sorted(required))}"
+    )
+
+
+async def note_waiting(
+    conn: AsyncConnection, *, now: datetime, online_within: timedelta, limit: int = 200
+) -> int:
+    """Say in each queued deployment's status message what it waits for; only changed messages are
+    written (the worker's round, not each poll). How many were written."""
+    queued = await store.queued_messages(conn, limit=limit)
+    if not queued:
+        return 0
+    online = await store.online_tag_sets(conn, since=now - online_within)
+    written = 0
+    for deployment_id, required, message in queued:
+        wanted = waiting_message(required, online)
+        if wanted != message and await store.set_queued_message(conn, deployment_id, wanted):
+            written += 1
+    return written
+
+
 async def prune(
     conn: AsyncConnection, *, now: datetime, after: timedelta, limit: int = 100
 ) -> list[ManagedRunner]:
@@ -316,8 +355,11 @@ class ManagedWorker:
         on_final: Callable[[str], None],
         on_requeued: Callable[[], None],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        online_within: timedelta = timedelta(seconds=60),
     ) -> None:
         self.engine = engine
+        #: A runner seen within this long is online (``PO_MANAGED_LEASE_SECONDS``).
+        self.online_within = online_within
         self.prune_after = prune_after
         self.interval_seconds = interval_seconds
         self.on_final = on_final
@@ -341,6 +383,7 @@ class ManagedWorker:
             outcome = await expire_leases(conn, now=now)
             outcome.failed += await time_out_queued(conn, now=now)
             await prune(conn, now=now, after=self.prune_after)
+            await note_waiting(conn, now=now, online_within=self.online_within)
         for deployment_id in outcome.failed:
             self.on_final(deployment_id)
         if outcome.requeued:

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.domain.deployments import Deployment, DispatchState, Status
+from orchestrator.domain.deployments import EXECUTING_MESSAGE, Deployment, DispatchState, Status
 from orchestrator.domain.managed import (
     MANAGED_DESCRIPTION,
     MANAGED_RUNNER_ID,
@@ -162,6 +162,44 @@ async def count_online(conn: AsyncConnection, *, since: datetime) -> tuple[int, 
     return len(rows), sorted(tags)
 
 
+async def online_tag_sets(conn: AsyncConnection, *, since: datetime) -> list[frozenset[str]]:
+    """The tags of each runner seen since ``since``."""
+    rows = await conn.execute(
+        sa.select(managed_runners.c.tags).where(managed_runners.c.last_seen_at >= since)
+    )
+    return [frozenset(row_tags or ()) for (row_tags,) in rows]
+
+
+async def queued_messages(conn: AsyncConnection, *, limit: int) -> list[tuple[uuid.UUID, list[str], str]]:
+    """The queued deployments of the pool, oldest first: id, required tags, status message."""
+    rows = await conn.execute(
+        sa.select(deployments.c.id, deployments.c.required_tags, deployments.c.status_message)
+        .where(
+            deployments.c.runner_id == MANAGED_RUNNER_ID,
+            deployments.c.dispatch_state == DispatchState.QUEUED,
+            deployments.c.status == Status.EXECUTING,
+        )
+        .order_by(deployments.c.created_at, deployments.c.id)
+        .limit(limit)
+    )
+    return [(row.id, list(row.required_tags or ()), row.status_message) for row in rows]
+
+
+async def set_queued_message(conn: AsyncConnection, deployment_id: uuid.UUID, message: str) -> bool:
+    """The status message of a deployment still queued, if it differs (no write otherwise)."""
+    result = await conn.execute(
+        deployments.update()
+        .where(
+            deployments.c.id == deployment_id,
+            deployments.c.dispatch_state == DispatchState.QUEUED,
+            deployments.c.status == Status.EXECUTING,
+            deployments.c.status_message != message,
+        )
+        .values(status_message=message)
+    )
+    return result.rowcount > 0
+
+
 # --- claims ---------------------------------------------------------------------------------------------
 
 
@@ -230,6 +268,8 @@ async def claim(
             .values(
                 dispatch_state=DispatchState.LAUNCHED,
                 handle=handle(str(record.id)),
+                # A waiting note (``note_waiting``) ends: a runner has it.
+                status_message=EXECUTING_MESSAGE,
                 launched_at=now,
                 dispatch_attempts=deployment.dispatch_attempts + 1,
                 # Only the deployment timeout is the dispatcher's to check.
