@@ -642,16 +642,15 @@ def test_octl__platform_admin_creates_lists_and_deletes_registration_credentials
 
 
 def _upstream_runner_page_validator() -> Any:
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]
     import referencing
     import yaml
+    from referencing.jsonschema import DRAFT202012
 
     from tests.conformance.test_upstream_schemas import UPSTREAM
 
     document = yaml.safe_load((UPSTREAM / "control-plane.yaml").read_text())
-    resource = referencing.Resource.from_contents(
-        document, default_specification=referencing.jsonschema.DRAFT202012
-    )
+    resource = referencing.Resource.from_contents(document, default_specification=DRAFT202012)
     registry = referencing.Registry().with_resource("urn:control-plane", resource)
     return jsonschema.Draft202012Validator(
         {"$ref": "urn:control-plane#/components/schemas/RunnerPage"}, registry=registry
@@ -715,4 +714,68 @@ async def test_waiting__the_worker_round_notes_it(app: FastAPI, org: Org) -> Non
     assert ("queued", "waiting for a managed runner: none is online") == (
         row.dispatch_state,
         row.status_message,
+    )
+
+
+# --- wake-ups (issue 26) -------------------------------------------------------------------------------
+
+
+async def _until_waiting(app: FastAPI, count: int) -> None:
+    """Until ``count`` claims wait on the server's waker."""
+    for _ in range(400):
+        if len(app.state.managed_gateway.waker._waiters) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{count} claims never waited")
+
+
+async def test_wakeups__one_new_deployment_wakes_one_of_many_waiting_claims(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev")
+    tokens = [await registered(runner_client, f"managed-{i}") for i in range(10)]
+    gateway = app.state.managed_gateway
+    waiting = [asyncio.create_task(claim(runner_client, token, wait=4)) for token in tokens]
+    await _until_waiting(app, len(tokens))
+    before = (gateway.waker.wakeups, gateway.claim_looks)
+    deployment_id = await deploy(org, "dev")
+
+    answers = await asyncio.gather(*waiting)
+
+    assert [deployment_id] == [a.json()["deployment"]["id"] for a in answers if a.status_code == 200]
+    assert [204] * 9 == [a.status_code for a in answers if a.status_code != 200]
+    assert (1, 1) == (gateway.waker.wakeups - before[0], gateway.claim_looks - before[1])
+
+
+async def test_wakeups__a_woken_claim_that_cannot_take_it_passes_the_wake_up_on(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["docker"])
+    linux = await registered(runner_client, "linux-0", ["linux"])
+    docker = await registered(runner_client, "docker-0", ["docker"])
+    first = asyncio.create_task(claim(runner_client, linux, wait=4))
+    await _until_waiting(app, 1)
+    second = asyncio.create_task(claim(runner_client, docker, wait=4))
+    await _until_waiting(app, 2)
+    deployment_id = await deploy(org, "dev")
+
+    answers = await asyncio.gather(first, second)
+
+    assert [204, 200] == [a.status_code for a in answers]
+    assert deployment_id == answers[1].json()["deployment"]["id"]
+
+
+async def test_wakeups__a_replaced_runners_waiting_claim_answers_register_again_at_once(
+    app: FastAPI, runner_client: httpx.AsyncClient
+) -> None:
+    token = await registered(runner_client, "managed-0")
+    waiting = asyncio.create_task(claim(runner_client, token, wait=25))
+    await _until_waiting(app, 1)
+
+    await registered(runner_client, "managed-0")
+    answer = await asyncio.wait_for(waiting, 10)  # well before its 25 s wait
+
+    assert (401, "the managed runner token is not valid: register again") == (
+        answer.status_code,
+        answer.json()["message"],
     )
