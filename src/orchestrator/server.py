@@ -383,6 +383,7 @@ def _managed_worker(
         interval_seconds=min(5.0, settings.managed_lease_seconds / 4),
         on_final=notifier.notify,
         on_requeued=managed.waker.notify,
+        online_within=timedelta(seconds=settings.managed_lease_seconds),
     )
 
 

@@ -251,6 +251,14 @@ class ServerSettings(BaseSettings):
     managed_heartbeat_seconds: float = Field(
         default=15.0, ge=1, description="How often managed runners are told to send a heartbeat."
     )
+    managed_secret_tags: str = Field(
+        default="linux,docker",
+        description=(
+            "Comma-separated tags a managed runner registering with MANAGED_RUNNER_SECRET may serve (besides "
+            "'managed'); any other tag it declares is dropped. Other tags only through a registration "
+            "credential a platform admin creates (POST /managed-runner-registrations)."
+        ),
+    )
     managed_prune_after_seconds: float = Field(
         default=86400.0,
         gt=0,
@@ -307,6 +315,11 @@ class ServerSettings(BaseSettings):
                 {"minimum": MANAGED_RUNNER_SECRET_MIN_LENGTH, "length": length},
             )
         return value
+
+    @property
+    def managed_secret_tag_set(self) -> frozenset[str]:
+        """``managed_secret_tags`` as a set (blank items skipped)."""
+        return frozenset(t.strip() for t in self.managed_secret_tags.split(",") if t.strip())
 
     @property
     def managed_runners_enabled(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from orchestrator import deployment_tokens
 from orchestrator.dispatch import managed as policy
@@ -87,8 +89,10 @@ async def test_register__answers_a_token_stored_only_as_its_hash(
     assert {
         "name": "managed-0",
         "pool": "managed",
-        "tags": ["docker", "gpu.large", "managed"],
+        "tags": ["docker", "managed"],
     }.items() <= body.items()
+    assert ["gpu.large"] == [d["tag"] for d in body["droppedTags"]]
+    assert "PO_MANAGED_SECRET_TAGS: docker, linux" in body["droppedTags"][0]["reason"]
     assert {"leaseSeconds": 60, "heartbeatSeconds": 15}.items() <= body.items()
     assert str(uuid.UUID(body["runnerId"])) == body["runnerId"]
     assert [hashlib.sha256(body["token"].encode()).hexdigest()] == [r.token_hash for r in records]
@@ -128,27 +132,6 @@ async def test_runner_calls__take_no_secret_and_no_unknown_token(runner_client: 
     assert 401 == without.status_code
 
 
-async def test_agent_routes_of_the_pool__401_for_any_bearer_without_a_traceback(
-    org: Org, runner_client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The Managed pool (runner ``managed`` of every organization) speaks no agent protocol: an agent route
-    of it answers the gateway's generic 401 for any bearer, never a 500 (it did: ``'managed' is not a valid
-    RunnerType``)."""
-    base = f"/runner-gateway/v1/orgs/{org.id}/runners/managed"
-    token = await registered(runner_client, "managed-0")
-    answers = [
-        await runner_client.post(f"{base}/events", json={}, headers=bearer(value))
-        for value in ("x", token, MANAGED_SECRET)
-    ] + [
-        await runner_client.post(f"{base}/commands/next", json={}, headers=bearer("x")),
-        await runner_client.post(f"{base}/commands/c-1/ack", json={}, headers=bearer("x")),
-    ]
-
-    assert [401] * 5 == [answer.status_code for answer in answers], [a.text for a in answers]
-    assert "Traceback" not in caplog.text
-    assert "is not a valid RunnerType" not in caplog.text
-
-
 async def test_managed_runners_off__routes_404_and_pool_hidden(
     settings: ServerSettings, runner_client: httpx.AsyncClient
 ) -> None:
@@ -160,7 +143,7 @@ async def test_managed_runners_off__routes_404_and_pool_hidden(
     ):
         await platform.post("/orgs", json={"id": "acme"})
         answer = await register(client, "managed-0")
-        listed = await platform.get("/orgs/acme/runners")
+        listed = await platform.get("/orgs/acme/runners?include_managed=true")
         got = await platform.get("/orgs/acme/runners/managed")
 
     assert 404 == answer.status_code
@@ -177,12 +160,8 @@ async def test_pool__listed_in_every_organization_and_read_only(
 ) -> None:
     await registered(runner_client, "managed-0", ["docker"])
     listed = [
-        await o.clients["viewer"].get(f"/orgs/{o.id}/runners", params={"include_managed": "true"})
-        for o in (org, other_org)
+        await o.clients["viewer"].get(f"/orgs/{o.id}/runners?include_managed=true") for o in (org, other_org)
     ]
-    # Upstream's runner types have no "managed": the plain list leaves the pool out for upstream clients.
-    plain = [await o.clients["viewer"].get(f"/orgs/{o.id}/runners") for o in (org, other_org)]
-    assert [[], []] == [answer.json()["items"] for answer in plain]
     got = await org.clients["viewer"].get(f"/orgs/{org.id}/runners/managed")
     refused = [
         await client.patch(f"/orgs/{org.id}/runners/managed", json={"description": "mine"})
@@ -537,6 +516,266 @@ async def test_pool__organizations_from_before_get_it_when_the_server_starts_wit
         assert 201 == (await platform.post("/orgs", json={"id": "early"})).status_code
     on = create_app(settings)
     async with on.router.lifespan_context(on), api_client(on, BOOTSTRAP_TOKEN) as platform:
-        listed = await platform.get("/orgs/early/runners", params={"include_managed": "true"})
+        listed = await platform.get("/orgs/early/runners?include_managed=true")
 
     assert ["managed"] == [r["id"] for r in listed.json()["items"]]
+
+
+# --- the agent protocol is not the pool's (issue 26) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["events", "commands/next", "commands/c-1/ack", "commands/c-1/retry", "commands/c-1/reject"],
+)
+async def test_agent_gateway__the_pool_answers_a_clear_4xx_without_a_traceback(
+    org: Org, runner_client: httpx.AsyncClient, path: str
+) -> None:
+    url = f"/runner-gateway/v1/orgs/{org.id}/runners/managed/{path}"
+
+    with capture_logs() as logs:
+        answer = await runner_client.post(url, json={}, headers=bearer("anything"))
+
+    assert 403 == answer.status_code, answer.text
+    assert answer.json()["message"].startswith("runner 'managed' is the platform's managed pool")
+    assert "does not use the agent protocol" in answer.json()["message"]
+    assert [] == [e for e in logs if e["log_level"] in ("error", "critical") or "exc_info" in e]
+
+
+# --- tags decided by the platform (issue 26) -----------------------------------------------------------
+
+
+async def test_tags__a_shared_secret_runner_declaring_gpu_cannot_claim_a_gpu_deployment(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["gpu"])
+    deployment_id = await deploy(org, "dev")
+    self_declared = await register(runner_client, "tenant-0", ["linux", "gpu"])
+
+    refused = await claim(runner_client, self_declared.json()["token"])
+
+    assert ["linux", "managed"] == self_declared.json()["tags"]
+    assert ["gpu"] == [d["tag"] for d in self_declared.json()["droppedTags"]]
+    assert 204 == refused.status_code
+    assert "queued" == (await _deployment_row(app, deployment_id)).dispatch_state
+
+
+async def test_tags__a_runner_registered_with_a_gpu_credential_claims_the_gpu_deployment(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["gpu"])
+    deployment_id = await deploy(org, "dev")
+    async with api_client(app, BOOTSTRAP_TOKEN) as platform:
+        created = await platform.post(
+            "/managed-runner-registrations", json={"tags": ["gpu"], "description": "gpu pool"}
+        )
+        listed = await platform.get("/managed-runner-registrations")
+    secret = created.json()["secret"]
+
+    answer = await register(runner_client, "gpu-0", ["gpu", "linux", "kubernetes"], secret=secret)
+    claimed = await claim(runner_client, answer.json()["token"])
+
+    assert 201 == created.status_code, created.text
+    assert [{"id": created.json()["id"], "tags": ["gpu"], "description": "gpu pool"}] == [
+        {k: r[k] for k in ("id", "tags", "description")} for r in listed.json()["items"]
+    ]
+    assert secret not in listed.text
+    assert 201 == answer.status_code, answer.text
+    assert ["gpu", "managed"] == answer.json()["tags"]
+    assert ["kubernetes", "linux"] == [d["tag"] for d in answer.json()["droppedTags"]]
+    assert 200 == claimed.status_code, claimed.text
+    assert deployment_id == claimed.json()["deployment"]["id"]
+
+
+async def test_tags__registration_credentials_are_the_platform_admins_and_deletable(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    async with api_client(app, BOOTSTRAP_TOKEN) as platform:
+        created = (await platform.post("/managed-runner-registrations", json={"tags": ["gpu"]})).json()
+        by_org_admin = await org.admin.post("/managed-runner-registrations", json={"tags": ["gpu"]})
+        listed_by_org_admin = await org.admin.get("/managed-runner-registrations")
+        bad_tag = await platform.post("/managed-runner-registrations", json={"tags": ["GPU"]})
+        deleted = await platform.delete(f"/managed-runner-registrations/{created['id']}")
+        again = await platform.delete(f"/managed-runner-registrations/{created['id']}")
+    after = await register(runner_client, "gpu-0", ["gpu"], secret=created["secret"])
+
+    assert 403 == by_org_admin.status_code and 403 == listed_by_org_admin.status_code
+    assert 400 == bad_tag.status_code and bad_tag.json()["message"].startswith("tags[0]:")
+    assert (204, 404) == (deleted.status_code, again.status_code)
+    assert 401 == after.status_code
+
+
+async def test_tags__the_server_setting_allows_more_tags_to_the_shared_secret(
+    settings: ServerSettings, runner_client: httpx.AsyncClient
+) -> None:
+    wider = create_app(settings.model_copy(update={"managed_secret_tags": "linux,docker,gpu"}))
+    async with wider.router.lifespan_context(wider), api_client(wider, None) as client:
+        answer = await register(client, "gpu-0", ["gpu", "arm64"])
+
+    assert ["gpu", "managed"] == answer.json()["tags"]
+    assert ["arm64"] == [d["tag"] for d in answer.json()["droppedTags"]]
+
+
+def test_octl__platform_admin_creates_lists_and_deletes_registration_credentials(
+    settings: ServerSettings, tmp_path: Path
+) -> None:
+    with serve(settings) as base_url:
+        octl = Octl(base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl.yaml")
+        created = octl(
+            "create", "managed-runner-registration", "--tag", "gpu", "--description", "gpus", "-o", "json"
+        )
+        registration = json.loads(created.stdout)
+        listed = octl("get", "managed-runner-registrations")
+        deleted = octl("delete", "managed-runner-registration", registration["id"])
+        after = octl("get", "managed-runner-registrations")
+
+    assert 0 == created.exit_code, created.output
+    assert ["gpu"] == registration["tags"] and registration["secret"]
+    assert 0 == listed.exit_code, listed.output
+    assert any(registration["id"] in line and "gpu" in line for line in listed.output.splitlines())
+    assert registration["secret"] not in listed.output
+    assert 0 == deleted.exit_code, deleted.output
+    assert registration["id"] not in after.output
+
+
+# --- upstream clients can parse the runner list (issue 26) ---------------------------------------------
+
+
+def _upstream_runner_page_validator() -> Any:
+    import jsonschema  # type: ignore[import-untyped]
+    import referencing
+    import yaml
+    from referencing.jsonschema import DRAFT202012
+
+    from tests.conformance.test_upstream_schemas import UPSTREAM
+
+    document = yaml.safe_load((UPSTREAM / "control-plane.yaml").read_text())
+    resource = referencing.Resource.from_contents(document, default_specification=DRAFT202012)
+    registry = referencing.Registry().with_resource("urn:control-plane", resource)
+    return jsonschema.Draft202012Validator(
+        {"$ref": "urn:control-plane#/components/schemas/RunnerPage"}, registry=registry
+    )
+
+
+async def test_list__upstream_clients_parse_it_and_the_pool_only_when_asked_for(org: Org) -> None:
+    plain = await org.admin.get(f"/orgs/{org.id}/runners")
+    with_pool = await org.admin.get(f"/orgs/{org.id}/runners", params={"include_managed": "true"})
+    pool = await org.admin.get(f"/orgs/{org.id}/runners/managed")
+
+    errors = [e.message for e in _upstream_runner_page_validator().iter_errors(plain.json())]
+    assert [] == errors
+    assert "managed" not in [r["id"] for r in plain.json()["items"]]
+    assert "managed" in [r["id"] for r in with_pool.json()["items"]]
+    assert 200 == pool.status_code
+
+
+# --- a queued deployment says what it waits for (issue 26) ---------------------------------------------
+
+
+async def test_waiting__the_status_message_says_what_a_queued_deployment_waits_for(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["gpu"])
+    deployment_id = await deploy(org, "dev")
+
+    async def round_() -> tuple[str, int]:
+        now = datetime.now(UTC)
+        async with app.state.services.engine.begin() as conn:
+            written = await policy.note_waiting(conn, now=now, online_within=timedelta(seconds=60))
+        return (await _deployment_row(app, deployment_id)).status_message, written
+
+    none_online = await round_()
+    unchanged = await round_()
+    await registered(runner_client, "linux-0", ["linux"])
+    no_gpu = await round_()
+    async with api_client(app, BOOTSTRAP_TOKEN) as platform:
+        secret = (await platform.post("/managed-runner-registrations", json={"tags": ["gpu"]})).json()[
+            "secret"
+        ]
+    gpu_token = (await register(runner_client, "gpu-0", ["gpu"], secret=secret)).json()["token"]
+    can_take = await round_()
+    claimed = await claim(runner_client, gpu_token)
+
+    assert ("waiting for a managed runner: none is online", 1) == none_online
+    assert ("waiting for a managed runner: none is online", 0) == unchanged  # no write per round
+    assert ("waiting for a managed runner: no online managed runner has the tags gpu", 1) == no_gpu
+    assert ("Deploying...", 1) == can_take
+    assert 200 == claimed.status_code
+    assert "Deploying..." == (await _deployment_row(app, deployment_id)).status_message
+
+
+async def test_waiting__the_worker_round_notes_it(app: FastAPI, org: Org) -> None:
+    await managed_env(org, "dev")
+    deployment_id = await deploy(org, "dev")
+
+    await _worker(app, datetime.now(UTC)).run_once()
+
+    row = await _deployment_row(app, deployment_id)
+    assert ("queued", "waiting for a managed runner: none is online") == (
+        row.dispatch_state,
+        row.status_message,
+    )
+
+
+# --- wake-ups (issue 26) -------------------------------------------------------------------------------
+
+
+async def _until_waiting(app: FastAPI, count: int) -> None:
+    """Until ``count`` claims wait on the server's waker."""
+    for _ in range(400):
+        if len(app.state.managed_gateway.waker._waiters) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{count} claims never waited")
+
+
+async def test_wakeups__one_new_deployment_wakes_one_of_many_waiting_claims(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev")
+    tokens = [await registered(runner_client, f"managed-{i}") for i in range(10)]
+    gateway = app.state.managed_gateway
+    waiting = [asyncio.create_task(claim(runner_client, token, wait=4)) for token in tokens]
+    await _until_waiting(app, len(tokens))
+    before = (gateway.waker.wakeups, gateway.claim_looks)
+    deployment_id = await deploy(org, "dev")
+
+    answers = await asyncio.gather(*waiting)
+
+    assert [deployment_id] == [a.json()["deployment"]["id"] for a in answers if a.status_code == 200]
+    assert [204] * 9 == [a.status_code for a in answers if a.status_code != 200]
+    assert (1, 1) == (gateway.waker.wakeups - before[0], gateway.claim_looks - before[1])
+
+
+async def test_wakeups__a_woken_claim_that_cannot_take_it_passes_the_wake_up_on(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    await managed_env(org, "dev", ["docker"])
+    linux = await registered(runner_client, "linux-0", ["linux"])
+    docker = await registered(runner_client, "docker-0", ["docker"])
+    first = asyncio.create_task(claim(runner_client, linux, wait=4))
+    await _until_waiting(app, 1)
+    second = asyncio.create_task(claim(runner_client, docker, wait=4))
+    await _until_waiting(app, 2)
+    deployment_id = await deploy(org, "dev")
+
+    answers = await asyncio.gather(first, second)
+
+    assert [204, 200] == [a.status_code for a in answers]
+    assert deployment_id == answers[1].json()["deployment"]["id"]
+
+
+async def test_wakeups__a_replaced_runners_waiting_claim_answers_register_again_at_once(
+    app: FastAPI, runner_client: httpx.AsyncClient
+) -> None:
+    token = await registered(runner_client, "managed-0")
+    waiting = asyncio.create_task(claim(runner_client, token, wait=25))
+    await _until_waiting(app, 1)
+
+    await registered(runner_client, "managed-0")
+    answer = await asyncio.wait_for(waiting, 10)  # well before its 25 s wait
+
+    assert (401, "the managed runner token is not valid: register again") == (
+        answer.status_code,
+        answer.json()["message"],
+    )

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from orchestrator.store.schema import agent_commands
 from tests.support.deployments import insert_run
 from tests.support.orgs import Org
 
@@ -269,46 +268,3 @@ async def test_usage__the_openapi_document_defines_a_runner_minute_and_the_csv(
     assert {"application/json", "text/csv"} == set(operation["responses"]["200"]["content"])
     assert {"from", "to", "format"} <= {parameter["name"] for parameter in operation["parameters"]}
     assert {"400", "401", "404"} <= set(operation["responses"])
-
-
-async def test_usage__an_agents_deployment_counts_from_its_job_and_not_at_all_if_never_picked_up(
-    app: FastAPI, org: Org
-) -> None:
-    """Both were launched (their create-job command queued) at 10:00 and failed at the deployment timeout,
-    11:00: the one whose job an agent created at 10:58 ran 2 minutes; the one no agent picked up, none."""
-    picked = await _env(org, "shop", "picked")
-    never = await _env(org, "shop", "never")
-    async with app.state.services.engine.begin() as conn:
-        for env, job_created_at in ((picked, at(5, 10, 58)), (never, None)):
-            deployment_id = await insert_run(
-                conn,
-                org.id,
-                env,
-                runner_id="agent1",
-                created_at=at(5, 10),
-                launched_at=at(5, 10),
-                completed_at=at(5, 11),
-            )
-            await conn.execute(
-                agent_commands.insert().values(
-                    id=f"create-job:{deployment_id}:1",
-                    org_id=org.id,
-                    runner_id="agent1",
-                    deployment_id=deployment_id,
-                    type="create-job",
-                    envelope={},
-                    state="acked" if job_created_at else "expired",
-                    attempt=1 if job_created_at else 0,
-                    available_at=at(5, 10),
-                    expires_at=at(6, 10),
-                    created_at=at(5, 10),
-                    updated_at=at(5, 11),
-                    job_created_at=job_created_at,
-                )
-            )
-
-    answer = await org.admin.get(f"/orgs/{org.id}/usage", params=MARCH)
-
-    assert 200 == answer.status_code, answer.text
-    rows = {row["envId"]: _figures(row) for row in answer.json()["rows"]}
-    assert {"picked": (2.0, 0.0, 2.0, 1), "never": (0.0, 0.0, 0.0, 1)} == rows

@@ -515,6 +515,9 @@ def test_managed_runners_tags__joined_into_runner_tags(chart: Any) -> None:
     rendered = render(chart, merged({"managedRunners": {"tags": ["gpu", "eu-west.1", "kubernetes"]}}))
     env = env_of(container(rendered, "StatefulSet"))
     assert env["RUNNER_TAGS"]["value"] == "gpu,eu-west.1,kubernetes"
+    # The server lets runners registering with the shared secret serve exactly those and the detected ones.
+    server = env_of(container(rendered, "Deployment"))
+    assert server["PO_MANAGED_SECRET_TAGS"]["value"] == "linux,docker,gpu,eu-west.1,kubernetes"
 
 
 def test_log_settings__server_and_managed_runners_alike(chart: Any) -> None:

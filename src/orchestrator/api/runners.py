@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -11,14 +14,16 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.api import schemas
-from orchestrator.api.context import MANAGE, READ, Principal
+from orchestrator.api.context import MANAGE, READ, Principal, principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.domain import entities
 from orchestrator.domain.managed import (
     MANAGED_RUNNER_ID,
     MANAGED_RUNNER_TYPE,
     READ_ONLY_MESSAGE,
+    check_tags,
 )
+from orchestrator.domain.roles import Role
 from orchestrator.domain.runner_requests import RunnerCreateBody, RunnerUpdateBody, apply_runner_patch
 from orchestrator.domain.runner_secrets import split_secrets
 from orchestrator.domain.runner_types import (
@@ -343,15 +348,16 @@ async def list_runners(
     include_managed: Annotated[
         bool,
         Query(
-            description="Also list the platform's Managed pool (runner `managed`, type `managed`, which "
-            "upstream's runner types do not have: left out unless asked for, so upstream clients can read "
-            "the list)."
+            description="Ours: also list the managed pool (runner `managed`, type `managed`, which "
+            "upstream's RunnerType does not have: without this, upstream clients parse the list)."
         ),
     ] = False,
     _: Principal = READ,
     page: PageRequest = Depends(page_request),
     svc: Services = Depends(services),
 ) -> schemas.PageOf[RunnerSummaryOut]:
+    """The organization's runners; the managed pool only with `include_managed=true` (GET of runner
+    `managed` reads it always)."""
     hidden = _hidden_type(svc.settings) if include_managed else MANAGED_RUNNER_TYPE
     async with svc.reader.connect() as conn:
         result = await store.list_runners(
@@ -438,4 +444,106 @@ async def delete_runner(
     async with transaction(svc) as conn:
         if not await store.delete_runner(conn, org_id, runner_id):
             raise NotFoundError(f"runner '{runner_id}' not found")
+    return Response(status_code=204)
+
+
+# --- managed runner registration credentials (issue 26) ------------------------------------------------
+
+
+class ManagedRegistrationBody(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    tags: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
+        default_factory=list,
+        description="The tags a runner registering with this credential may serve (besides 'managed').",
+    )
+    description: Annotated[str, Field(max_length=200)] = ""
+
+
+class ManagedRegistrationOut(BaseModel):
+    id: str
+    tags: list[str]
+    description: str
+    created_at: datetime
+    #: Only in the answer to its creation: shown once, stored only as its SHA-256.
+    secret: str | None = None
+
+
+class ManagedRegistrationList(BaseModel):
+    items: list[ManagedRegistrationOut]
+    #: Always null: every credential is in one page (the shape of the API's other lists).
+    next_page_token: str | None = None
+
+
+def _registration_out(
+    record: managed_store.Registration, secret: str | None = None
+) -> ManagedRegistrationOut:
+    return ManagedRegistrationOut(
+        id=str(record.id),
+        tags=record.tags,
+        description=record.description,
+        created_at=record.created_at,
+        secret=secret,
+    )
+
+
+def _only_platform_admin(caller: Principal) -> None:
+    if caller.role is not Role.PLATFORM_ADMIN:
+        raise ForbiddenError(
+            "only a platform admin may create, list or delete managed runner registration credentials: "
+            "they decide which tags the platform's runners serve for every organization"
+        )
+
+
+@router.post(
+    "/managed-runner-registrations",
+    status_code=201,
+    response_model=ManagedRegistrationOut,
+    tags=["Managed runners"],
+)
+async def create_managed_registration(
+    body: ManagedRegistrationBody, caller: Principal = Depends(principal), svc: Services = Depends(services)
+) -> ManagedRegistrationOut:
+    """A registration credential: a managed runner registering with its secret (as `managedSecret`) may
+    serve at most `tags`. The secret is in this answer only (stored as its SHA-256)."""
+    _only_platform_admin(caller)
+    tags = check_tags(body.tags)
+    secret = "pomr_" + secrets.token_urlsafe(32)
+    async with transaction(svc) as conn:
+        record = await managed_store.insert_registration(
+            conn,
+            secret_hash=hashlib.sha256(secret.encode()).hexdigest(),
+            tags=tags,
+            description=body.description,
+            now=datetime.now(UTC),
+        )
+    return _registration_out(record, secret)
+
+
+@router.get(
+    "/managed-runner-registrations",
+    response_model=ManagedRegistrationList,
+    tags=["Managed runners"],
+)
+async def list_managed_registrations(
+    caller: Principal = Depends(principal), svc: Services = Depends(services)
+) -> ManagedRegistrationList:
+    """The registration credentials (never their secrets: `secret` is null)."""
+    _only_platform_admin(caller)
+    async with svc.reader.connect() as conn:
+        records = await managed_store.list_registrations(conn)
+    return ManagedRegistrationList(items=[_registration_out(r) for r in records])
+
+
+@router.delete("/managed-runner-registrations/{registration_id}", status_code=204, tags=["Managed runners"])
+async def delete_managed_registration(
+    registration_id: uuid.UUID, caller: Principal = Depends(principal), svc: Services = Depends(services)
+) -> Response:
+    """Delete a registration credential: no runner registers with it any more (runners registered with it
+    keep their tokens until they register again)."""
+    _only_platform_admin(caller)
+    async with transaction(svc) as conn:
+        deleted = await managed_store.delete_registration(conn, registration_id)
+    if not deleted:
+        raise NotFoundError(f"managed runner registration credential '{registration_id}' not found")
     return Response(status_code=204)

@@ -35,16 +35,16 @@ CSV_COLUMNS = (
 CSV_MEDIA_TYPE = "text/csv"
 
 DEFINITION = (
-    "A deployment's run lasts from `launched_at` (its runner was started, a managed runner claimed it, or "
-    "an agent created its job; a command no agent picked up counts nothing) "
-    "to the earlier of `completed_at` and `exited_at` (its runner was seen to exit without results); a "
-    "run still executing counts up to now. Its runner minutes are the seconds of that run within "
-    "[from, to), divided by 60; a deployment never launched counts zero. It ran on managed runners iff "
-    "its `runner_id` is `managed`, else on self-hosted ones. Per row, the managed and the self-hosted "
-    "minutes are each summed exactly and rounded half up to 2 decimals; `runnerMinutes` is their sum and "
-    "the totals are the sums of the rows, so the figures add up exactly. `deployments` counts the "
-    "deployments created within the period. A row is listed when one of its deployments was created or "
-    "ran within the period."
+    "A deployment's run lasts from `launched_at` (its runner was started, or a managed runner claimed "
+    "it; for a deployment handed to an agent, from the moment the agent created its runner's job: a "
+    "command no agent ever picked up counts zero) to the earlier of `completed_at` and `exited_at` (its "
+    "runner was seen to exit without results); a run still executing counts up to now. Its runner "
+    "minutes are the seconds of that run within [from, to), divided by 60; a deployment never launched "
+    "counts zero. It ran on managed runners iff its `runner_id` is `managed`, else on self-hosted ones. "
+    "Per row, the managed and the self-hosted minutes are each summed exactly and rounded half up to 2 "
+    "decimals; `runnerMinutes` is their sum and the totals are the sums of the rows, so the figures add "
+    "up exactly. `deployments` counts the deployments created within the period. A row is listed when "
+    "one of its deployments was created or ran within the period."
 )
 
 

@@ -211,6 +211,18 @@ class ApiClient:
     def list_orgs(self) -> list[JsonObject]:
         return self._list("/orgs")
 
+    # -- managed runner registration credentials (platform admin) ---------------------------------------
+
+    def create_managed_registration(self, body: JsonObject) -> JsonObject:
+        """A registration credential; the answer holds its ``secret``, which is never answered again."""
+        return self._object("POST", "/managed-runner-registrations", body=body)
+
+    def list_managed_registrations(self) -> list[JsonObject]:
+        return self._list("/managed-runner-registrations")
+
+    def delete_managed_registration(self, registration_id: str) -> None:
+        self._delete(f"/managed-runner-registrations/{_segment(registration_id)}")
+
     # -- runners --------------------------------------------------------------------------------------
 
     def create_runner(self, org: str, body: JsonObject) -> JsonObject:
@@ -219,12 +231,10 @@ class ApiClient:
     def get_runner(self, org: str, runner_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}")
 
-    def list_runners(self, org: str, *, include_managed: bool = True) -> list[JsonObject]:
-        """The organization's runners; with ``include_managed``, the platform's Managed pool too (when
-        managed runners are on)."""
-        return self._list(
-            f"/orgs/{_segment(org)}/runners", {"include_managed": "true" if include_managed else None}
-        )
+    def list_runners(self, org: str, *, include_managed: bool = False) -> list[JsonObject]:
+        """The runners; with ``include_managed`` the managed pool too (ours: upstream ignores it)."""
+        params = {"include_managed": "true"} if include_managed else None
+        return self._list(f"/orgs/{_segment(org)}/runners", params)
 
     def update_runner(self, org: str, runner_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}", body=patch)

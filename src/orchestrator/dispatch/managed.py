@@ -30,9 +30,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator import deployment_tokens
 from orchestrator.dispatch import results as results_policy
-from orchestrator.domain.deployments import TIMEOUT_MESSAGE, Deployment, Status, runner_mode
+from orchestrator.domain.deployments import (
+    EXECUTING_MESSAGE,
+    TIMEOUT_MESSAGE,
+    Deployment,
+    Status,
+    runner_mode,
+)
 from orchestrator.domain.managed import (
     MANAGED_RUNNER_ID,
+    MANAGED_TAG,
     TOKEN_INVALID_MESSAGE,
     check_name,
     runner_tags,
@@ -93,9 +100,53 @@ def exited_message(name: str, exit_code: int) -> str:
     return f"managed runner '{name}': po-runner exited with code {exit_code} without reporting results"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Allowance:
+    """The tags a registration may serve (besides ``managed``), decided by the platform: what the shared
+    secret allows (``PO_MANAGED_SECRET_TAGS``) or what a registration credential was created with."""
+
+    tags: frozenset[str]
+    #: Why a tag outside ``tags`` is dropped (told in the register answer).
+    reason: str
+
+
+def shared_secret_allowance(tags: frozenset[str]) -> Allowance:
+    allowed = ", ".join(sorted(tags)) or "none"
+    return Allowance(
+        tags=tags,
+        reason=(
+            f"a runner registering with MANAGED_RUNNER_SECRET may serve only the tags the server allows "
+            f"(PO_MANAGED_SECRET_TAGS: {allowed}); register with a registration credential bound to this "
+            "tag (a platform admin creates one: octl create managed-runner-registration --tag <tag>)"
+        ),
+    )
+
+
+def credential_allowance(registration: store.Registration) -> Allowance:
+    allowed = ", ".join(registration.tags) or "none"
+    return Allowance(
+        tags=frozenset(registration.tags),
+        reason=f"registration credential {registration.id} allows only the tags: {allowed}",
+    )
+
+
+def effective_tags(declared: list[str], allowance: Allowance) -> tuple[list[str], list[dict[str, str]]]:
+    """The declared tags (checked: InvalidInputError naming ``tags[i]``) the allowance lets the runner
+    serve, with ``managed``; and the dropped ones, each with its reason."""
+    checked = runner_tags(declared)
+    kept = [t for t in checked if t == MANAGED_TAG or t in allowance.tags]
+    dropped = [{"tag": t, "reason": allowance.reason} for t in checked if t not in kept]
+    return kept, dropped
+
+
+async def credential(conn: AsyncConnection, secret: str) -> store.Registration | None:
+    """The registration credential whose secret this is (looked up by its SHA-256)."""
+    return await store.registration_by_secret_hash(conn, token_hash(secret))
+
+
 async def register(conn: AsyncConnection, *, name: str, tags: list[str], now: datetime) -> Registered:
-    """Register ``name`` (replacing its record): a new record and token. InvalidInputError naming the
-    field for a bad name or tag."""
+    """Register ``name`` (replacing its record) with ``tags`` (already the effective ones): a new record
+    and token. InvalidInputError naming the field for a bad name or tag."""
     check_name(name)
     all_tags = runner_tags(tags)
     old = await store.by_name(conn, name, for_update=True)
@@ -227,6 +278,39 @@ async def time_out_queued(conn: AsyncConnection, *, now: datetime, limit: int = 
     return failed
 
 
+#: A queued deployment no online managed runner can take (issue 26).
+NONE_ONLINE_MESSAGE = "waiting for a managed runner: none is online"
+
+
+def waiting_message(required: list[str], online: list[frozenset[str]]) -> str:
+    """What a queued deployment of the pool waits for: no runner online, none online carrying its tags,
+    or (one can take it) the ordinary message."""
+    if not online:
+        return NONE_ONLINE_MESSAGE
+    if any(set(required) <= tags for tags in online):
+        return EXECUTING_MESSAGE
+    return (
+        f"waiting for a managed runner: no online managed runner has the tags {', '.join(sorted(required))}"
+    )
+
+
+async def note_waiting(
+    conn: AsyncConnection, *, now: datetime, online_within: timedelta, limit: int = 200
+) -> int:
+    """Say in each queued deployment's status message what it waits for; only changed messages are
+    written (the worker's round, not each poll). How many were written."""
+    queued = await store.queued_messages(conn, limit=limit)
+    if not queued:
+        return 0
+    online = await store.online_tag_sets(conn, since=now - online_within)
+    written = 0
+    for deployment_id, required, message in queued:
+        wanted = waiting_message(required, online)
+        if wanted != message and await store.set_queued_message(conn, deployment_id, wanted):
+            written += 1
+    return written
+
+
 async def prune(
     conn: AsyncConnection, *, now: datetime, after: timedelta, limit: int = 100
 ) -> list[ManagedRunner]:
@@ -275,8 +359,11 @@ class ManagedWorker:
         on_final: Callable[[str], None],
         on_requeued: Callable[[], None],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        online_within: timedelta = timedelta(seconds=60),
     ) -> None:
         self.engine = engine
+        #: A runner seen within this long is online (``PO_MANAGED_LEASE_SECONDS``).
+        self.online_within = online_within
         self.prune_after = prune_after
         self.interval_seconds = interval_seconds
         self.on_final = on_final
@@ -300,6 +387,7 @@ class ManagedWorker:
             outcome = await expire_leases(conn, now=now)
             outcome.failed += await time_out_queued(conn, now=now)
             await prune(conn, now=now, after=self.prune_after)
+            await note_waiting(conn, now=now, online_within=self.online_within)
         for deployment_id in outcome.failed:
             self.on_final(deployment_id)
         if outcome.requeued:

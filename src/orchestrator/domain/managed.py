@@ -26,6 +26,11 @@ READ_ONLY_MESSAGE: Final = (
 NOT_ENABLED_MESSAGE: Final = (
     "managed runners are not enabled on this server (it was started without MANAGED_RUNNER_SECRET)"
 )
+#: The 403 of the agent protocol's routes (``/runner-gateway/v1/orgs/{org}/runners/managed/...``).
+NOT_AN_AGENT_MESSAGE: Final = (
+    "runner 'managed' is the platform's managed pool: it does not use the agent protocol "
+    "(managed runners register at /runner/register and claim at /runner/claim)"
+)
 SECRET_INVALID_MESSAGE: Final = "the managed runner secret is not valid"
 TOKEN_INVALID_MESSAGE: Final = "the managed runner token is not valid: register again"
 #: A claimed deployment's handle: ``managed:<runner record id>``.

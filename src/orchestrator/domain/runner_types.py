@@ -568,9 +568,11 @@ def launched_by(
 
 def agent_public_key(runner_type: str, config: Mapping[str, Any]) -> str | None:
     """The Ed25519 public key (PEM) registered for the runner's agent; None unless an agent launches its
-    runs (``launched_by``): ``key`` of a ``kubernetes-agent`` runner, ``connection.key`` of a ``vm`` one;
-    None for a type that is not a runner configuration type (the Managed pool, ``managed``)."""
-    if runner_type not in RunnerType.__members__.values() or launched_by(runner_type, config) != "agent":
+    runs (``launched_by``): ``key`` of a ``kubernetes-agent`` runner, ``connection.key`` of a ``vm`` one.
+    None too for a type that is not a :class:`RunnerType` (the managed pool's ``managed``)."""
+    if runner_type not in RunnerType.__members__.values():
+        return None
+    if launched_by(runner_type, config) != "agent":
         return None
     holder = config if runner_type == RunnerType.KUBERNETES_AGENT else config.get("connection")
     key = holder.get("key") if isinstance(holder, Mapping) else None

@@ -1,8 +1,9 @@
 """Runner minutes: what a deployment's run costs within a period, per project and environment, split into
 managed and self-hosted (pure: the caller gives the clock).
 
-A deployment's run lasts from ``launched_at`` (its runner was started, a managed runner claimed it, or an
-agent created its job: the store gives that time for an agent's deployment, none if no agent took it) to
+A deployment's run lasts from ``launched_at`` - the moment a runner held it: its runner was started, a
+managed runner claimed it, or an agent created its runner's job (``store.deployments.usage_runs`` reads
+that from the ``create-job`` command; a command never picked up leaves it ``None``) - to
 its end: the earlier of ``completed_at`` (results recorded, or the deployment failed) and ``exited_at`` (its
 runner was seen to exit without results); while it has neither, up to ``now``. That span is clipped to the
 period ``[start, end)``: its runner minutes are the seconds of the overlap / 60. A deployment never

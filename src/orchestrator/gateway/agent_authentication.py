@@ -10,7 +10,8 @@ from typing import Any
 
 import structlog
 
-from orchestrator.errors import UnauthenticatedError
+from orchestrator.domain.managed import MANAGED_RUNNER_ID, NOT_AN_AGENT_MESSAGE
+from orchestrator.errors import ForbiddenError, UnauthenticatedError
 from orchestrator.gateway.agent_keys import AgentKeys
 from orchestrator.gateway.token_uses import TokenUses
 from orchestrator.protocol import agent_auth
@@ -36,6 +37,9 @@ class AgentAuthentication:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise UnauthenticatedError(UNAUTHENTICATED)
+        if runner_id == MANAGED_RUNNER_ID:
+            # The pool is every organization's (seed 004); its runners use /runner/*, never these routes.
+            raise ForbiddenError(NOT_AN_AGENT_MESSAGE)
         key = await self.keys.get(svc, org_id, runner_id)
         if key is None:
             log.info("agent authentication failed", org_id=org_id, runner_id=runner_id, reason="no agent key")

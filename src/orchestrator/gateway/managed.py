@@ -5,8 +5,10 @@ Only ``register`` takes MANAGED_RUNNER_SECRET; it mints a per-runner token that 
 (``Authorization: Bearer``), and that the server keeps only as its SHA-256. An unknown, replaced or pruned
 token is 401 "register again"; the secret is never accepted there. The policy is ``dispatch.managed``.
 
-A waiting claim holds no database connection: it waits on :class:`ClaimWaker`, woken when a deployment is
-committed on this server (``Services.wake_dispatcher``) or queued again, and looks again every
+A waiting claim holds no database connection: it waits on :class:`ClaimWaker`, one waiter woken per
+deployment committed on this server (``Services.wake_dispatcher``) or queued again (a woken claim that can
+take nothing passes the wake-up on), the waiting claims of a replaced record at once (401: register
+again), and looks again every
 ``PO_AGENT_POLL_FALLBACK_SECONDS`` (deployments committed by another replica, leases running out) with a
 cheap read first.
 """
@@ -48,19 +50,71 @@ router = APIRouter(prefix="/runner", tags=["Managed runners"])
 MAX_WAIT_SECONDS = 25
 
 
+@dataclass(eq=False)
+class Waiter:
+    """One waiting claim's ticket."""
+
+    event: asyncio.Event
+    #: The wake-up round it has looked at (its ``notify``'s number, or the round current when it looked).
+    seen: int
+    runner_id: uuid.UUID
+    #: Its runner's record was replaced (a registration of the same name): it answers 401 at once.
+    replaced: bool = False
+
+
 class ClaimWaker:
-    """Wakes every waiting claim (any runner may claim any queued deployment its tags allow)."""
+    """Wakes waiting claims: one per new deployment (not all of them: 50 waiting runners would run 50
+    claim transactions for one deployment). A woken claim that finds nothing it may take (tags) passes the
+    wake-up on to the next waiter that has not looked since (``pass_on``), so a deployment only some
+    runners can take still reaches one of them without waking every waiter at once."""
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._waiters: list[Waiter] = []
+        self._round = 0
+        #: How many waiters were woken (tests count them).
+        self.wakeups = 0
 
-    def ticket(self) -> asyncio.Event:
-        """Take this before looking for a deployment: a ``notify`` from then on sets it."""
-        return self._event
+    def ticket(self, runner_id: uuid.UUID) -> Waiter:
+        """Take this before looking for a deployment: a ``notify`` from then on may wake it."""
+        waiter = Waiter(event=asyncio.Event(), seen=self._round, runner_id=runner_id)
+        self._waiters.append(waiter)
+        return waiter
 
-    def notify(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
+    def done(self, waiter: Waiter) -> None:
+        """The claim stopped waiting on this ticket."""
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+    def notify(self, count: int = 1) -> None:
+        """``count`` deployments became claimable: wake that many waiters (the longest waiting first)."""
+        self._round += 1
+        self._wake(count, self._round)
+
+    def pass_on(self, waiter: Waiter) -> None:
+        """``waiter`` was woken but could take nothing: wake one that has not looked since that wake-up."""
+        self._wake(1, waiter.seen)
+
+    def notify_all(self) -> None:
+        self._round += 1
+        self._wake(len(self._waiters), self._round)
+
+    def replaced(self, runner_id: uuid.UUID) -> None:
+        """The record ``runner_id`` was replaced: its waiting claims answer at once (register again)."""
+        for waiter in [w for w in self._waiters if w.runner_id == runner_id]:
+            waiter.replaced = True
+            self._waiters.remove(waiter)
+            waiter.event.set()
+
+    def _wake(self, count: int, round_: int) -> None:
+        for waiter in list(self._waiters):
+            if count <= 0:
+                return
+            if waiter.seen < round_:
+                self._waiters.remove(waiter)
+                waiter.seen = round_
+                waiter.event.set()
+                self.wakeups += 1
+                count -= 1
 
 
 @dataclass(kw_only=True)
@@ -71,9 +125,12 @@ class ManagedGateway:
     waker: ClaimWaker = field(default_factory=ClaimWaker)
     stopping: bool = False
 
+    #: Claim transactions of waiting claims after a wake-up or fallback look (tests count them).
+    claim_looks: int = 0
+
     def stop_polls(self) -> None:
         self.stopping = True
-        self.waker.notify()
+        self.waker.notify_all()
 
 
 def managed_gateway(request: Request) -> ManagedGateway:
@@ -96,13 +153,21 @@ class RegisterBody(_Body):
     )
 
 
+class DroppedTag(BaseModel):
+    tag: str
+    reason: str
+
+
 class RegisterOut(BaseModel):
     runnerId: str  # noqa: N815
     name: str
     #: The runner's token: every later call carries it (Authorization: Bearer); stored only hashed.
     token: str
     pool: str
+    #: The tags it serves: the declared ones the platform allows it, and ``managed``.
     tags: list[str]
+    #: Declared tags it may not serve, each with why (issue 26).
+    droppedTags: list[DroppedTag] = Field(default_factory=list)  # noqa: N815
     leaseSeconds: int  # noqa: N815
     heartbeatSeconds: int  # noqa: N815
 
@@ -191,7 +256,7 @@ def _told(svc: Services, gateway: ManagedGateway, outcome: policy.LostClaims) ->
     for deployment_id in outcome.failed:
         svc.notifier.notify(deployment_id)
     if outcome.requeued:
-        gateway.waker.notify()
+        gateway.waker.notify(len(outcome.requeued))
 
 
 # --- routes ---------------------------------------------------------------------------------------------
@@ -206,18 +271,29 @@ async def register(body: RegisterBody, request: Request, svc: Services = Depends
     when managed runners are not enabled on this server."""
     _enabled(svc)
     assert svc.settings.managed_runner_secret is not None
-    if not policy.secret_matches(svc.settings.managed_runner_secret, body.managedSecret):
-        log.warning("managed runner registration refused: wrong secret", name=body.name[:63])
-        raise UnauthenticatedError(SECRET_INVALID_MESSAGE)
+    if policy.secret_matches(svc.settings.managed_runner_secret, body.managedSecret):
+        allowance = policy.shared_secret_allowance(svc.settings.managed_secret_tag_set)
+    else:
+        async with svc.reader.connect() as conn:
+            credential = await policy.credential(conn, body.managedSecret)
+        if credential is None:
+            log.warning("managed runner registration refused: wrong secret", name=body.name[:63])
+            raise UnauthenticatedError(SECRET_INVALID_MESSAGE)
+        allowance = policy.credential_allowance(credential)
+    tags, dropped = policy.effective_tags(body.tags, allowance)
     async with transaction(svc) as conn:
-        registered = await policy.register(conn, name=body.name, tags=body.tags, now=datetime.now(UTC))
-    _told(svc, managed_gateway(request), registered.outcome)
+        registered = await policy.register(conn, name=body.name, tags=tags, now=datetime.now(UTC))
+    gateway = managed_gateway(request)
+    _told(svc, gateway, registered.outcome)
+    if registered.replaced is not None:
+        gateway.waker.replaced(registered.replaced.id)
     log.info(
         "managed runner registered",
         name=registered.record.name,
         runner_id=str(registered.record.id),
         tags=registered.record.tags,
         replaced=registered.replaced is not None,
+        dropped_tags=[d["tag"] for d in dropped],
     )
     return RegisterOut(
         runnerId=str(registered.record.id),
@@ -225,6 +301,7 @@ async def register(body: RegisterBody, request: Request, svc: Services = Depends
         token=registered.token,
         pool=MANAGED_RUNNER_ID,
         tags=registered.record.tags,
+        droppedTags=[DroppedTag(**d) for d in dropped],
         **_timing(svc.settings),
     )
 
@@ -269,26 +346,41 @@ async def claim(
         if gateway.stopping:
             # The server is stopping: no new claim here; the runner claims again elsewhere or after it.
             return Response(status_code=204)
-        wake = gateway.waker.ticket()
+        wake = gateway.waker.ticket(record.id)
         claimed = await _claim(conn, record, settings)
-    while claimed is None:
-        remaining = deadline - loop.time()
-        if remaining <= 0 or gateway.stopping:
-            return Response(status_code=204)
-        try:
-            async with asyncio.timeout(min(remaining, settings.agent_poll_fallback_seconds)):
-                await wake.wait()
-        except TimeoutError:
-            pass
-        if await request.is_disconnected():
-            return Response(status_code=204)
-        wake = gateway.waker.ticket()
-        async with svc.reader.connect() as conn:
-            if not await store.any_queued(conn):
-                continue
-        async with transaction(svc) as conn:
-            record = await policy.authenticate(conn, token)
-            claimed = await _claim(conn, record, settings)
+    try:
+        while claimed is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or gateway.stopping:
+                return Response(status_code=204)
+            try:
+                async with asyncio.timeout(min(remaining, settings.agent_poll_fallback_seconds)):
+                    await wake.event.wait()
+            except TimeoutError:
+                pass
+            gateway.waker.done(wake)
+            if wake.replaced:
+                # A registration of the same name replaced this runner's record: tell it now.
+                raise UnauthenticatedError(TOKEN_INVALID_MESSAGE)
+            if await request.is_disconnected():
+                gateway.waker.pass_on(wake)
+                return Response(status_code=204)
+            woken = wake
+            wake = gateway.waker.ticket(record.id)
+            async with svc.reader.connect() as conn:
+                if not await store.any_queued(conn):
+                    continue
+            gateway.claim_looks += 1
+            async with transaction(svc) as conn:
+                record = await policy.authenticate(conn, token)
+                claimed = await _claim(conn, record, settings)
+            if claimed is None and woken.event.is_set():
+                gateway.waker.pass_on(woken)
+    finally:
+        gateway.waker.done(wake)
+        if wake.event.is_set() and not wake.replaced:
+            # Woken while it was looking, for a deployment it may not have taken: the next waiter looks.
+            gateway.waker.pass_on(wake)
     # The request's later lines are about this deployment.
     structlog.contextvars.bind_contextvars(**claimed.log_context())
     log.info("managed deployment claimed", runner=record.name)

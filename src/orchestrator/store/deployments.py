@@ -18,6 +18,9 @@ from orchestrator.errors import ConflictError
 from orchestrator.store.pages import Page, newest_first, newest_key, to_page
 from orchestrator.store.schema import agent_commands, deployments, envs, runners
 
+#: The command that hands a deployment to an agent (usage counts from its job's creation).
+CREATE_JOB = "create-job"  # protocol.commands.CommandType.CREATE_JOB
+
 #: Columns of the row that are not fields of ``Deployment`` (read with their own functions).
 _NOT_IN_ENTITY = frozenset({"objects_deleted_at"})
 
@@ -148,30 +151,39 @@ async def list_page(
 
 async def usage_runs(conn: AsyncConnection, org_id: str, start: datetime, end: datetime) -> list[Run]:
     """What ``domain.usage`` reads of the organization's deployments that count in ``[start, end)``: those
-    created in it, and those launched before its end whose run had not ended by its start (still
+    created in it, and those held by a runner before its end whose run had not ended by its start (still
     executing, or completed and exited, whichever is set, after ``start``). One query, on the
-    ``(org_id, created_at)`` index; the minutes are ``domain.usage``'s. A deployment an agent launches
-    starts when its job was created (``agent_commands.job_created_at``; never: not at all)."""
+    ``(org_id, created_at)`` index; the minutes are ``domain.usage``'s.
+
+    A runner holds a deployment from ``launched_at`` (the orchestrator started its runner, or a managed
+    runner claimed it), except for a deployment handed to an agent (it has a ``create-job`` command): that
+    one is held from the moment the agent created the runner's job (``job_created_at`` of the command), so
+    a command no agent ever picked up counts nothing."""
     c = deployments.c
-    # An agent's deployment runs from when an agent created its job (acked the create-job command), not
-    # from when the command was queued: a command no agent ever picked up costs nothing.
     commands = agent_commands.c
-    has_command = sa.exists().where(commands.deployment_id == c.id)
-    job_created = (
-        sa.select(sa.func.min(commands.job_created_at))
-        .where(commands.deployment_id == c.id)
-        .scalar_subquery()
+    agent_jobs = (
+        sa.select(
+            commands.deployment_id.label("deployment_id"),
+            sa.func.min(commands.job_created_at).label("job_created_at"),
+        )
+        .where(commands.org_id == org_id, commands.type == CREATE_JOB)
+        .group_by(commands.deployment_id)
+        .subquery()
     )
-    started = sa.case((has_command, job_created), else_=c.launched_at).label("launched_at")
+    held_from = sa.case(
+        (agent_jobs.c.deployment_id.is_not(None), agent_jobs.c.job_created_at), else_=c.launched_at
+    ).label("launched_at")
     ran_into = sa.and_(
-        c.launched_at.is_not(None),
-        c.launched_at < end,
+        held_from.is_not(None),
+        held_from < end,
         sa.or_(c.completed_at.is_(None), c.completed_at > start),
         sa.or_(c.exited_at.is_(None), c.exited_at > start),
     )
-    stmt = sa.select(
-        c.project_id, c.env_id, c.runner_id, c.created_at, started, c.completed_at, c.exited_at
-    ).where(c.org_id == org_id, c.created_at < end, sa.or_(c.created_at >= start, ran_into))
+    stmt = (
+        sa.select(c.project_id, c.env_id, c.runner_id, c.created_at, held_from, c.completed_at, c.exited_at)
+        .select_from(deployments.outerjoin(agent_jobs, agent_jobs.c.deployment_id == c.id))
+        .where(c.org_id == org_id, c.created_at < end, sa.or_(c.created_at >= start, ran_into))
+    )
     return [Run(**row._mapping) for row in (await conn.execute(stmt)).all()]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.domain.deployments import Deployment, DispatchState, Status
+from orchestrator.domain.deployments import EXECUTING_MESSAGE, Deployment, DispatchState, Status
 from orchestrator.domain.managed import (
     MANAGED_DESCRIPTION,
     MANAGED_RUNNER_ID,
@@ -23,7 +23,13 @@ from orchestrator.domain.managed import (
     handle,
 )
 from orchestrator.store.rows import entity
-from orchestrator.store.schema import deployments, managed_runners, orgs, runners
+from orchestrator.store.schema import (
+    deployments,
+    managed_runner_registrations,
+    managed_runners,
+    orgs,
+    runners,
+)
 
 #: How many queued deployments one claim looks at (oldest first) for one whose tags the runner carries.
 CLAIM_SCAN = 100
@@ -156,6 +162,44 @@ async def count_online(conn: AsyncConnection, *, since: datetime) -> tuple[int, 
     return len(rows), sorted(tags)
 
 
+async def online_tag_sets(conn: AsyncConnection, *, since: datetime) -> list[frozenset[str]]:
+    """The tags of each runner seen since ``since``."""
+    rows = await conn.execute(
+        sa.select(managed_runners.c.tags).where(managed_runners.c.last_seen_at >= since)
+    )
+    return [frozenset(row_tags or ()) for (row_tags,) in rows]
+
+
+async def queued_messages(conn: AsyncConnection, *, limit: int) -> list[tuple[uuid.UUID, list[str], str]]:
+    """The queued deployments of the pool, oldest first: id, required tags, status message."""
+    rows = await conn.execute(
+        sa.select(deployments.c.id, deployments.c.required_tags, deployments.c.status_message)
+        .where(
+            deployments.c.runner_id == MANAGED_RUNNER_ID,
+            deployments.c.dispatch_state == DispatchState.QUEUED,
+            deployments.c.status == Status.EXECUTING,
+        )
+        .order_by(deployments.c.created_at, deployments.c.id)
+        .limit(limit)
+    )
+    return [(row.id, list(row.required_tags or ()), row.status_message) for row in rows]
+
+
+async def set_queued_message(conn: AsyncConnection, deployment_id: uuid.UUID, message: str) -> bool:
+    """The status message of a deployment still queued, if it differs (no write otherwise)."""
+    result = await conn.execute(
+        deployments.update()
+        .where(
+            deployments.c.id == deployment_id,
+            deployments.c.dispatch_state == DispatchState.QUEUED,
+            deployments.c.status == Status.EXECUTING,
+            deployments.c.status_message != message,
+        )
+        .values(status_message=message)
+    )
+    return result.rowcount > 0
+
+
 # --- claims ---------------------------------------------------------------------------------------------
 
 
@@ -224,6 +268,8 @@ async def claim(
             .values(
                 dispatch_state=DispatchState.LAUNCHED,
                 handle=handle(str(record.id)),
+                # A waiting note (``note_waiting``) ends: a runner has it.
+                status_message=EXECUTING_MESSAGE,
                 launched_at=now,
                 dispatch_attempts=deployment.dispatch_attempts + 1,
                 # Only the deployment timeout is the dispatcher's to check.
@@ -335,3 +381,44 @@ async def any_queued(conn: AsyncConnection) -> bool:
         .limit(1)
     )
     return found.first() is not None
+
+
+# --- registration credentials (issue 26) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registration:
+    id: uuid.UUID
+    tags: list[str]
+    description: str
+    created_at: datetime
+
+
+async def insert_registration(
+    conn: AsyncConnection, *, secret_hash: str, tags: list[str], description: str, now: datetime
+) -> Registration:
+    record = Registration(id=uuid.uuid4(), tags=tags, description=description, created_at=now)
+    await conn.execute(
+        sa.insert(managed_runner_registrations).values(
+            id=record.id, secret_hash=secret_hash, tags=tags, description=description, created_at=now
+        )
+    )
+    return record
+
+
+async def list_registrations(conn: AsyncConnection) -> list[Registration]:
+    table = managed_runner_registrations
+    rows = await conn.execute(sa.select(table).order_by(table.c.created_at, table.c.id))
+    return [entity(Registration, row) for row in rows]
+
+
+async def registration_by_secret_hash(conn: AsyncConnection, secret_hash: str) -> Registration | None:
+    table = managed_runner_registrations
+    row = (await conn.execute(sa.select(table).where(table.c.secret_hash == secret_hash))).one_or_none()
+    return entity(Registration, row) if row is not None else None
+
+
+async def delete_registration(conn: AsyncConnection, registration_id: uuid.UUID) -> bool:
+    table = managed_runner_registrations
+    result = await conn.execute(sa.delete(table).where(table.c.id == registration_id))
+    return bool(result.rowcount)

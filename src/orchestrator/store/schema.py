@@ -551,3 +551,15 @@ managed_runners = sa.Table(
 )
 sa.Index("ix_managed_runners_last_seen", managed_runners.c.last_seen_at)
 sa.Index("ix_managed_runners_claim_lease", managed_runners.c.claim_lease_until)
+
+#: Registration credentials a platform admin created (issue 26): a runner registering with one may serve at
+#: most its tags. The secret is shown once and kept only as its SHA-256.
+managed_runner_registrations = sa.Table(
+    "managed_runner_registrations",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("secret_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("tags", JSONType, nullable=False),
+    sa.Column("description", sa.String(200), nullable=False),
+    _ts("created_at"),
+)

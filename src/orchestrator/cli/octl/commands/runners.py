@@ -70,10 +70,13 @@ def get_runner(session: Session, runner_id: str, out: str) -> None:
 @verbs.get.command("runners")
 @reads_org
 def get_runners(session: Session, out: str) -> None:
-    """List the runners of the organization."""
+    """List the runners of the organization, with the managed pool when the server has one."""
     org = session.org()
     emit_list(
-        session.client().list_runners(org), out, RUNNER_SUMMARY, f"No runners found in organization {org}."
+        session.client().list_runners(org, include_managed=True),
+        out,
+        RUNNER_SUMMARY,
+        f"No runners found in organization {org}.",
     )
 
 
