@@ -142,7 +142,11 @@ class LocalLauncher:
         on_exit: Callable[[int], None] | None = None,
         run_limit: int | None = None,
         warm_runners: int = 0,
+        gateway_ca: Callable[[], str | None] | None = None,
     ) -> None:
+        #: The server's own certificate (PEM), read at each launch: runs trust it unless their job
+        #: environment names a CA itself (``RUNNER_GATEWAY_CA``, ``RUNNER_GATEWAY_CA_FILE``).
+        self.gateway_ca = gateway_ca
         self.runs_dir = runs_dir
         #: Told the exit code of each runner this launcher started, once it exited (the agent's metrics).
         self.on_exit = on_exit
@@ -274,6 +278,7 @@ class LocalLauncher:
         }
         if process_runtime:
             run_env["IAC_CODE_DIR"] = str(work / "code")
+        _trust_gateway(run_env, self.gateway_ca)
         own = {**self._inherited, "HOME": str(work / "home"), "TMPDIR": str(work / "tmp")}
         argv = self._argv(job, sorted(run_env))
         process: subprocess.Popen[bytes] | None = None
@@ -527,6 +532,16 @@ class LocalLauncher:
         if host != self.hostname:
             return
         self._run_processes(handle).stop(grace_seconds)
+
+
+def _trust_gateway(run_env: dict[str, str], gateway_ca: Callable[[], str | None] | None) -> None:
+    """Give the run the server's own certificate as ``RUNNER_GATEWAY_CA`` unless its job environment
+    names a CA itself (what it is told wins)."""
+    if gateway_ca is None or {"RUNNER_GATEWAY_CA", "RUNNER_GATEWAY_CA_FILE"} & run_env.keys():
+        return
+    pem = gateway_ca()
+    if pem:
+        run_env["RUNNER_GATEWAY_CA"] = pem
 
 
 def _unsaved(run_dir: Path) -> UnsavedState | None:

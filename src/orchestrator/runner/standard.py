@@ -92,6 +92,7 @@ def run_standard(settings: RunnerSettings, *, environ: Mapping[str, str], echo: 
         retry=gateway_client.runner_retry(
             attempts=settings.runner_http_attempts, backoff_seconds=settings.runner_http_backoff_seconds
         ),
+        first_contact_seconds=settings.runner_gateway_connect_seconds,
     ) as gateway:
         body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ)
         # Logs first: once the results arrive the deployment is complete, and its logs should be there.

@@ -1,0 +1,106 @@
+"""A server on its own self-signed certificate (issue 26): its local runs trust that certificate without
+being told, and a runner that cannot trust the gateway fails its deployment within 30 s, the message naming
+the certificate problem and the host name (instead of retrying silently for minutes)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import time
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.support.kube_api import CertificateAuthority
+from tests.support.outages import ServerProcess
+from tests.support.stack import build_stack, runner_body
+
+pytestmark = pytest.mark.slow
+
+
+def self_signed(tls_dir: Path) -> bytes:
+    """Write a self-signed certificate for localhost and 127.0.0.1 (as ``openssl req -x509`` makes one) and
+    its key into ``tls_dir``; the certificate's PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    tls_dir.mkdir(parents=True, exist_ok=True)
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tls_dir / "tls.crt").write_bytes(pem)
+    (tls_dir / "tls.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return pem
+
+
+@pytest.fixture
+def server(database_url: str, tmp_path: Path) -> ServerProcess:
+    pem = self_signed(tmp_path / "tls")
+    process = ServerProcess(
+        database_url,
+        tmp_path / "data",
+        https_ca=pem.decode(),
+        PO_TLS_CERT_FILE=str(tmp_path / "tls" / "tls.crt"),
+        PO_TLS_KEY_FILE=str(tmp_path / "tls" / "tls.key"),
+        PO_LOG_LEVEL="info",
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def test_self_signed__the_servers_own_local_run_trusts_it_untold(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # No RUNNER_GATEWAY_CA in the runner's job environment.
+    stack = build_stack(
+        server.url, tmp_path, runner=runner_body(tmp_path / "terraformrc"), verify=server.verify
+    )
+    try:
+        deployed = stack.deploy()
+    finally:
+        stack.client.close()
+    assert deployed["status"] == "succeeded", deployed
+
+
+def test_self_signed__a_runner_given_a_wrong_ca_fails_within_30_s_naming_the_certificate_and_host(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    wrong = CertificateAuthority("not-the-servers-ca").pem.decode()
+    runner = runner_body(tmp_path / "terraformrc", RUNNER_GATEWAY_CA=wrong)
+    stack = build_stack(server.url, tmp_path, runner=runner, verify=server.verify)
+    started = time.monotonic()
+    try:
+        deployed = stack.deploy()
+    finally:
+        stack.client.close()
+    elapsed = time.monotonic() - started
+    assert deployed["status"] == "failed", deployed
+    assert elapsed < 30, elapsed
+    message = deployed["status_message"]
+    assert "certificate verify failed for 127.0.0.1" in message, message
