@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support.kube_api import CertificateAuthority
+from tests.support.octl import Octl
+from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import ServerProcess
 from tests.support.stack import build_stack, runner_body
 
@@ -104,3 +106,34 @@ def test_self_signed__a_runner_given_a_wrong_ca_fails_within_30_s_naming_the_cer
     assert elapsed < 30, elapsed
     message = deployed["status_message"]
     assert "certificate verify failed for 127.0.0.1" in message, message
+
+
+# --- octl against the self-signed server ---------------------------------------------------------------
+
+
+def test_octl__without_the_certificate_says_certificate_verify_failed_and_how_to_trust_it(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    octl = Octl(server.url, BOOTSTRAP_TOKEN, tmp_path / "octl" / "config.yaml")
+    result = octl("get", "projects")
+    assert result.exit_code == 3, result.output
+    assert "certificate verify failed for 127.0.0.1" in result.stderr, result.stderr
+    assert "--ca-file" in result.stderr
+    assert "is `orchestrator serve` running" not in result.stderr
+
+
+def test_octl__ca_file_flag_env_and_profile_key_trust_the_servers_certificate(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    cert = str(tmp_path / "tls" / "tls.crt")
+    config = tmp_path / "octl" / "config.yaml"
+    octl = Octl(server.url, BOOTSTRAP_TOKEN, config)
+    assert octl("--ca-file", cert, "create", "org", "acme").exit_code == 0
+    by_env = octl("get", "orgs", PO_CA_FILE=cert)
+    assert by_env.exit_code == 0, by_env.output
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"ca_file: {cert}\n")
+    assert octl("get", "orgs").exit_code == 0
+    missing = octl("--ca-file", str(tmp_path / "nope.pem"), "get", "projects")
+    assert missing.exit_code == 2
+    assert "nope.pem" in missing.stderr and "--ca-file" in missing.stderr

@@ -1,8 +1,8 @@
 """The ``vm`` runner over SSH against a real OpenSSH server on loopback (tests/support/sshd.py): the login is
 this test's user, and the remote ``po-runner`` is this checkout's (``.venv/bin``, on the PATH the job's
 environment gives). Runs talk to a gateway that refuses connections (127.0.0.1:9): with
-``RUNNER_HTTP_ATTEMPTS=1`` the runner gives up at once and exits 1, with the default it keeps retrying
-(a run that stays up until it is cancelled)."""
+``RUNNER_HTTP_ATTEMPTS=1`` the runner gives up at once and exits 1, otherwise it keeps retrying
+(``RUNNER_GATEWAY_CONNECT_SECONDS`` raised: a run that stays up until it is cancelled)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ def job(tmp_path: Path, *, quick: bool = False, **environment: str) -> dict[str,
     env = {"PATH": RUN_PATH, **environment}
     if quick:
         env["RUNNER_HTTP_ATTEMPTS"] = "1"
+    else:
+        env["RUNNER_GATEWAY_CONNECT_SECONDS"] = "3600"
     return {"work_dir": str(tmp_path / "runs"), "environment": env, "secrets": {"MY_SECRET": SECRET}}
 
 
@@ -311,6 +313,8 @@ def container_job(tmp_path: Path, *, quick: bool = False) -> dict[str, Any]:
     env = {"PATH": f"{tmp_path / 'engine'}:/usr/bin:/bin"}
     if quick:
         env["RUNNER_HTTP_ATTEMPTS"] = "1"
+    else:
+        env["RUNNER_GATEWAY_CONNECT_SECONDS"] = "3600"
     return {
         "work_dir": str(tmp_path / "runs"),
         "runtime": "docker",

@@ -23,8 +23,7 @@ from typing import TypeVar
 import httpx
 from pydantic import SecretStr
 
-from orchestrator.client.errors import ClientError
-from orchestrator.client.errors import UnavailableError
+from orchestrator.client.errors import ClientError, UnavailableError
 from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_transport_error
 from orchestrator.client.http import Backoff, Retry
 from orchestrator.protocol import results
