@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -190,6 +192,10 @@ async def _answer(
         reason = availability.unlaunchable_reason(
             runner.type, runner.configuration, allow_local_runners=settings.allow_local_runners
         )
+        if reason is None:
+            reason = await asyncio.to_thread(
+                availability.engine_reason, runner.type, runner.configuration, os.environ
+            )
         answer.status = RunnerLaunchabilityOut(launchable=reason is None, message=reason)
     return answer
 

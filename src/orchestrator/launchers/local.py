@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launchers import processes, run_user, warm
+from orchestrator.launchers import engine, processes, run_user, warm
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.launch import RunSpec, WarmOrder
@@ -281,6 +281,8 @@ class LocalLauncher:
         _trust_gateway(run_env, self.gateway_ca)
         own = {**self._inherited, "HOME": str(work / "home"), "TMPDIR": str(work / "tmp")}
         argv = self._argv(job, sorted(run_env))
+        if not process_runtime:
+            await asyncio.to_thread(_check_engine, str(job.get("runtime")), {**own, **run_env})
         process: subprocess.Popen[bytes] | None = None
         if process_runtime and run_dir.parent == self.runs_dir:
             # A warm runner's stderr file is renamed into run_dir: the same file system as the runs dir.
@@ -532,6 +534,15 @@ class LocalLauncher:
         if host != self.hostname:
             return
         self._run_processes(handle).stop(grace_seconds)
+
+
+def _check_engine(runtime: str, environ: Mapping[str, str]) -> None:
+    """A LaunchError (not retryable) naming the engine's address when no container engine answers."""
+    found = engine.problem(runtime, environ)
+    if found is not None:
+        error = LaunchError(f"cannot start the {runtime} run: {found}")
+        error.retryable = False
+        raise error
 
 
 def _trust_gateway(run_env: dict[str, str], gateway_ca: Callable[[], str | None] | None) -> None:
