@@ -362,6 +362,27 @@ async def test_container__run_to_its_exit_code_then_removed(sshd: SshServer, tmp
     assert not (tmp_path / "engine" / "containers" / run.deployment_id).exists()
 
 
+async def test_container__no_daemon_answering_fails_the_launch_naming_its_address(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    """Issue 26: a Docker CLI whose daemon does not answer is asked before `docker run`, whose own error
+    ("Run 'docker run --help' for more information") names nothing."""
+    config = container_job(tmp_path, quick=True)
+    (tmp_path / "engine" / "daemon-down").touch()
+
+    with pytest.raises(LaunchError) as refused:
+        await launcher(sshd, config).launch(spec(config))
+
+    assert refused.value.retryable is False
+    assert (
+        f"no container engine answers at unix:///var/run/docker.sock on {sshd.username}@127.0.0.1"
+        in refused.value.message
+    )
+    assert "Cannot connect to the Docker daemon" in refused.value.message
+    assert "docker run --help" not in refused.value.message
+    assert not (tmp_path / "engine" / "runs.log").exists()
+
+
 async def test_container__adopted_while_it_runs_and_stopped(sshd: SshServer, tmp_path: Path) -> None:
     config = container_job(tmp_path)
     run = spec(config)
