@@ -138,7 +138,7 @@ def test_a_host_name_that_does_not_resolve_fails_at_once_naming_it() -> None:
     clock = Clock()
     with (
         client("http://gateway.invalid:8080", clock) as gateway,
-        pytest.raises(UnavailableError, match="cannot resolve the host name gateway.invalid") as failed,
+        pytest.raises(UnavailableError, match=r"cannot resolve the host name gateway\.invalid") as failed,
     ):
         gateway.download_bundle("d1")
     assert not failed.value.retryable
