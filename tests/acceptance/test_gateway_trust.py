@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from cryptography.x509.oid import NameOID
 from tests.support.kube_api import CertificateAuthority
 from tests.support.octl import Octl
 from tests.support.orgs import BOOTSTRAP_TOKEN
-from tests.support.outages import ServerProcess
+from tests.support.outages import ServerProcess, wait_for
 from tests.support.stack import build_stack, runner_body
 
 pytestmark = pytest.mark.slow
@@ -58,8 +60,26 @@ def self_signed(tls_dir: Path) -> bytes:
     return pem
 
 
+def idle_warm_runners(server: ServerProcess) -> list[int]:
+    """Idle warm runners of ``server``: their stderr is a file of its runs dir's ``.warm``."""
+    found = []
+    warm_dir = str(server.runs_dir / ".warm") + os.sep
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (
+                os.readlink(entry / "fd" / "2").startswith(warm_dir)
+                and (entry / "stat").read_text().split(") ")[1][0] not in "ZX"
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture
-def server(database_url: str, tmp_path: Path) -> ServerProcess:
+def server(database_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
     pem = self_signed(tmp_path / "tls")
     process = ServerProcess(
         database_url,
@@ -84,10 +104,14 @@ def test_self_signed__the_servers_own_local_run_trusts_it_untold(
         server.url, tmp_path, runner=runner_body(tmp_path / "terraformrc"), verify=server.verify
     )
     try:
-        deployed = stack.deploy()
+        # The first run is cold (the warm pool fills on first use), the second is handed to a warm runner.
+        cold = stack.deploy()
+        wait_for(lambda: idle_warm_runners(server), 30, "a warm runner")
+        warm = stack.deploy()
     finally:
         stack.client.close()
-    assert deployed["status"] == "succeeded", deployed
+    assert cold["status"] == "succeeded", cold
+    assert warm["status"] == "succeeded", warm
 
 
 def test_self_signed__a_runner_given_a_wrong_ca_fails_within_30_s_naming_the_certificate_and_host(
