@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import pydantic
@@ -46,7 +45,6 @@ from orchestrator.api import (
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.client.tls import PEM_CERTIFICATE_MARKER
 from orchestrator.dispatch import catalogue, creation, gauges, retention
 from orchestrator.dispatch import managed as managed_policy
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
@@ -83,7 +81,7 @@ from orchestrator.web import metrics as web_metrics
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
-from orchestrator.web.tls import ClientCertificateMiddleware, ServerTls
+from orchestrator.web.tls import ClientCertificateMiddleware, ServerTls, own_certificate
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -226,19 +224,8 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
         run_user=user,
         run_limit=settings.local_run_limit,
         warm_runners=settings.local_warm_runners if settings.allow_local_runners else 0,
-        gateway_ca=partial(_own_certificate, settings.tls_cert_file) if settings.tls_cert_file else None,
+        gateway_ca=partial(own_certificate, settings.tls_cert_file) if settings.tls_cert_file else None,
     )
-
-
-def _own_certificate(cert_file: Path) -> str | None:
-    """The PEM text of the server's own certificate file (read at each launch: it may have been rotated),
-    which its local runs trust; None when it cannot be read (the run then trusts the system CAs only)."""
-    try:
-        text = cert_file.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        log.warning("local runs do not get the server's certificate", file=str(cert_file), problem=str(exc))
-        return None
-    return text if PEM_CERTIFICATE_MARKER in text else None
 
 
 async def _check_run_user(local: LocalLauncher) -> None:
