@@ -82,7 +82,7 @@ from orchestrator.web import metrics as web_metrics
 from orchestrator.web.input_checks import InputCheckMiddleware
 from orchestrator.web.request_ids import RequestIdMiddleware
 from orchestrator.web.services import Services
-from orchestrator.web.tls import ClientCertificateMiddleware, ServerTls
+from orchestrator.web.tls import ClientCertificateMiddleware, ServerTls, own_certificate
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -231,6 +231,7 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
         run_uids=uids,
         run_limit=settings.local_run_limit,
         warm_runners=settings.local_warm_runners if settings.allow_local_runners else 0,
+        gateway_ca=partial(own_certificate, settings.tls_cert_file) if settings.tls_cert_file else None,
     )
 
 

@@ -95,9 +95,10 @@ class Platform:
 
 
 @pytest.fixture
-def platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+def platform(settings: ServerSettings, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Platform]:
     """A project ``shop`` with environment ``dev``, a local vm runner picked by a rule, and a module
-    for resource type ``greeting``: all made with octl."""
+    for resource type ``greeting``: all made with octl. An indirect parameter is the outputs' retention
+    in seconds."""
     tf_config = tmp_path / "terraform.rc"
     tf_config.write_text("")
     runner = {
@@ -122,7 +123,9 @@ def platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
         "module_params": {"name": {"type": "string"}},
     }
     schema = {"output_schema": {"type": "object", "properties": {"greeting": {"type": "string"}}}}
-    with serve(settings, status_check_interval_seconds=0.5) as base_url:
+    retention = getattr(request, "param", None)
+    overrides: dict[str, Any] = {"outputs_retention_seconds": retention} if retention else {}
+    with serve(settings, status_check_interval_seconds=0.5, **overrides) as base_url:
         token = org_admin_token(base_url)
         octl = OctlProcess(base_url=base_url, token=token, config_path=tmp_path / "octl.yaml")
         # A runner with a local connection is the platform admin's to create.
@@ -384,6 +387,27 @@ def test_outputs__read_again_after_no_wait_with_the_saved_key(platform: Platform
     assert 2 == wrong_dir.exit_code
     assert "no outputs key of deployment" in wrong_dir.stderr
     assert "pass --key" in wrong_dir.stderr
+
+
+@pytest.mark.parametrize("platform", [2.0], indirect=True)
+def test_outputs__after_the_retention_say_they_are_no_longer_available(platform: Platform) -> None:
+    """Past PO_OUTPUTS_RETENTION_SECONDS `octl outputs` says the outputs are gone (exit 1, as a failed
+    operation), not that the deployment reported none."""
+    octl = platform.octl
+    started = _ok(octl("deploy", "shop", "dev", "-", "--no-wait", input=_manifest("gone")))
+    deployment_id = yaml.safe_load(started.stdout)["deployment_id"]
+    with platform.client() as client:
+        deadline = time.monotonic() + 120
+        while client.get_deployment(ORG, deployment_id)["status"] != "succeeded":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    time.sleep(2.5)
+
+    read = octl("outputs", deployment_id)
+
+    assert 1 == read.exit_code, read.stderr
+    assert f"the outputs of deployment {deployment_id} are no longer available" in read.stderr
+    assert "reported no outputs" not in read.stderr
 
 
 def test_outputs__read_again_after_ctrl_c(platform: Platform) -> None:

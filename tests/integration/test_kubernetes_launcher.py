@@ -357,6 +357,26 @@ async def test_launch__unknown_namespace_is_not_retryable(api: KubeApiServer, ou
     assert 'namespaces "missing" not found' in caught.value.message
 
 
+async def test_launch__error_answers_without_content_type_are_read_as_the_clusters_error(
+    api: KubeApiServer, out_dir: Path
+) -> None:
+    """A cluster (or a proxy in front of it) answering errors without Content-Type: the launch fails with
+    the cluster's message, not "unexpected KeyError" (issue 26)."""
+    api.untyped_errors = True
+
+    with pytest.raises(LaunchError) as missing:
+        await launcher(api).launch(make_spec(out_dir, namespace="missing"))
+    api.forbidden.add(("create", "jobs"))
+    with pytest.raises(LaunchError) as refused:
+        await launcher(api).launch(make_spec(out_dir))
+
+    assert missing.value.retryable is False
+    assert 'namespaces "missing" not found' in missing.value.message
+    assert refused.value.retryable is False
+    assert "403 Forbidden" in refused.value.message
+    assert "cannot create resource" in refused.value.message
+
+
 async def test_launch__pod_template_field_of_the_wrong_type_fails_naming_it(
     api: KubeApiServer, out_dir: Path
 ) -> None:

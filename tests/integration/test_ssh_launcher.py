@@ -1,8 +1,8 @@
 """The ``vm`` runner over SSH against a real OpenSSH server on loopback (tests/support/sshd.py): the login is
 this test's user, and the remote ``po-runner`` is this checkout's (``.venv/bin``, on the PATH the job's
 environment gives). Runs talk to a gateway that refuses connections (127.0.0.1:9): with
-``RUNNER_HTTP_ATTEMPTS=1`` the runner gives up at once and exits 1, with the default it keeps retrying
-(a run that stays up until it is cancelled)."""
+``RUNNER_HTTP_ATTEMPTS=1`` the runner gives up at once and exits 1, otherwise it keeps retrying
+(``RUNNER_GATEWAY_CONNECT_SECONDS`` raised: a run that stays up until it is cancelled)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ def job(tmp_path: Path, *, quick: bool = False, **environment: str) -> dict[str,
     env = {"PATH": RUN_PATH, **environment}
     if quick:
         env["RUNNER_HTTP_ATTEMPTS"] = "1"
+    else:
+        env["RUNNER_GATEWAY_CONNECT_SECONDS"] = "3600"
     return {"work_dir": str(tmp_path / "runs"), "environment": env, "secrets": {"MY_SECRET": SECRET}}
 
 
@@ -311,6 +313,8 @@ def container_job(tmp_path: Path, *, quick: bool = False) -> dict[str, Any]:
     env = {"PATH": f"{tmp_path / 'engine'}:/usr/bin:/bin"}
     if quick:
         env["RUNNER_HTTP_ATTEMPTS"] = "1"
+    else:
+        env["RUNNER_GATEWAY_CONNECT_SECONDS"] = "3600"
     return {
         "work_dir": str(tmp_path / "runs"),
         "runtime": "docker",
@@ -356,6 +360,27 @@ async def test_container__run_to_its_exit_code_then_removed(sshd: SshServer, tmp
     assert ended.detail is not None and ended.detail.startswith("po-runner: ")
     assert (again.state, again.exit_code, again.detail) == (ended.state, ended.exit_code, ended.detail)
     assert not (tmp_path / "engine" / "containers" / run.deployment_id).exists()
+
+
+async def test_container__no_daemon_answering_fails_the_launch_naming_its_address(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    """Issue 26: a Docker CLI whose daemon does not answer is asked before `docker run`, whose own error
+    ("Run 'docker run --help' for more information") names nothing."""
+    config = container_job(tmp_path, quick=True)
+    (tmp_path / "engine" / "daemon-down").touch()
+
+    with pytest.raises(LaunchError) as refused:
+        await launcher(sshd, config).launch(spec(config))
+
+    assert refused.value.retryable is False
+    assert (
+        f"no container engine answers at unix:///var/run/docker.sock on {sshd.username}@127.0.0.1"
+        in refused.value.message
+    )
+    assert "Cannot connect to the Docker daemon" in refused.value.message
+    assert "docker run --help" not in refused.value.message
+    assert not (tmp_path / "engine" / "runs.log").exists()
 
 
 async def test_container__adopted_while_it_runs_and_stopped(sshd: SshServer, tmp_path: Path) -> None:

@@ -14,6 +14,10 @@ launcher uses, as the real CLI answers them:
 - ``logs [--tail N] N``: the container's stdout to stdout, its stderr to stderr.
 - ``stop [-t S] N``: SIGTERM, SIGKILL after S seconds; ``rm [-f] N``: removes it (killing it with -f).
 
+- ``version`` and ``info``: answer as an engine whose daemon runs, unless ``<directory>/daemon-down`` exists:
+  then these and ``run`` fail as the real CLI does without a daemon ("Cannot connect to the Docker daemon
+  at unix:///var/run/docker.sock ...", ``run`` adding "Run 'docker run --help' for more information").
+
 Each ``run`` also appends its argv to ``<directory>/runs.log``, for tests to check what the command line
 held. Stand-ins differ from the real thing: no image, no isolation, no restart policies.
 """
@@ -69,9 +73,26 @@ def state(name):
         return "created", 0
 
 
+DOWN = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+
+
+def daemon_down():
+    return (HOME / "daemon-down").exists()
+
+
+def version(args):
+    if daemon_down():
+        fail(DOWN)
+    print("27.0.0")
+
+
 def run(args):
     with (HOME / "runs.log").open("a") as log:
         log.write(json.dumps(sys.argv[1:]) + "\n")
+    if daemon_down():
+        print(f"docker: {DOWN}", file=sys.stderr)
+        print("Run 'docker run --help' for more information", file=sys.stderr)
+        sys.exit(125)
     name, names, i = None, [], 0
     while i < len(args) and args[i].startswith("-"):
         flag = args[i]
@@ -184,7 +205,7 @@ def main():
         return supervise(args[1], args[2:])
     if args[:2] == ["container", "inspect"]:
         return inspect(args[2:])
-    commands = {"run": run, "stop": stop, "rm": remove, "logs": logs}
+    commands = {"run": run, "stop": stop, "rm": remove, "logs": logs, "version": version, "info": version}
     if not args or args[0] not in commands:
         fail(f"unknown command: {args[:1]}", 125)
     commands[args[0]](args[1:])

@@ -1366,6 +1366,28 @@ class Sent:
         return {"apiVersion": kind.api_version, "kind": kind.kind, **self.body}
 
 
+class _UntypedErrors:
+    """Drops the Content-Type of error answers while ``api.untyped_errors`` is set."""
+
+    def __init__(self, app: Any, api: KubeApiServer) -> None:
+        self.app, self.api = app, api
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if (
+                message["type"] == "http.response.start"
+                and message["status"] >= 400
+                and self.api.untyped_errors
+            ):
+                message = {
+                    **message,
+                    "headers": [(k, v) for k, v in message["headers"] if k.lower() != b"content-type"],
+                }
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 class KubeApiServer:
     """The stand-in API server (uvicorn in a thread, 127.0.0.1, a free port); see the module docstring."""
 
@@ -1401,6 +1423,9 @@ class KubeApiServer:
         #: not in ``tokens``; True authenticates it. It may block (it runs in a worker thread).
         self.token_review = token_review
         self.forbidden = set(forbidden)
+        #: Error answers (4xx, 5xx) go out without a Content-Type header, as some proxies in front of a
+        #: cluster send them (issue 26: lightkube then raised a KeyError).
+        self.untyped_errors = False
         #: RBAC of service accounts (``namespace/name`` -> the (verb, resource) pairs its Roles allow):
         #: as in a real cluster, a service account may do nothing it is not granted.
         self.service_accounts = {key: set(grants) for key, grants in (service_accounts or {}).items()}
@@ -1491,6 +1516,7 @@ class KubeApiServer:
             routes=[Route("/{path:path}", self._handle, methods=list(_VERBS))],
             lifespan=self._lifespan,
         )
+        app.add_middleware(_UntypedErrors, api=self)
         client_certs: dict[str, Any] = {}
         if self.auth == "client-cert":
             client_certs = {

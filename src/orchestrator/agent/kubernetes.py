@@ -44,7 +44,7 @@ from orchestrator.agent.launchers import PermanentLaunchError, UnstartedRun
 from orchestrator.domain.pod_template import RUNNER_CONTAINER_NAMES
 from orchestrator.launchers import kubernetes_job
 from orchestrator.launchers.base import Launcher, LaunchError, RunState, RunStatus
-from orchestrator.launchers.kubernetes import NOT_RETRYABLE, ClusterAccess, KubernetesLauncher
+from orchestrator.launchers.kubernetes import NOT_RETRYABLE, ClusterAccess, KubernetesLauncher, TypedErrors
 from orchestrator.protocol import commands as protocol
 from orchestrator.protocol.commands import CreateJobPayload
 
@@ -202,7 +202,10 @@ def _client(access: ClusterAccess) -> AsyncClient:
     )
     transport = httpx2.AsyncHTTPTransport(verify=access.ssl_context(), proxy=access.proxy_url)
     return AsyncClient(
-        config, timeout=httpx2.Timeout(access.timeout_seconds), trust_env=False, transport=transport
+        config,
+        timeout=httpx2.Timeout(access.timeout_seconds),
+        trust_env=False,
+        transport=TypedErrors(transport),
     )
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -195,6 +197,10 @@ async def _answer(
         reason = availability.unlaunchable_reason(
             runner.type, runner.configuration, allow_local_runners=settings.allow_local_runners
         )
+        if reason is None:
+            reason = await asyncio.to_thread(
+                availability.engine_reason, runner.type, runner.configuration, os.environ
+            )
         answer.status = RunnerLaunchabilityOut(launchable=reason is None, message=reason)
     return answer
 

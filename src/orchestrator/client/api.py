@@ -17,8 +17,15 @@ from urllib.parse import quote
 
 import httpx
 
-from orchestrator.client.errors import AuthError, ClientError, UnavailableError, read_answer
+from orchestrator.client.errors import (
+    AuthError,
+    ClientError,
+    UnavailableError,
+    read_answer,
+    transport_failure,
+)
 from orchestrator.client.http import Backoff, Connection, Retry
+from orchestrator.client.tls import GatewayTls
 
 JsonObject = dict[str, Any]
 
@@ -81,7 +88,9 @@ class ApiAuthError(ApiError, AuthError):
 
 
 class ApiConnectionError(UnavailableError):
-    """The API could not be reached."""
+    """The API could not be reached; ``certificate``: its certificate did not verify."""
+
+    certificate: bool = False
 
 
 def _segment(value: str) -> str:
@@ -109,6 +118,7 @@ class ApiClient:
         *,
         transport: httpx.BaseTransport | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        ca_pem: str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         on_request: Callable[[httpx.Request], None] | None = None,
         on_response: Callable[[httpx.Response], None] | None = None,
@@ -122,7 +132,11 @@ class ApiClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         connection = Connection(
-            base_url=self.base_url, user_agent="octl", timeout_seconds=timeout, headers=headers
+            base_url=self.base_url,
+            user_agent="octl",
+            timeout_seconds=timeout,
+            headers=headers,
+            tls=GatewayTls(ca_pem=ca_pem) if ca_pem else None,
         )
         self._http = connection.client(transport, on_request=on_request, on_response=on_response)
 
@@ -160,6 +174,11 @@ class ApiClient:
         except httpx.TimeoutException as exc:
             raise ApiConnectionError(f"cannot reach the API at {self.base_url}: timed out") from exc
         except httpx.TransportError as exc:
+            failure = transport_failure(exc)
+            if failure.kind == "certificate":
+                error = ApiConnectionError(f"cannot reach the API at {self.base_url}: {failure.reason}")
+                error.certificate = True
+                raise error from exc
             reason = str(exc) or type(exc).__name__
             raise ApiConnectionError(f"cannot reach the API at {self.base_url}: {reason}") from exc
         if not response.is_success:

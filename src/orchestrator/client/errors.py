@@ -90,3 +90,53 @@ def read_answer(response: httpx.Response) -> Answer:
 def no_answer(what: str, exc: httpx.TransportError) -> UnavailableError:
     """The error of a request that got no answer: ``what`` failed, and why (httpx's words)."""
     return UnavailableError(f"{what}: {exc}")
+
+
+@dataclass(frozen=True)
+class TransportFailure:
+    """Why a request got no answer, told apart by its cause: ``kind`` is ``certificate`` (the server's
+    certificate did not verify), ``dns`` (its host name does not resolve), ``refused`` (nothing listens at
+    the address) or ``other``; ``reason`` names the host or address and the cause. A certificate or DNS
+    failure is permanent: trying again does not help until someone changes a setting."""
+
+    kind: str
+    reason: str
+
+    @property
+    def permanent(self) -> bool:
+        return self.kind in ("certificate", "dns")
+
+
+def transport_failure(exc: httpx.TransportError) -> TransportFailure:
+    """What ``exc`` (httpx's, wrapping httpcore's and the socket's or ssl's error) says went wrong."""
+    import socket
+    import ssl
+
+    try:
+        url = exc.request.url
+        host, address = url.host, f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+    except RuntimeError:  # no request attached
+        host = address = "the server"
+    cause: BaseException | None = exc
+    seen = 0
+    while cause is not None and seen < 10:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            detail = cause.verify_message or str(cause)
+            return TransportFailure("certificate", f"certificate verify failed for {host}: {detail}")
+        if isinstance(cause, socket.gaierror):
+            # EAI_AGAIN: the resolver did not answer (an outage of DNS, worth another attempt).
+            kind = "other" if cause.errno == socket.EAI_AGAIN else "dns"
+            return TransportFailure(kind, f"cannot resolve the host name {host}: {cause.strerror or cause}")
+        if isinstance(cause, ConnectionRefusedError):
+            return TransportFailure("refused", f"connection refused by {address}")
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    text = str(exc)
+    # httpcore sometimes carries only the text of the original error.
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        detail = text.split("certificate verify failed:", 1)[-1].split("(_ssl.c", 1)[0].strip()
+        return TransportFailure("certificate", f"certificate verify failed for {host}: {detail}")
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return TransportFailure("dns", f"cannot resolve the host name {host}: {text}")
+    if "Connection refused" in text:
+        return TransportFailure("refused", f"connection refused by {address}")
+    return TransportFailure("other", f"{address}: {text or type(exc).__name__}")

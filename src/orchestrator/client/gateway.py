@@ -11,7 +11,13 @@ from typing import Protocol
 
 import httpx
 
-from orchestrator.client.errors import AuthError, ClientError, UnavailableError, read_answer
+from orchestrator.client.errors import (
+    AuthError,
+    ClientError,
+    UnavailableError,
+    read_answer,
+    transport_failure,
+)
 from orchestrator.client.http import Connection
 from orchestrator.client.tls import GatewayTls
 from orchestrator.protocol import results
@@ -82,6 +88,21 @@ class RunnerGateway:
 def gateway_unreachable(method: str, path: str, reason: str) -> UnavailableError:
     """The error of a request to the gateway that got no answer."""
     return UnavailableError(f"{method} {path} failed: {reason}")
+
+
+#: Appended to a certificate failure's message: how a runner or agent trusts the gateway's CA.
+CA_HINT = " (give the runner the gateway's CA with RUNNER_GATEWAY_CA or RUNNER_GATEWAY_CA_FILE)"
+
+
+def gateway_transport_error(method: str, path: str, exc: httpx.TransportError) -> UnavailableError:
+    """The error of a request that got no answer, naming the cause (``client.errors.transport_failure``):
+    a certificate that does not verify or a host name that does not resolve is final (not retryable),
+    anything else (connection refused, reset, a timeout) may clear up."""
+    failure = transport_failure(exc)
+    hint = CA_HINT if failure.kind == "certificate" else ""
+    error = UnavailableError(f"{method} {path} failed: {failure.reason}{hint}")
+    error.retryable = not failure.permanent
+    return error
 
 
 def gateway_failure(method: str, path: str, response: httpx.Response, *, auth_hint: str = "") -> ClientError:

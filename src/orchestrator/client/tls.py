@@ -73,6 +73,9 @@ def gateway_verify(tls: GatewayTls | None) -> ssl.SSLContext | bool:
             "mTLS needs both RUNNER_GATEWAY_CLIENT_CERT_FILE and RUNNER_GATEWAY_CLIENT_KEY_FILE"
         )
     context = ssl.create_default_context()
+    # A certificate given is a trust anchor as it is, a CA or the server's own (self-signed or not): the
+    # server's local runs are given its certificate file, chain and all.
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     try:
         if tls.ca_file is not None:
             context.load_verify_locations(cafile=str(tls.ca_file))

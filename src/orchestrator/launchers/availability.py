@@ -190,6 +190,27 @@ def require(kind: str, *, allow_local_runners: bool) -> None:
         raise LauncherUnavailableError(f"this orchestrator cannot launch {_runners(kind)}: {reason}")
 
 
+def engine_reason(
+    runner_type: str, configuration: Mapping[str, Any], environ: Mapping[str, str]
+) -> str | None:
+    """For a ``vm`` runner with a local connection and ``runtime: docker`` / ``podman``: why its container
+    engine does not answer on this host (``launchers.engine``, with the server's PATH and the job's
+    environment), else None. Blocks up to ``engine.CHECK_TIMEOUT_SECONDS``: call it in a thread."""
+    if launcher_kind(runner_type, configuration) != LOCAL_KIND:
+        return None
+    job = configuration.get("job") or {}
+    runtime = job.get("runtime", "process") if isinstance(job, Mapping) else "process"
+    if runtime not in ("docker", "podman"):
+        return None
+    from orchestrator.launchers import engine
+
+    job_env = job.get("environment") or {}
+    variables = {k: str(v) for k, v in job_env.items()} if isinstance(job_env, Mapping) else {}
+    own = {k: environ[k] for k in engine.CLIENT_VARIABLES if k in environ}
+    found = engine.problem(runtime, {**own, **variables})
+    return None if found is None else f"this orchestrator cannot launch its runs: {found}"
+
+
 def unlaunchable_reason(
     runner_type: str, configuration: Mapping[str, Any], *, allow_local_runners: bool
 ) -> str | None:

@@ -207,6 +207,13 @@ def answer_summary(exc: ApiError) -> str:
     return f"{text}: no message"
 
 
+def _phrase(code: int) -> str:
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return ""
+
+
 def _kubernetes_status(response: httpx2.Response) -> dict[str, Any] | None:
     """The body if it is a ``metav1.Status`` (``kind: Status``, ``apiVersion: v1``)."""
     try:
@@ -311,6 +318,27 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
         )
 
 
+class TypedErrors(httpx2.AsyncBaseTransport):
+    """``inner`` whose error answers always carry a ``Content-Type``: lightkube reads the header of an error
+    answer by indexing (a ``KeyError`` without it, issue 26). One without gets ``application/json`` when
+    its body is a Kubernetes ``Status`` (lightkube then raises its ``ApiError`` with the message) and
+    ``text/plain`` otherwise (an ``HTTPStatusError``: the answer is not shown)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if response.status_code >= 400 and "content-type" not in response.headers:
+            await response.aread()
+            typed = _kubernetes_status(response) is not None
+            response.headers["Content-Type"] = "application/json" if typed else "text/plain"
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class KubernetesLauncher:
     """Launcher for one cluster; any namespace (each run's comes from its ``job`` configuration)."""
 
@@ -344,7 +372,7 @@ class KubernetesLauncher:
             timeout=httpx2.Timeout(self.api.timeout_seconds),
             field_manager=FIELD_MANAGER,
             trust_env=False,
-            transport=transport,
+            transport=TypedErrors(transport),
         )
 
     def _transport(self) -> httpx2.AsyncHTTPTransport:
@@ -379,6 +407,15 @@ class KubernetesLauncher:
             )
         except EgressDeniedError as exc:
             fail(f"cannot {action}: {exc.message}", retryable=False, cause=exc)
+        except httpx2.HTTPStatusError as exc:
+            # An error answer that is not a Kubernetes Status (never quoted).
+            code = exc.response.status_code
+            fail(
+                f"the Kubernetes API refused to {action}: {code} {_phrase(code)} (not a Kubernetes Status; "
+                "the answer is not shown)",
+                retryable=code not in NOT_RETRYABLE,
+                cause=exc,
+            )
         except httpx2.HTTPError as exc:
             fail(
                 f"cannot {action}: the Kubernetes API at {self.api.server} is unreachable: {exc}",

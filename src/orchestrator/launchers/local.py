@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launchers import processes, run_uids, run_user, warm
+from orchestrator.launchers import engine, processes, run_uids, run_user, warm
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
 from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
@@ -144,7 +144,11 @@ class LocalLauncher:
         run_limit: int | None = None,
         warm_runners: int = 0,
         run_uids: RunUids | None = None,
+        gateway_ca: Callable[[], str | None] | None = None,
     ) -> None:
+        #: The server's own certificate (PEM), read at each launch: runs trust it unless their job
+        #: environment names a CA itself (``RUNNER_GATEWAY_CA``, ``RUNNER_GATEWAY_CA_FILE``).
+        self.gateway_ca = gateway_ca
         self.runs_dir = runs_dir
         #: A uid of its own for each run and warm runner (``launchers.run_uids``), when runs execute as
         #: another user; None: every run as ``run_user``.
@@ -282,8 +286,11 @@ class LocalLauncher:
         }
         if process_runtime:
             run_env["IAC_CODE_DIR"] = str(work / "code")
+        _trust_gateway(run_env, self.gateway_ca)
         own = {**self._inherited, "HOME": str(work / "home"), "TMPDIR": str(work / "tmp")}
         argv = self._argv(job, sorted(run_env))
+        if not process_runtime:
+            await asyncio.to_thread(_check_engine, str(job.get("runtime")), {**own, **run_env})
         process: subprocess.Popen[bytes] | None = None
         if warm_runner is not None:
             process = await asyncio.to_thread(
@@ -617,6 +624,25 @@ class LocalLauncher:
         if host != self.hostname:
             return
         self._run_processes(handle).stop(grace_seconds)
+
+
+def _check_engine(runtime: str, environ: Mapping[str, str]) -> None:
+    """A LaunchError (not retryable) naming the engine's address when no container engine answers."""
+    found = engine.problem(runtime, environ)
+    if found is not None:
+        error = LaunchError(f"cannot start the {runtime} run: {found}")
+        error.retryable = False
+        raise error
+
+
+def _trust_gateway(run_env: dict[str, str], gateway_ca: Callable[[], str | None] | None) -> None:
+    """Give the run the server's own certificate as ``RUNNER_GATEWAY_CA`` unless its job environment
+    names a CA itself (what it is told wins)."""
+    if gateway_ca is None or {"RUNNER_GATEWAY_CA", "RUNNER_GATEWAY_CA_FILE"} & run_env.keys():
+        return
+    pem = gateway_ca()
+    if pem:
+        run_env["RUNNER_GATEWAY_CA"] = pem
 
 
 def _unsaved(run_dir: Path) -> UnsavedState | None:

@@ -354,6 +354,7 @@ class SshLauncher:
             ),
             "no-setsid": (f"setsid (util-linux) is not on the PATH of {where} ({searched})", False),
             "no-engine": (f"the container engine {text} is not on the PATH of {where} ({searched})", False),
+            "no-daemon": (_no_daemon(text, where), False),
             "engine-failed": (f"{job.runtime} run failed on {where}: {text}", True),
             "cannot-create": (f"cannot create the run's directory {text} on {where}", False),
             "unsaved-state": (
@@ -513,3 +514,10 @@ def _describe(exc: BaseException) -> str:
 def _last_line(text: str) -> str | None:
     lines = text.strip().splitlines()
     return lines[-1] if lines else None
+
+
+def _no_daemon(text: str, where: str) -> str:
+    """The message of the launch script's ``no-daemon ADDRESS STDERR`` answer."""
+    address, _, said = text.partition(" ")
+    said = said.strip()
+    return f"no container engine answers at {address} on {where}" + (f": {said}" if said else "")

@@ -218,8 +218,9 @@ answer started "$po_ssh_run"
 
 #: ``sh -c CONTAINER_LAUNCH_SCRIPT po-ssh BASE DEPLOYMENT_ID ENGINE IMAGE NAME...``, the run's environment
 #: on stdin (each NAME is one of its variables). A running container of the deployment is adopted; one
-#: that ended (an earlier attempt) is removed first. Answers ``no-engine`` when the PATH lacks the engine
-#: and ``engine-failed`` (with the engine's stderr) when ``run`` fails.
+#: that ended (an earlier attempt) is removed first. Answers ``no-engine`` when the PATH lacks the engine,
+#: ``no-daemon ADDRESS STDERR`` when the engine does not answer (``docker version``/``podman info``, before
+#: anything else is asked of it) and ``engine-failed`` (with the engine's stderr) when ``run`` fails.
 CONTAINER_LAUNCH_SCRIPT: Final = (
     _LAUNCH_PROLOGUE
     + r"""
@@ -234,6 +235,13 @@ shift "$po_ssh_count"
 eval "$po_ssh_env" || answer bad-environment
 unset po_ssh_env
 command -v "$po_ssh_engine" >/dev/null 2>&1 || answer no-engine "$po_ssh_engine"
+if [ "$po_ssh_engine" = podman ]; then
+    po_ssh_at=${CONTAINER_HOST:-podman-default}
+    po_ssh_out=$(podman info --format '{{.Host.Arch}}' 2>&1 < /dev/null)
+else
+    po_ssh_at=${DOCKER_HOST:-unix:///var/run/docker.sock}
+    po_ssh_out=$("$po_ssh_engine" version --format '{{.Server.Version}}' 2>&1 < /dev/null)
+fi || answer no-daemon "$po_ssh_at" "$(printf '%s' "$po_ssh_out" | tail -c 500 | tr '\n' ' ')"
 po_ssh_running=$("$po_ssh_engine" container inspect --format '{{.State.Running}}' "$po_ssh_name" 2>/dev/null)
 [ "$po_ssh_running" = true ] && answer adopted "$po_ssh_run"
 [ -n "$po_ssh_running" ] && "$po_ssh_engine" rm -f "$po_ssh_name" > /dev/null 2>&1

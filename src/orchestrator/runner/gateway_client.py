@@ -3,26 +3,37 @@ not save (``X-Deployment-Token``). Built on ``client.http`` (TLS, retries) and `
 (errors).
 
 Transient failures (connection errors, 429, 500, 502, 503, 504) are retried with exponential backoff
-(``attempts`` per request; an errored state for as long as its caller says); anything else is final.
+(``attempts`` per request; an errored state for as long as its caller says); anything else is final. A
+gateway certificate that does not verify or a host name that does not resolve is final at once (the
+message names the host and the cause). Until the gateway has answered once, connection failures are tried
+again for ``first_contact_seconds`` only (``RUNNER_GATEWAY_CONNECT_SECONDS``): a gateway never reached is
+a setting to fix, not an outage to sit out; the runner then tries its logs and results once each (they
+fail the same way) and exits naming the cause on stderr, which the launcher reports.
 Failures raise ``client.errors.ClientError``: ``AuthError`` when the deployment token is rejected.
 ``transport`` is httpx's seam, so tests can point the client at any server.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from types import TracebackType
+from typing import TypeVar
 
 import httpx
 from pydantic import SecretStr
 
-from orchestrator.client.errors import ClientError
-from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_unreachable
+from orchestrator.client.errors import ClientError, UnavailableError
+from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_transport_error
 from orchestrator.client.http import Backoff, Retry
 from orchestrator.protocol import results
 
+T = TypeVar("T")
+
 #: Longest wait between two attempts: a runner goes on at most this long after the orchestrator is back.
 MAX_BACKOFF_SECONDS = 10.0
+#: How long connection failures are tried again before the gateway has answered once.
+FIRST_CONTACT_SECONDS = 20.0
 #: Appended to the message of a rejected deployment token.
 TOKEN_HINT = " (the deployment token was rejected; check TOKEN)"
 
@@ -54,10 +65,16 @@ class GatewayClient:
         token: SecretStr,
         retry: Retry | None = None,
         transport: httpx.BaseTransport | None = None,
+        first_contact_seconds: float = FIRST_CONTACT_SECONDS,
     ) -> None:
         self._gateway = gateway
         self._token = token
         self._retry = retry or runner_retry()
+        self._first_contact_seconds = first_contact_seconds
+        #: The gateway answered once (any status): later connection failures are an outage.
+        self._reached = False
+        #: The gateway was never reached within the first contact window: one attempt per request.
+        self._unreachable = False
         connection = gateway.connection(user_agent="po-runner")
         self._http = connection.client(transport)
 
@@ -79,14 +96,15 @@ class GatewayClient:
         def download() -> bytes:
             try:
                 with self._http.stream("GET", path, headers=self._headers()) as response:
+                    self._reached = True
                     if response.status_code == 200:
                         return _read_capped(response, max_bytes)
                     response.read()
                     raise gateway_failure("GET", path, response, auth_hint=TOKEN_HINT)
             except httpx.TransportError as exc:
-                raise gateway_unreachable("GET", path, str(exc)) from exc
+                raise gateway_transport_error("GET", path, exc) from exc
 
-        return self._retry.call(download)
+        return self._call(download)
 
     def post_results(self, deployment_id: str, body: results.DeploymentResults) -> ResultsReceipt:
         """Report the results; a 2xx means accepted, a 409 that the gateway already had them."""
@@ -153,15 +171,58 @@ class GatewayClient:
             try:
                 response = self._http.request(method, path, content=content, headers=headers)
             except httpx.TransportError as exc:
-                raise gateway_unreachable(method, path, str(exc)) from exc
+                raise gateway_transport_error(method, path, exc) from exc
+            self._reached = True
             if response.is_success or response.status_code in ok_statuses:
                 return response
             raise gateway_failure(method, path, response, auth_hint=TOKEN_HINT)
 
-        return self._retry.call(send, deadline=deadline)
+        return self._call(send, deadline=deadline)
+
+    def _call(self, request: Callable[[], T], *, deadline: float | None = None) -> T:
+        """``request`` under the retry policy; before the gateway answered once, connection failures for
+        ``first_contact_seconds`` at most; after that window passed without an answer, once."""
+        if self._unreachable:
+            return self._retry.call(_final(request))
+        window_end = self._retry.clock() + self._first_contact_seconds
+        attempt = 0
+
+        def first_contact() -> T:
+            nonlocal attempt
+            attempt += 1
+            try:
+                return request()
+            except UnavailableError as exc:
+                next_try = self._retry.clock() + self._retry.backoff.delay(attempt)
+                if not self._reached and exc.retryable and next_try > window_end:
+                    self._unreachable = True
+                    final = UnavailableError(
+                        f"{exc.message} (no answer from the runner gateway for "
+                        f"{self._first_contact_seconds:g} s)",
+                        retryable=False,
+                    )
+                    raise final from exc
+                elif not self._reached and not exc.retryable:
+                    self._unreachable = True
+                raise
+
+        return self._retry.call(first_contact, deadline=deadline)
 
     def _headers(self) -> dict[str, str]:
         return {results.DEPLOYMENT_TOKEN_HEADER: self._token.get_secret_value()}
+
+
+def _final(request: Callable[[], T]) -> Callable[[], T]:
+    """``request`` whose failures are not tried again."""
+
+    def once() -> T:
+        try:
+            return request()
+        except ClientError as exc:
+            exc.retryable = False
+            raise
+
+    return once
 
 
 def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:

@@ -82,6 +82,14 @@ class RunnerSettings(BaseSettings):
         # 1+2+4+8+10*35 s: bundle, logs and results survive an orchestrator outage of about six minutes.
         description="Attempts per gateway request (about 6 minutes of retries by default).",
     )
+    runner_gateway_connect_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        le=86400,
+        description="How long the runner tries to reach the gateway before it has answered once "
+        "(connection refused, reset, timeouts); a certificate that does not verify or a host name that does "
+        "not resolve fails at once. Then the deployment fails, naming the cause.",
+    )
     runner_http_backoff_seconds: float = Field(
         default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 10 s."
     )

@@ -148,6 +148,7 @@ def run_standard(
         retry=gateway_client.runner_retry(
             attempts=settings.runner_http_attempts, backoff_seconds=settings.runner_http_backoff_seconds
         ),
+        first_contact_seconds=settings.runner_gateway_connect_seconds,
     ) as gateway:
         body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ, stop=stop)
         # Logs first: once the results arrive the deployment is complete, and its logs should be there.

@@ -153,3 +153,18 @@ class ClientCertificateMiddleware:
                 await error_response(UnauthenticatedError(CLIENT_CERTIFICATE_REQUIRED))(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+#: What a PEM certificate starts with.
+_PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
+
+
+def own_certificate(cert_file: Path) -> str | None:
+    """The PEM text of the server's own certificate file (read at each launch: it may have been rotated),
+    which its local runs trust; None when it cannot be read (the run then trusts the system CAs only)."""
+    try:
+        text = cert_file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("local runs do not get the server's certificate", file=str(cert_file), problem=str(exc))
+        return None
+    return text if _PEM_CERTIFICATE in text else None

@@ -25,6 +25,14 @@ __all__ = ["main"]
     "--token", envvar="PO_AUTH_TOKEN", show_envvar=True, metavar="TOKEN", help="API token (Bearer)."
 )
 @click.option(
+    "--ca-file",
+    envvar="PO_CA_FILE",
+    show_envvar=True,
+    metavar="FILE",
+    help="PEM file of the CA (or the certificate) to verify the API's HTTPS certificate with, besides the "
+    "system CAs (e.g. a server on its own self-signed certificate).",
+)
+@click.option(
     "--profile",
     envvar="OCTL_PROFILE",
     show_envvar=True,
@@ -46,6 +54,7 @@ def main(
     org: str | None,
     api_url: str | None,
     token: str | None,
+    ca_file: str | None,
     profile: str | None,
     debug: bool,
 ) -> None:
@@ -59,6 +68,7 @@ def main(
     session.org_flag = org or None
     session.api_url_flag = api_url or None
     session.token_flag = token or None
+    session.ca_file_flag = ca_file or None
     session.profile = profile or None
     session.debug = debug
 

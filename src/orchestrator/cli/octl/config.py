@@ -1,4 +1,4 @@
-"""The ``octl`` config file: ``{api_url, default_org_id, token}`` in YAML, written with mode 0600.
+"""The ``octl`` config file: ``{api_url, default_org_id, token, ca_file}`` in YAML, written with mode 0600.
 
 Where it is: ``$OCTL_CONFIG`` if set, else ``$XDG_CONFIG_HOME/octl/config.yaml``, else
 ``~/.config/octl/config.yaml``. Values in it come last: a flag wins over its environment variable,
@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 CONFIG_ENV = "OCTL_CONFIG"
-KEYS = ("api_url", "default_org_id", "token")
+KEYS = ("api_url", "default_org_id", "token", "ca_file")
 #: The profile of the top-level keys.
 DEFAULT_PROFILE = "default"
 CURRENT_KEY = "current_profile"
@@ -44,6 +44,8 @@ class Config:
     api_url: str | None = None
     default_org_id: str | None = None
     token: str | None = None
+    #: A PEM file of the CA (or the certificate itself) the API's certificate is verified with.
+    ca_file: str | None = None
     #: Keys this version does not know (e.g. upstream's ``disable_version_check``), kept on save.
     other: dict[str, Any] = field(default_factory=dict)
     #: The profile these values are of.

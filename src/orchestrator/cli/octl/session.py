@@ -22,6 +22,7 @@ import httpx
 from orchestrator.cli.octl import config as config_file
 from orchestrator.cli.octl import inputs
 from orchestrator.client.api import ApiClient, ApiConnectionError, ApiError
+from orchestrator.client.tls import read_ca_file
 
 #: Where ``orchestrator serve`` listens by default.
 DEFAULT_API_URL = "http://127.0.0.1:8080"
@@ -81,6 +82,7 @@ class Session:
 
     api_url_flag: str | None = None
     token_flag: str | None = None
+    ca_file_flag: str | None = None
     org_flag: str | None = None
     debug: bool = False
     #: ``--profile`` or ``OCTL_PROFILE``: the config file's profile for this run (else its current one).
@@ -107,6 +109,19 @@ class Session:
     def token(self) -> str | None:
         return self.token_flag or self.config().token
 
+    def ca_pem(self) -> str | None:
+        """The PEM text of ``--ca-file``/PO_CA_FILE or the profile's ``ca_file``, checked; None without."""
+        if self.ca_file_flag:
+            path, source = self.ca_file_flag, "--ca-file or PO_CA_FILE"
+        elif self.config().ca_file:
+            path, source = self.config().ca_file or "", f"ca_file in {self.config_path}"
+        else:
+            return None
+        try:
+            return read_ca_file(Path(path).expanduser())
+        except ValueError as exc:
+            raise UsageFailure(f"{exc} (from {source})") from exc
+
     def org(self) -> str:
         org = self.org_flag or self.config().default_org_id
         if not org:
@@ -120,6 +135,7 @@ class Session:
             self._client = ApiClient(
                 self.api_url(),
                 self.token(),
+                ca_pem=self.ca_pem(),
                 on_request=self._log_request if self.debug else None,
                 on_response=self._log_response if self.debug else None,
             )
@@ -144,6 +160,11 @@ class Session:
             traceback.print_exception(exc, file=sys.stderr)
         if isinstance(exc, ApiError):
             return ApiFailure(self._api_message(exc))
+        if isinstance(exc, ApiConnectionError) and exc.certificate:
+            return UnreachableFailure(
+                f"{exc.message} (use --ca-file, PO_CA_FILE or ca_file in the config file to trust the "
+                "server's CA or its own certificate)"
+            )
         if isinstance(exc, ApiConnectionError):
             return UnreachableFailure(
                 f"{exc.message}: is `orchestrator serve` running there? Start it, or point octl at it with "

@@ -49,6 +49,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 RUNNER_LOG_LEVELS = ("debug", "info", "warn", "error")
 #: The statuses a deployment ends in.
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+#: The API's 404 message once a deployment's outputs are past their retention (upstream's words).
+OUTPUTS_GONE = "deployment outputs are no longer available"
 #: Seconds the server holds each wait-for-complete call open.
 WAIT_SECONDS = 30
 #: Consecutive connection failures while waiting before octl gives up (the deployment goes on).
@@ -382,19 +384,20 @@ def report(
     resources = _resources_line(deployment)
     if resources:
         output.note(resources)
-    if deployment.get("has_outputs") is False:
-        output.note("The deployment reported no outputs.")
-        return
     try:
         raw = session.client().get_encrypted_outputs(org, deployment_id)
     except ApiError as exc:
-        if exc.status == 404:
+        if exc.status != 404:
+            raise
+        if exc.message == OUTPUTS_GONE or deployment.get("has_outputs") is not False:
+            # Past the retention (the server's "no longer available"), or deleted since it was read.
             raise OperationFailure(
-                f"the outputs of deployment {deployment_id} are no longer kept: the server answers them "
-                "for a while after a deployment ends (PO_OUTPUTS_RETENTION_SECONDS, 5 minutes by "
+                f"the outputs of deployment {deployment_id} are no longer available: the server answers "
+                "them for a while after a deployment ends (PO_OUTPUTS_RETENTION_SECONDS, 5 minutes by "
                 "default); deploy again to read them"
             ) from exc
-        raise
+        output.note("The deployment reported no outputs.")
+        return
     try:
         values = json.loads(age.decrypt_b64(raw, identity))
     except (age.AgeDecryptError, ValueError) as exc:
