@@ -491,7 +491,10 @@ def test_runners_recover_from_an_api_outage_and_run_the_deployments_running_and_
 ) -> None:
     busy = start_runner(server, runners, tmp_path, "pool-busy")
     registered(busy)
-    marker = tmp_path / "applying"
+    # Where the run writes: reachable by its uid (as root, a uid of its own; tmp_path is 0700).
+    shared = Path(tempfile.mkdtemp(prefix="po-managed-marker-"))
+    shared.chmod(0o777)
+    marker = shared / "applying"
     manifest = {
         "workloads": {
             "slow": {

@@ -32,8 +32,14 @@ def test_manifest__yaml_and_json_give_the_same_document() -> None:
     assert {"workloads": {"app": {"outputs": {"url": "x"}}}} == from_yaml == from_json
 
 
-def test_manifest__empty_is_no_workloads_and_shared_is_kept() -> None:
-    assert {"workloads": {}} == manifest.parse("", "empty")
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "null\n", "{}\n"])
+def test_manifest__an_empty_document_is_refused_saying_how_to_remove_deliberately(text: str) -> None:
+    with pytest.raises(InputError, match="is empty: deploying it would remove every resource"):
+        manifest.parse(text, "empty")
+
+
+def test_manifest__explicit_no_workloads_and_shared_is_kept() -> None:
+    assert {"workloads": {}} == manifest.parse("workloads: {}", "explicit")
     assert {"workloads": {}, "shared": {"db": {"type": "postgres"}}} == manifest.parse(
         "shared: {db: {type: postgres}}", "m"
     )
