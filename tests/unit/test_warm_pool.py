@@ -140,3 +140,22 @@ def test_po_runner_warm__runs_with_the_orders_environment_only(tmp_path: Path) -
     assert "invalid runner environment" in message
     assert all(name in message for name in ("MODE", "DEPLOYMENT_ID", "TOKEN")), message
     assert "a-token" not in message
+
+
+def test_pool__stderr_files_an_earlier_process_left_are_removed_at_the_first_fill(
+    pool: WarmPool, tmp_path: Path
+) -> None:
+    """A server killed with SIGKILL leaves its idle runners' stderr files (the runners exit, their files
+    stay): the next pool removes them before it starts its own."""
+    pool.directory.mkdir(mode=0o700)
+    stale = [pool.directory / f"{name}.stderr" for name in ("a1", "b2")]
+    for path in stale:
+        path.write_text("")
+
+    pool.take()
+    wait_for(lambda: pool.idle() == 2, 30, "the pool to fill")
+    left = sorted(pool.directory.glob("*.stderr"))
+
+    assert not any(path.exists() for path in stale)
+    assert 2 == len(left)  # the new runners' own
+    pool.close()
