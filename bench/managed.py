@@ -632,6 +632,9 @@ def run_one(database: str, options: Options, deadline: float) -> dict[str, Any]:
     killed: list[int] = []
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="po-bench-managed-")))
+        # Runs of the real runners execute as uids of their own (RUNNER_RUN_UIDS, as root): they pass
+        # through to their work directories, and read nothing else here.
+        tmp.chmod(0o711)
         server, proxy, shared = stack.enter_context(serving_server(tmp, database, options, bootstrap_token))
         stack.callback(lambda: killed.extend(launch.wait_for_runs([tmp / "runs"])))
         client = stack.enter_context(httpx.Client(base_url=server.base_url, timeout=60))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from orchestrator import deployment_tokens
 from orchestrator.protocol import agent_auth
 from tests.support.agent_process import AgentProcess
 from tests.support.log_lines import json_lines, secret_hits, token_shaped
+from tests.support.managed import runs_work_dir
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import ServerProcess
 from tests.support.stack import Stack, build_stack, runner_body
@@ -88,7 +90,7 @@ def stack(server: ServerProcess, tmp_path: Path, keys: tuple[str, str]) -> Itera
     made.client.close()
 
 
-def _managed_runner(url: str, root: Path) -> subprocess.Popen[bytes]:
+def _managed_runner(url: str, root: Path, work_dir: Path) -> subprocess.Popen[bytes]:
     """``po-runner managed``, its output (and its deployments' runners') in ``<root>/managed.log``."""
     with open(root / "managed.log", "ab") as log:
         return subprocess.Popen(
@@ -99,7 +101,7 @@ def _managed_runner(url: str, root: Path) -> subprocess.Popen[bytes]:
                 "RUNNER_URL": url,
                 "RUNNER_MANAGED_SECRET": MANAGED_SECRET,
                 "RUNNER_NAME": "pool-1",
-                "RUNNER_WORK_DIR": str(root / "managed-work"),
+                "RUNNER_WORK_DIR": str(work_dir),
                 **LOGGING,
             },
             stdout=log,
@@ -122,7 +124,8 @@ def test_deployments_at_debug__no_log_line_holds_a_secret(
     agent = AgentProcess(server.url, keys[0], tmp_path)
     agent.env.update(LOGGING)
     agent.start()
-    managed = _managed_runner(server.url, tmp_path)
+    work_dir = runs_work_dir(tmp_path, "pool-1")
+    managed = _managed_runner(server.url, tmp_path, work_dir)
     try:
         via_agent = stack.deploy(runner_log_level="debug")
         on_pool = stack.deploy(env_id="prod", runner_log_level="debug")
@@ -141,6 +144,8 @@ def test_deployments_at_debug__no_log_line_holds_a_secret(
         managed.terminate()
         managed.wait(30)
         server.stop()
+        if work_dir.parent != tmp_path:
+            shutil.rmtree(work_dir.parent, ignore_errors=True)
     token_key = deployment_tokens.token_key(SERVER_KEY)
     secret_values = {
         "job secret": JOB_SECRET,

@@ -33,7 +33,7 @@ from orchestrator.protocol import age
 from orchestrator.store import db
 from orchestrator.store.schema import deployments, managed_runners
 from tests.support import run_probe
-from tests.support.managed import MANAGED_SECRET
+from tests.support.managed import MANAGED_SECRET, runs_work_dir
 from tests.support.outages import ServerProcess, wait_for
 from tests.support.postgres import PostgresServer
 from tests.support.stack import Stack, build_stack, demo_manifest
@@ -90,15 +90,7 @@ class RunnerProcess:
         self, url: str, name: str, root: Path, *, secret: str = MANAGED_SECRET, **extra: str
     ) -> None:
         self.name = name
-        # As root, each run executes as a uid of its own, who must pass through to its work directory:
-        # not under the test's own temporary directory (0700).
-        self.work_dir = (
-            Path(tempfile.mkdtemp(prefix=f"po-managed-{name}-")) / "work"
-            if os.geteuid() == 0
-            else root / f"work-{name}"
-        )
-        if os.geteuid() == 0:
-            self.work_dir.parent.chmod(0o711)
+        self.work_dir = runs_work_dir(root, name)
         self.log = root / f"runner-{name}-{next(_started)}.log"
         self.home = root / f"home-{name}"
         self.home.mkdir(parents=True, exist_ok=True)
@@ -170,7 +162,7 @@ def server(e2e_database: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         root / "data",
         MANAGED_RUNNER_SECRET=MANAGED_SECRET,
         # The tags the runners below declare beside the detected ones (issue 26: the platform decides).
-        PO_MANAGED_SECRET_TAGS="linux,docker,late,gpu",
+        PO_MANAGED_SECRET_TAGS="linux,docker,late,gpu,probe,leak",
         PO_MANAGED_HEARTBEAT_SECONDS=str(HEARTBEAT_SECONDS),
         PO_MANAGED_LEASE_SECONDS=str(LEASE_SECONDS),
         PO_AGENT_POLL_FALLBACK_SECONDS="1",

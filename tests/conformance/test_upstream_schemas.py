@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,14 +48,11 @@ from tests.support.managed import MANAGED_SECRET
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.schemathesis_runs import failures, repeatable
 from tests.support.tools import tools_required
+from tests.support.upstream import UPSTREAM
 
 if TYPE_CHECKING:
     from schemathesis.specs.openapi.schemas import OpenApiCase, OpenApiOperation
 
-UPSTREAM = Path(
-    os.environ.get("PO_TEST_UPSTREAM_OPENAPI_DIR")
-    or Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "openapi"
-)
 RUNNERS = Path(__file__).parent.parent / "data" / "runners"
 ORG = "acme"
 #: Generated requests per operation (and the explicit ones below): 57 operations, ~25 s per database.

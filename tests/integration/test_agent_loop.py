@@ -174,21 +174,30 @@ async def test_agent__as_root_runs_local_runs_as_its_run_user_apart_from_its_own
     assert "PRIVATE_KEY" not in runner_env and "AWS_SECRET_ACCESS_KEY" not in runner_env
 
 
+def _refused_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
 async def test_agent__redelivered_command_adopts_the_run_already_launched(
     harness: AgentHarness, tmp_path: Path
 ) -> None:
     """An agent that launched and died before answering: the next delivery launches nothing new."""
     deployment_id = await harness.deployment()
-    first_agent = make_agent(harness, tmp_path)
+    # A gateway refusing connections: the run keeps trying (first contact, 20 s) and so stays alive; a host
+    # name that does not resolve would end it at once.
+    refusing = _refused_url()
+    first_agent = make_agent(harness, tmp_path, gateway_url=refusing)
     delivered = await _delivered(first_agent)
     payload = protocol.check_envelope(
         delivered.command, org_id="acme", runner_id="agent1", now=datetime.now(UTC)
     )
-    spec = payload.spec.to_run_spec("acme", "agent1", gateway_url=GATEWAY)
+    spec = payload.spec.to_run_spec("acme", "agent1", gateway_url=refusing)
     first_handle = launched(await first_agent.launchers.for_command(payload).launch(spec)).handle
     # ... and "dies": no event, no ack. A second agent process (new launchers, same runs dir) takes over:
     # nothing for it while the lease runs, the command once it ran out (simulated clock).
-    second_agent = make_agent(harness, tmp_path)
+    second_agent = make_agent(harness, tmp_path, gateway_url=refusing)
     try:
         with time_machine.travel(delivered.lease_expires_at - timedelta(seconds=0.5), tick=False):
             during_lease = await second_agent.client.next_command()

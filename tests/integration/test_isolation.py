@@ -68,6 +68,8 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/orgs/{org}/deployments/{deployment}/actions/get-logs", None, "read"),
     ("GET", "/orgs/{org}/deployments/{deployment}/errored-state", None, "manage"),
     ("GET", "/orgs/{org}/usage", None, "read"),
+    # Last: it ends the deployment the routes above read.
+    ("POST", "/orgs/{org}/deployments/{deployment}/actions/cancel", None, "deploy"),
 ]
 ALLOWED = {
     "admin": {"read", "deploy", "manage"},

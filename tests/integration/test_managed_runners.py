@@ -647,7 +647,7 @@ def _upstream_runner_page_validator() -> Any:
     import yaml
     from referencing.jsonschema import DRAFT202012
 
-    from tests.conformance.test_upstream_schemas import UPSTREAM
+    from tests.support.upstream import UPSTREAM
 
     document = yaml.safe_load((UPSTREAM / "control-plane.yaml").read_text())
     resource = referencing.Resource.from_contents(document, default_specification=DRAFT202012)

@@ -26,6 +26,12 @@ LOCAL = {
 }
 #: Commands that read a public route: no token, no organization.
 PUBLIC = {("get", "compatibility-matrix")}
+#: Commands of the platform, not of an organization: a platform-admin token, whatever the organization.
+PLATFORM = {
+    ("create", "managed-runner-registration"),
+    ("delete", "managed-runner-registration"),
+    ("get", "managed-runner-registrations"),
+}
 COMMANDS = [path for path in leaf_commands() if path not in LOCAL]
 AUTHENTICATED = [path for path in COMMANDS if path not in PUBLIC]
 
@@ -80,7 +86,9 @@ def test_every_command__with_a_wrong_token(
     assert 1 == result.exit_code
 
 
-@pytest.mark.parametrize("path", [p for p in AUTHENTICATED if p[-1] not in ("org", "orgs")], ids=" ".join)
+@pytest.mark.parametrize(
+    "path", [p for p in AUTHENTICATED if p[-1] not in ("org", "orgs") and p not in PLATFORM], ids=" ".join
+)
 def test_every_command__in_a_wrong_org(
     path: tuple[str, ...], server: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -91,3 +99,16 @@ def test_every_command__in_a_wrong_org(
     _check_one_line(result.output, result.stderr, result.exit_code, "octl config set-org")
     assert 1 == result.exit_code
     assert "no-such-org" in result.stderr
+
+
+@pytest.mark.parametrize("path", sorted(PLATFORM), ids=" ".join)
+def test_every_platform_command__with_an_org_admin_token(
+    path: tuple[str, ...], server: tuple[str, str], tmp_path: Path
+) -> None:
+    octl = Octl(base_url=server[0], token=server[1], config_path=tmp_path / "config.yaml")
+
+    result = octl(*sample_args(path, tmp_path))
+
+    _check_one_line(result.output, result.stderr, result.exit_code, "orchestrator token create")
+    assert 1 == result.exit_code
+    assert "platform admin" in result.stderr

@@ -14,24 +14,14 @@ from fastapi import FastAPI
 
 from tests.support.deployments import insert_run
 from tests.support.orgs import Org
+from tests.support.usage import figures as _figures
+from tests.support.usage import make_env as _env
 
 MARCH = {"from": "2026-03-01", "to": "2026-04-01"}
 
 
 def at(day: int, hour: int = 0, minute: int = 0, second: int = 0, month: int = 3) -> datetime:
     return datetime(2026, month, day, hour, minute, second, tzinfo=UTC)
-
-
-async def _env(org: Org, project_id: str, env_id: str) -> dict[str, Any]:
-    for path, body in [("/env-types", {"id": "development"}), ("/projects", {"id": project_id})]:
-        response = await org.admin.post(f"/orgs/{org.id}{path}", json=body)
-        assert response.status_code in (201, 409), response.text
-    created = await org.admin.post(
-        f"/orgs/{org.id}/projects/{project_id}/envs", json={"id": env_id, "env_type_id": "development"}
-    )
-    assert 201 == created.status_code, created.text
-    env: dict[str, Any] = created.json()
-    return env
 
 
 async def _seed_march(app: FastAPI, org: Org) -> None:
@@ -79,15 +69,6 @@ async def _seed_march(app: FastAPI, org: Org) -> None:
     async with app.state.services.engine.begin() as conn:
         for (env, times), completed_at in zip(runs, ends, strict=True):
             await insert_run(conn, org.id, env, completed_at=completed_at, **times)
-
-
-def _figures(item: dict[str, Any]) -> tuple[float, float, float, int]:
-    return (
-        item["runnerMinutes"],
-        item["runnerMinutesManaged"],
-        item["runnerMinutesSelfHosted"],
-        item["deployments"],
-    )
 
 
 async def test_usage__figures_per_environment_clipped_to_the_period_managed_apart(

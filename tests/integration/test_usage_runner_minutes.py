@@ -14,9 +14,10 @@ from fastapi import FastAPI
 from orchestrator.protocol.commands import CommandType
 from orchestrator.store import deployments as deployment_store
 from orchestrator.store.schema import agent_commands
-from tests.integration.test_usage_api import _env, _figures
 from tests.support.deployments import insert_run
 from tests.support.orgs import Org
+from tests.support.usage import figures as _figures
+from tests.support.usage import make_env as _env
 
 MARCH = {"from": "2026-03-01", "to": "2026-04-01"}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,17 @@ from tests.support.orgs import Org
 MANAGED_SECRET = "managed-runner-secret-for-tests-0123456789abcdefghij"
 #: A deployment with nothing to deploy: it compiles, and runs with any engine.
 EMPTY_MANIFEST: dict[str, Any] = {"workloads": {}}
+
+
+def runs_work_dir(root: Path, name: str) -> Path:
+    """A managed runner's RUNNER_WORK_DIR. As root each run executes as a uid of its own (RUNNER_RUN_UIDS)
+    that must pass through to its work directory: then not under ``root`` (pytest's are 0700) but in a
+    directory of its own under the system's temporary directory, mode 0711 (the caller removes its parent)."""
+    if os.geteuid() != 0:
+        return root / f"work-{name}"
+    made = Path(tempfile.mkdtemp(prefix=f"po-managed-{name}-"))
+    made.chmod(0o711)
+    return made / "work"
 
 
 async def register(

@@ -189,6 +189,8 @@ class Session:
                 f" ({given}: pass one with --token, PO_AUTH_TOKEN or `octl config set-token`; "
                 "`orchestrator token create` on the server mints one)"
             )
+        elif exc.status == 403 and exc.message.startswith("only a platform admin"):
+            message += " (use a platform-admin token: `orchestrator token create` on the server prints one)"
         elif exc.status == 403:
             message += " (ask an admin of the organization for a token with a role that may do this)"
         elif exc.status == 404 and exc.message.startswith("organization '"):

@@ -30,8 +30,12 @@ REGISTRATION = (
 def create_registration(session: Session, tags: tuple[str, ...], description: str, out: str) -> None:
     """Create a managed runner registration credential (needs a platform-admin token).
 
-    e.g. `octl create managed-runner-registration --tag gpu`; give its `secret` to the runners as
-    RUNNER_MANAGED_SECRET. The secret is shown this once and cannot be read again.
+    Give its `secret` to the runners as RUNNER_MANAGED_SECRET. The secret is shown this once and cannot
+    be read again.
+
+    \b
+    Example:
+      octl create managed-runner-registration --tag gpu --description "GPU pool"
     """
     created = session.client().create_managed_registration({"tags": list(tags), "description": description})
     output.emit(created, out, ())
@@ -45,7 +49,12 @@ def create_registration(session: Session, tags: tuple[str, ...], description: st
 @output.out_option("table")
 @pass_session
 def get_registrations(session: Session, out: str) -> None:
-    """List the managed runner registration credentials (never their secrets); needs a platform admin."""
+    """List the managed runner registration credentials (never their secrets); needs a platform admin.
+
+    \b
+    Example:
+      octl get managed-runner-registrations -o json
+    """
     emit_list(
         session.client().list_managed_registrations(),
         out,
@@ -59,6 +68,11 @@ def get_registrations(session: Session, out: str) -> None:
 @pass_session
 def delete_registration(session: Session, registration_id: uuid.UUID) -> None:
     """Delete registration credential ID: no runner registers with it from now on (registered runners keep
-    their tokens until they register again)."""
+    their tokens until they register again).
+
+    \b
+    Example:
+      octl delete managed-runner-registration 0b9e2f4c-6d1a-4c52-9a57-3f0e8d1b2a44
+    """
     session.client().delete_managed_registration(str(registration_id))
     output.success(f"Managed runner registration {registration_id} deleted.")
