@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -171,3 +172,70 @@ def test_a_gateway_that_answered_once_and_went_away_is_an_outage_tried_for_all_a
         with pytest.raises(UnavailableError, match="connection refused"):
             gateway.post_results("d1", failure_body())
     assert clock.sleeps == [1, 2, 4, 8, 10, 10, 10]
+
+
+class BlackHole(httpx.BaseTransport):
+    """A gateway whose packets vanish: each attempt waits its whole timeout (on the test's clock), then times
+    out, as a connection to a dropped address or a server that never answers does."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        timeout = request.extensions["timeout"]
+        waited = max(value for value in timeout.values() if value is not None)
+        self.waits.append(waited)
+        self.clock.now += waited
+        raise httpx.ConnectTimeout("timed out", request=request)
+
+
+def test_a_black_holed_gateway_fails_the_run_within_30_s_whatever_the_request_timeout() -> None:
+    """Bundle, then logs and results once each (what the runner does): the first contact window (20 s)
+    bounds every attempt before the gateway answered, and the last tries wait 3 s each; the request
+    timeout (RUNNER_HTTP_TIMEOUT_SECONDS, 40 s by default) would make it two minutes."""
+    clock = Clock()
+    hole = BlackHole(clock)
+    gateway = GatewayClient(
+        gateway=RunnerGateway(url="http://192.0.2.1:8080", org_id="acme", runner_id="r", timeout_seconds=40),
+        token=SecretStr("t"),
+        retry=retry(clock),
+        first_contact_seconds=20,
+        transport=hole,
+    )
+    with gateway:
+        with pytest.raises(UnavailableError) as bundle:
+            gateway.download_bundle("d1")
+        with pytest.raises(UnavailableError):
+            gateway.put_logs("env", "d1", b"bG9ncw==")
+        with pytest.raises(UnavailableError):
+            gateway.post_results("d1", failure_body())
+
+    assert clock.now < 30, (clock.now, hole.waits, clock.sleeps)
+    assert [20.0, 3.0, 3.0] == hole.waits
+    assert "no answer from the runner gateway for 20 s" in bundle.value.message
+    assert "timed out" in bundle.value.message
+
+
+def test_a_gateway_that_answered_keeps_the_request_timeout(plain_gateway: ThreadingHTTPServer) -> None:
+    clock = Clock()
+    seen: list[float | None] = []
+    inner = httpx.HTTPTransport()
+
+    class Recording(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            seen.append(request.extensions["timeout"]["read"])
+            return inner.handle_request(request)
+
+    url = f"http://127.0.0.1:{plain_gateway.server_port}"
+    with GatewayClient(
+        gateway=RunnerGateway(url=url, org_id="acme", runner_id="r", timeout_seconds=40),
+        token=SecretStr("t"),
+        retry=retry(clock),
+        first_contact_seconds=20,
+        transport=Recording(),
+    ) as gateway:
+        assert BUNDLE == gateway.download_bundle("d1")
+        assert BUNDLE == gateway.download_bundle("d1")
+
+    assert [20.0, 40.0] == seen

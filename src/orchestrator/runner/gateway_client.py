@@ -8,7 +8,10 @@ gateway certificate that does not verify or a host name that does not resolve is
 message names the host and the cause). Until the gateway has answered once, connection failures are tried
 again for ``first_contact_seconds`` only (``RUNNER_GATEWAY_CONNECT_SECONDS``): a gateway never reached is
 a setting to fix, not an outage to sit out; the runner then tries its logs and results once each (they
-fail the same way) and exits naming the cause on stderr, which the launcher reports.
+fail the same way) and exits naming the cause on stderr, which the launcher reports. Until that first answer
+no attempt waits past the window's end (a black-holed gateway: a connection or an answer that never comes),
+and those last tries wait :data:`LAST_TRY_SECONDS` each: a gateway never reached fails the deployment within
+about ``first_contact_seconds`` + 6 s, whatever ``RUNNER_HTTP_TIMEOUT_SECONDS`` is.
 Failures raise ``client.errors.ClientError``: ``AuthError`` when the deployment token is rejected.
 ``transport`` is httpx's seam, so tests can point the client at any server.
 """
@@ -34,6 +37,10 @@ T = TypeVar("T")
 MAX_BACKOFF_SECONDS = 10.0
 #: How long connection failures are tried again before the gateway has answered once.
 FIRST_CONTACT_SECONDS = 20.0
+#: How long one attempt may wait once the gateway was not reached in the first contact window.
+LAST_TRY_SECONDS = 3.0
+#: The shortest wait of an attempt within the first contact window (its last attempt may start late).
+MIN_TRY_SECONDS = 1.0
 #: Appended to the message of a rejected deployment token.
 TOKEN_HINT = " (the deployment token was rejected; check TOKEN)"
 
@@ -71,6 +78,9 @@ class GatewayClient:
         self._token = token
         self._retry = retry or runner_retry()
         self._first_contact_seconds = first_contact_seconds
+        self._timeout_seconds = gateway.timeout_seconds
+        #: When the first contact window ends (set by the first request).
+        self._window_end: float | None = None
         #: The gateway answered once (any status): later connection failures are an outage.
         self._reached = False
         #: The gateway was never reached within the first contact window: one attempt per request.
@@ -95,7 +105,9 @@ class GatewayClient:
 
         def download() -> bytes:
             try:
-                with self._http.stream("GET", path, headers=self._headers()) as response:
+                with self._http.stream(
+                    "GET", path, headers=self._headers(), timeout=self._attempt_timeout()
+                ) as response:
                     self._reached = True
                     if response.status_code == 200:
                         return _read_capped(response, max_bytes)
@@ -169,7 +181,9 @@ class GatewayClient:
 
         def send() -> httpx.Response:
             try:
-                response = self._http.request(method, path, content=content, headers=headers)
+                response = self._http.request(
+                    method, path, content=content, headers=headers, timeout=self._attempt_timeout()
+                )
             except httpx.TransportError as exc:
                 raise gateway_transport_error(method, path, exc) from exc
             self._reached = True
@@ -184,7 +198,9 @@ class GatewayClient:
         ``first_contact_seconds`` at most; after that window passed without an answer, once."""
         if self._unreachable:
             return self._retry.call(_final(request))
-        window_end = self._retry.clock() + self._first_contact_seconds
+        if self._window_end is None:
+            self._window_end = self._retry.clock() + self._first_contact_seconds
+        window_end = self._window_end
         attempt = 0
 
         def first_contact() -> T:
@@ -207,6 +223,18 @@ class GatewayClient:
                 raise
 
         return self._retry.call(first_contact, deadline=deadline)
+
+    def _attempt_timeout(self) -> httpx.Timeout:
+        """How long the next attempt may wait (connecting, for an answer, between two chunks): the client's
+        timeout once the gateway answered; until then no longer than the first contact window lasts; after
+        the window passed without an answer, :data:`LAST_TRY_SECONDS`."""
+        if self._reached:
+            return httpx.Timeout(self._timeout_seconds)
+        if self._unreachable:
+            return httpx.Timeout(min(self._timeout_seconds, LAST_TRY_SECONDS))
+        window_end = self._window_end if self._window_end is not None else self._retry.clock()
+        remaining = window_end - self._retry.clock()
+        return httpx.Timeout(min(self._timeout_seconds, max(MIN_TRY_SECONDS, remaining)))
 
     def _headers(self) -> dict[str, str]:
         return {results.DEPLOYMENT_TOKEN_HEADER: self._token.get_secret_value()}

@@ -88,7 +88,8 @@ class RunnerSettings(BaseSettings):
         le=86400,
         description="How long the runner tries to reach the gateway before it has answered once "
         "(connection refused, reset, timeouts); a certificate that does not verify or a host name that does "
-        "not resolve fails at once. Then the deployment fails, naming the cause.",
+        "not resolve fails at once. No attempt waits past this window (nor RUNNER_HTTP_TIMEOUT_SECONDS); "
+        "then the logs and results are tried once, 3 s each, and the deployment fails, naming the cause.",
     )
     runner_http_backoff_seconds: float = Field(
         default=1.0, ge=0, description="First retry delay; doubles per attempt, capped at 10 s."
