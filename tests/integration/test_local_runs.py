@@ -5,11 +5,14 @@ server's files stop the server. (The runs themselves: tests/acceptance/test_loca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from pydantic import SecretStr, ValidationError
 
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.errors import ConfigurationError
+from orchestrator.launchers import run_uids
 from orchestrator.launchers.base import LaunchError, RunState
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.launchers.run_user import RunUser
@@ -236,3 +240,98 @@ def test_agent_settings__local_runs_default_to_nobody_in_the_temp_dir() -> None:
 
     assert "nobody" == settings.agent_run_user
     assert Path(tempfile.gettempdir()) / f"po-agent-runs-{os.geteuid()}" == settings.agent_runs_dir
+
+
+#: A uid range of this module's own: other tests' launchers take uids of the default range meanwhile.
+RESTART_UIDS = "2150000-2150099"
+#: The "server" that launches a run and then dies with it (``kill -9``): its launcher never sees the end.
+LAUNCH_AND_WAIT = """
+import asyncio, json, os, sys, time
+from pathlib import Path
+from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_uids import RunUids
+from orchestrator.launchers.run_user import RunUser
+from orchestrator.protocol.launch import RunSpec
+runs, uids, spec = Path(sys.argv[1]), sys.argv[2], RunSpec.model_validate_json(sys.argv[3])
+user = RunUser.resolve("nobody", setting="PO_LOCAL_RUN_USER")
+run_uids = RunUids.from_setting(uids, runs, setting="PO_LOCAL_RUN_UIDS")
+launcher = LocalLauncher(runs, environ=os.environ, run_user=user, run_uids=run_uids)
+print(asyncio.run(launcher.launch(spec)), flush=True)
+time.sleep(600)
+"""
+
+
+def _launched_by_a_server_that_dies(runs: Path, spec: RunSpec) -> tuple[str, int]:
+    """A run launched by a server process that is then killed, and the run's uid; the run goes on."""
+    with subprocess.Popen(
+        [sys.executable, "-c", LAUNCH_AND_WAIT, str(runs), RESTART_UIDS, spec.model_dump_json()],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ) as server:
+        try:
+            assert server.stdout is not None
+            handle = server.stdout.readline().strip()
+        finally:
+            server.kill()
+    uid = run_uids.read_uid(runs / DEPLOYMENT)
+    assert handle.startswith("local:") and uid is not None, handle
+    return handle, uid
+
+
+def _kill_uid(uid: int) -> None:
+    for _ in range(100):
+        pids = run_uids.pids_of(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    raise AssertionError(f"processes of uid {uid} still alive")
+
+
+@pytest.fixture
+def traversable_runs() -> Iterator[Path]:
+    """A runs dir a run's own uid can pass through to its work dir (pytest's tmp_path is 0700)."""
+    made = Path(tempfile.mkdtemp(prefix="po-restart-"))
+    made.chmod(0o711)
+    yield made / "runs"
+    shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.mark.parametrize("unsaved", [False, True], ids=["plan-only", "unsaved-state"])
+async def test_restart__a_run_that_ended_meanwhile_loses_its_code_and_its_uid_unless_state_is_unsaved(
+    traversable_runs: Path, unsaved: bool
+) -> None:
+    """A run launched before a restart whose runner ended while no server watched: the restarted launcher,
+    asked for its status, says it exited and removes its ``work/`` (plan files hold output values in clear
+    text) and frees its uid; but a state Terraform could not save keeps both, and is answered."""
+    user = nobody()
+    handle, uid = _launched_by_a_server_that_dies(traversable_runs, _spec())
+    run_dir = traversable_runs / DEPLOYMENT
+    code = run_dir / "work" / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "tfplan").write_bytes(b"a plan: output values in clear text")
+    if unsaved:
+        (code / "errored.tfstate").write_text('{"version": 4, "serial": 3}')
+    _kill_uid(uid)  # the runner ends while no server watches
+    restarted = LocalLauncher(
+        traversable_runs,
+        environ=os.environ,
+        run_user=user,
+        run_uids=run_uids.RunUids.from_setting(RESTART_UIDS, traversable_runs, setting="PO_LOCAL_RUN_UIDS"),
+    )
+
+    status = await restarted.status(handle)
+
+    assert RunState.EXITED is status.state
+    if unsaved:
+        assert status.unsaved_state is not None
+        assert (code / "errored.tfstate").is_file()
+        assert (traversable_runs / ".uids" / str(uid)).exists()  # held until the state is recovered
+    else:
+        assert status.unsaved_state is None
+        assert not (run_dir / "work").exists()
+        assert not (traversable_runs / ".uids" / str(uid)).exists()
