@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -24,6 +26,7 @@ from starlette.routing import Route
 from orchestrator.protocol import agent_auth
 from orchestrator.store import db
 from orchestrator.store.schema import agent_commands
+from tests.support import run_probe
 from tests.support.agent_process import AgentProcess
 from tests.support.demo_modules import make_slow
 from tests.support.live_server import serve_in_thread
@@ -253,11 +256,13 @@ def test_vm_agent__a_command_nobody_picks_up_expires(
     assert "did not pick up" in finished["status_message"]
 
 
-def test_vm_agent__local_runs_execute_as_a_uid_of_their_own_and_leave_no_process(
-    stacks: list[Stack], server: ServerProcess, tmp_path: Path, keys: tuple[str, str]
+def test_vm_agent__a_run_sees_nothing_of_another_organizations_run_and_nothing_of_it_outlives_it(
+    stacks: list[Stack], server: ServerProcess, keys: tuple[str, str]
 ) -> None:
-    """With the agent's defaults (as root: AGENT_RUN_USER, AGENT_RUN_UIDS), a run executes as a uid of the
-    agent's range, and a process it started in a session of its own is killed when the run ends."""
+    """Two agents on one host with their defaults as root (AGENT_RUN_USER, a uid of their own per run):
+    acme's with AGENT_RUN_UIDS' default range, globex's with another (README: one range per launcher of a
+    host). A detached probe from acme's run (``setsid nohup``) scans /proc for globex's later run (its
+    runner's secret as the marker) and the agents, tries their memory, and is gone when its own run ends."""
     if os.geteuid() != 0:
         pytest.skip("an agent switches runs to other uids only as root")
     nobody()  # the run's Python must be reachable by other users (scripts/grant-run-user-access)
@@ -266,42 +271,90 @@ def test_vm_agent__local_runs_execute_as_a_uid_of_their_own_and_leave_no_process
     found = shared / "found"
     found.mkdir()
     found.chmod(0o777)
+    (found / "probe.py").write_text(run_probe.PROBE)
+    (found / "probe.py").chmod(0o644)
+    marker = f"marker-{secrets.token_hex(12)}"
+    other_keys = agent_auth.generate_key_pair()
+    agents: list[AgentProcess] = []
     try:
-        stack = agent_stack(stacks, server, shared, keys[1])
-        (shared / "terraformrc").chmod(0o644)
+        (shared / "acme").mkdir()
+        (shared / "globex").mkdir()
+        stack = agent_stack(stacks, server, shared / "acme", keys[1])
+        body = runner_body(shared / "globex" / "terraformrc")
+        body["runner_configuration"]["connection"] = {"type": "agent", "key": other_keys[1]}
+        body["runner_configuration"]["job"]["secrets"] = {"MY_RUNNER_SECRET": marker}
+        other = build_stack(server.url, shared / "globex", org="globex", runner=body)
+        stacks.append(other)
+        for made in (stack, other):
+            made.tf_config.chmod(0o644)
         code = (
-            'resource "terraform_data" "leftover" {\n  provisioner "local-exec" {\n'
-            f'    command = "id -u > {found}/uid; setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & '
-            f'echo $! > {found}/leftover.pid"\n  }}\n}}\n'
+            'resource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
+            f'    command = "id -u > {found}/uid; setsid nohup {sys.executable} {found}/probe.py {found} '
+            f'{marker} > /dev/null 2>&1 < /dev/null &"\n  }}\n}}\n'
+            'resource "terraform_data" "wait" {\n  depends_on = [terraform_data.probe]\n'
+            '  provisioner "local-exec" {\n'
+            f'    command = "for i in $(seq 600); do [ -e {found}/other-done ] && exit 0; sleep 0.2; done"\n'
+            "  }\n}\n"
         )
-        for path, body in [
-            ("/resource-types", {"id": "leftover", "output_schema": {"type": "object"}}),
+        for path, payload in [
+            ("/resource-types", {"id": "probe", "output_schema": {"type": "object"}}),
             (
                 "/modules",
                 {
-                    "id": "leftover",
-                    "resource_type": "leftover",
+                    "id": "probe",
+                    "resource_type": "probe",
                     "module_source": "inline",
                     "module_source_code": code,
                 },
             ),
-            ("/module-rules", {"module_id": "leftover"}),
+            ("/module-rules", {"module_id": "probe"}),
         ]:
-            response = stack.client.post(f"/orgs/{stack.org}{path}", json=body)
+            response = stack.client.post(f"/orgs/{stack.org}{path}", json=payload)
             assert 201 == response.status_code, (path, response.text)
-        agent = AgentProcess(server.url, keys[0], shared)
-        del agent.env["AGENT_RUN_USER"]  # the default: nobody, and a uid of its own per run
-        agent.start()
-        try:
-            deployment = stack.deploy({"workloads": {"work": {"resources": {"l": {"type": "leftover"}}}}})
-            leftover = int((found / "leftover.pid").read_text())
-            gone = wait_for(lambda: not Path(f"/proc/{leftover}").exists(), "the leftover to be killed", 30)
-            uid = int((found / "uid").read_text())
-        finally:
-            agent.stop()
+        for name, pem, work, extra in [
+            ("acme", keys[0], shared / "acme", {}),
+            (
+                "globex",
+                other_keys[0],
+                shared / "globex",
+                {"ORG_ID": "globex", "AGENT_RUN_UIDS": "2210000-2210999"},
+            ),
+        ]:
+            agent = AgentProcess(server.url, pem, work, name=f"agent-{name}")
+            del agent.env["AGENT_RUN_USER"]  # the default: nobody, and a uid of its own per run
+            agent.env.update(extra)
+            agents.append(agent.start())
+        probing = stack.client.post(
+            f"/orgs/{stack.org}/deployments",
+            json={
+                "project_id": "shop",
+                "env_id": "dev",
+                "mode": "deploy",
+                "manifest": {"workloads": {"work": {"resources": {"p": {"type": "probe"}}}}},
+            },
+        )
+        assert 201 == probing.status_code, probing.text
+        run_probe.wait_for(found / "probe.alive", 60)
+        victim = other.deploy(demo_manifest())
+        time.sleep(1.0)  # a few more rounds of the probe over what globex's run left (nothing: it is over)
+        (found / "other-done").touch()
+        prober = stack.wait(probing.json()["id"])
+        probe_pid = int((found / "probe.pid").read_text())
+        gone = run_probe.wait_gone(probe_pid, 30)
+        findings = run_probe.findings(found)
+        looked_at = run_probe.uids_seen(found)
+        uid = int((found / "uid").read_text())
     finally:
+        for agent in agents:
+            agent.stop()
         shutil.rmtree(shared, ignore_errors=True)
 
-    assert "succeeded" == deployment["status"], deployment["status_message"]
+    assert "succeeded" == victim["status"], victim["status_message"]
+    assert "succeeded" == prober["status"], prober["status_message"]
+    # Nothing of another uid: no environment (no deployment token, no runner secret, no agent key), no
+    # working directory, no open file, no memory of globex's run or of either agent.
+    assert [] == findings
     assert 2200000 <= uid <= 2200999  # AGENT_RUN_UIDS' default
-    assert gone
+    # It saw globex's run, as a uid of globex's agent's range: it looked, and could read nothing of it.
+    assert [] != [seen for seen in looked_at if 2210000 <= seen <= 2210999], looked_at
+    assert gone, f"the probe (pid {probe_pid}) outlived its run"

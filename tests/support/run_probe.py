@@ -1,8 +1,8 @@
 """A probe of run isolation, as an attacker would write it: a process a run's ``local-exec`` starts in a
 session of its own (``setsid nohup``), which then looks at every process of another uid (its environment,
 working directory, open files, memory) and at every environment it can read for a marker, writing each
-success as a JSON line to ``<found>/probe.jsonl``. ``<found>/probe.pid`` holds its pid, ``probe.alive``
-its last round. It runs until it is killed, or for two minutes.
+success as a JSON line to ``<found>/probe.jsonl``. ``<found>/probe.pid`` holds its pid, ``probe.alive`` its
+last round, ``probe.uids`` the uids of every process it saw. It runs until it is killed, or for two minutes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def note(**what):
     with open(f"{found}/probe.jsonl", "a") as out:
         out.write(json.dumps(what) + "\n")
 seen = set()
+uids = set()
 while time.time() < deadline:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
@@ -34,6 +35,7 @@ while time.time() < deadline:
                 uid = next(int(l.split()[1]) for l in status if l.startswith("Uid:"))
         except Exception:
             continue
+        uids.add(uid)
         try:
             with open(f"{base}/environ", "rb") as environ:
                 data = environ.read()
@@ -69,6 +71,9 @@ while time.time() < deadline:
         if (path, "file") not in seen:
             seen.add((path, "file"))
             note(path=path, what="file read", marker=marker in data)
+    with open(f"{found}/probe.uids.new", "w") as uids_file:
+        uids_file.write(" ".join(map(str, sorted(uids))))
+    os.replace(f"{found}/probe.uids.new", f"{found}/probe.uids")
     with open(f"{found}/probe.alive", "w") as alive:
         alive.write(str(time.time()))
     time.sleep(0.1)
@@ -81,6 +86,12 @@ def findings(found: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def uids_seen(found: Path) -> set[int]:
+    """The uids of every process the probe saw (``probe.uids``): it was looking while they lived."""
+    path = found / "probe.uids"
+    return {int(uid) for uid in path.read_text().split()} if path.exists() else set()
 
 
 def wait_for(path: Path, timeout: float) -> None:

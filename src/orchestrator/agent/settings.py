@@ -139,6 +139,14 @@ class AgentSettings(BaseSettings):
                 raise ValueError(f"RUNNER_GATEWAY_CA_FILE must be a readable PEM certificate: {exc}") from exc
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _run_uids_set_empty(cls, data: Any) -> Any:
+        """An empty AGENT_RUN_UIDS means "no uid per run" (env_ignore_empty would drop it for the default)."""
+        if isinstance(data, dict) and "agent_run_uids" not in data and os.environ.get("AGENT_RUN_UIDS") == "":
+            return {**data, "agent_run_uids": ""}
+        return data
+
     @model_validator(mode="after")
     def _read_gateway_ca(self) -> AgentSettings:
         if self.runner_gateway_ca_file is not None:

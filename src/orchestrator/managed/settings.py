@@ -105,6 +105,18 @@ class ManagedSettings(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
+    def _run_uids_set_empty(cls, data: Any) -> Any:
+        """An empty RUNNER_RUN_UIDS means "no uid per run" (env_ignore_empty would drop it otherwise)."""
+        if (
+            isinstance(data, dict)
+            and "runner_run_uids" not in data
+            and os.environ.get("RUNNER_RUN_UIDS") == ""
+        ):
+            return {**data, "runner_run_uids": ""}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _secret_from_file(cls, data: Any) -> Any:
         """``RUNNER_MANAGED_SECRET_FILE``'s content as the secret (the file wins over the variable)."""
         if not isinstance(data, dict):
