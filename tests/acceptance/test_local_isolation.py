@@ -261,6 +261,7 @@ def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it
         probe_pid = int((found / "probe.pid").read_text())
         gone = run_probe.wait_gone(probe_pid, 30)
         findings = run_probe.findings(found)
+        looked_at = run_probe.uids_seen(found)
     finally:
         other.client.close()
         isolated.close()
@@ -270,5 +271,7 @@ def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it
     # Nothing of another uid: no environment (so no token, no secret), no directory, no file, no memory
     # of globex's run, of the idle warm runners (each of its own uid, not dumpable) or of the server.
     assert [] == findings
+    # It looked at processes of other uids of the range (globex's run, the warm runners): beside its own.
+    assert len(looked_at & set(RUN_UIDS)) >= 2, looked_at
     # The probe left its run's session, yet it is gone once its run is over.
     assert gone, f"the probe (pid {probe_pid}) outlived its run"
