@@ -28,6 +28,8 @@ from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.protocol import agent_auth
 from orchestrator.settings import ServerSettings
 from tests.support.agent_process import AgentProcess
+from tests.support.aws_launcher import ECS_CLUSTER, EXECUTION_ROLE_ARN, REGION, ROLE_ARN, roles
+from tests.support.aws_standin import AwsStandIn, OidcProvider
 from tests.support.kube_api import KubeApiServer, runner_image
 from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
@@ -308,3 +310,47 @@ def test_cancel__agent_runner_mid_apply(agent_platform: Platform, tmp_path: Path
     shown = cancel_mid_apply_then_redeploy(agent_platform)
     assert "received signal SIGTERM" in shown["status_message"], shown
     assert "cancel: run stopped" in (tmp_path / "agent.log").read_text()
+
+
+@pytest.fixture
+def ecs_platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+    """A ``serverless-ecs`` runner: the AWS stand-in's Fargate runs the runner image's command as a process
+    (STS trusting the server's OIDC issuer, as a user sets it up); the cancel is ECS's StopTask."""
+    tf_config = tmp_path / "terraformrc"
+    tf_config.touch()
+    images = {DEFAULT_RUNNER_IMAGE: runner_image()}
+    with AwsStandIn(tmp_path / "aws", roles=roles("slowrunner"), images=images) as standin:
+        standin.ecs.add_cluster(ECS_CLUSTER, REGION)
+        configuration = {
+            "type": "serverless-ecs",
+            "auth": {"role_arn": ROLE_ARN},
+            "job": {
+                "region": REGION,
+                "cluster": ECS_CLUSTER,
+                "subnets": ["subnet-0a1b2c3d"],
+                "execution_role_arn": EXECUTION_ROLE_ARN,
+                "environment": {
+                    "IAC_BACKEND": "embedded",
+                    "TF_CLI_CONFIG_FILE": str(tf_config),
+                    "CHECKPOINT_DISABLE": "1",
+                },
+            },
+        }
+        for platform in make_platform(
+            settings,
+            tmp_path,
+            configuration,
+            runner_denied_networks="",
+            aws_sts_url=standin.url,
+            aws_eks_url=standin.url,
+            aws_ecs_url=standin.url,
+        ):
+            provider = OidcProvider.discovered(platform.base_url)
+            standin.providers[provider.issuer] = provider
+            yield platform
+
+
+def test_cancel__serverless_ecs_runner_mid_apply_stops_the_task(ecs_platform: Platform) -> None:
+    """StopTask: the container's runner gets SIGTERM, interrupts Terraform, which saves the state."""
+    shown = cancel_mid_apply_then_redeploy(ecs_platform)
+    assert "received signal SIGTERM" in shown["status_message"], shown
