@@ -14,7 +14,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.protocol import agent_auth
@@ -31,6 +36,7 @@ from tests.support.agent_process import AgentProcess
 from tests.support.aws_launcher import ECS_CLUSTER, EXECUTION_ROLE_ARN, REGION, ROLE_ARN, roles
 from tests.support.aws_standin import AwsStandIn, OidcProvider
 from tests.support.kube_api import KubeApiServer, runner_image
+from tests.support.managed import MANAGED_SECRET, runs_work_dir
 from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.sshd import SshServer, running_sshd
@@ -84,12 +90,13 @@ class Platform:
 def make_platform(
     settings: ServerSettings,
     tmp_path: Path,
-    runner_configuration: dict[str, Any],
+    runner_configuration: dict[str, Any] | None,
     *,
     runner_id: str = "slowrunner",
     **overrides: object,
 ) -> Iterator[Platform]:
-    """Project ``shop``, environment ``dev``, the runner picked by a rule, and the slow module."""
+    """Project ``shop``, environment ``dev``, the runner picked by a rule, and the slow module; no runner
+    configuration: ``runner_id`` is the managed pool's."""
     marks = tmp_path / "marks"
     marks.mkdir()
     marks.chmod(0o1777)
@@ -112,7 +119,8 @@ def make_platform(
         platform_octl = OctlProcess(
             base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl-platform.yaml"
         )
-        _ok(platform_octl("create", "runner", runner_id, "--set-json", json.dumps(runner)))
+        if runner_configuration is not None:
+            _ok(platform_octl("create", "runner", runner_id, "--set-json", json.dumps(runner)))
         for args in (
             ("create", "env-type", "development"),
             ("create", "project", "shop"),
@@ -353,4 +361,50 @@ def ecs_platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]
 def test_cancel__serverless_ecs_runner_mid_apply_stops_the_task(ecs_platform: Platform) -> None:
     """StopTask: the container's runner gets SIGTERM, interrupts Terraform, which saves the state."""
     shown = cancel_mid_apply_then_redeploy(ecs_platform)
+    assert "received signal SIGTERM" in shown["status_message"], shown
+
+
+@pytest.fixture
+def managed_platform(settings: ServerSettings, tmp_path: Path) -> Iterator[Platform]:
+    """The managed pool: a real ``po-runner managed`` claims the deployment and runs ``po-runner standard``
+    as a uid of its own; the cancel reaches it with its next heartbeat (every second here)."""
+    shared = Path(tempfile.mkdtemp(prefix="po-cancel-managed-"))
+    shared.chmod(0o755)  # the run's uid writes the marks
+    work_dir = runs_work_dir(shared, "pool-cancel")
+    try:
+        for platform in make_platform(
+            settings,
+            shared,
+            None,
+            runner_id="managed",
+            managed_runner_secret=SecretStr(MANAGED_SECRET),
+            managed_heartbeat_seconds=1,
+        ):
+            with (tmp_path / "managed.log").open("ab") as log:
+                runner = subprocess.Popen(
+                    [sys.executable, "-m", "orchestrator.cli.runner", "managed"],
+                    env={
+                        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                        "HOME": str(tmp_path),
+                        "RUNNER_URL": platform.base_url,
+                        "RUNNER_MANAGED_SECRET": MANAGED_SECRET,
+                        "RUNNER_NAME": "pool-cancel",
+                        "RUNNER_WORK_DIR": str(work_dir),
+                    },
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                yield platform
+            finally:
+                runner.send_signal(signal.SIGTERM)
+                runner.wait(30)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+        if work_dir.parent != shared:
+            shutil.rmtree(work_dir.parent, ignore_errors=True)
+
+
+def test_cancel__managed_runner_mid_apply(managed_platform: Platform, tmp_path: Path) -> None:
+    shown = cancel_mid_apply_then_redeploy(managed_platform)
     assert "received signal SIGTERM" in shown["status_message"], shown
