@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 import os
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -25,6 +26,62 @@ from tests.support.tools import tools_required
 DATABASES = [d.strip() for d in os.environ.get("PO_TEST_DATABASES", "sqlite").split(",") if d.strip()]
 _TEMPLATE_DB = "po_template"
 _counter = itertools.count()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.spread``: each test function runs on one of the databases (the same at every run),
+    for end-to-end tests of behaviour the database has no part in (the store's own tests and the fault and
+    isolation suites run on every database); ``@pytest.mark.spread(False)`` on a function of a spread
+    module runs it on every database.
+
+    ``@pytest.mark.diagonal("name")``: the test's values of parameter ``name`` are spread over the databases
+    instead of crossed with them (value i on database i modulo their number), so each value and each
+    database run once, not every pair: for end-to-end tests whose other dimension (the Terraform engine, how
+    the server is stopped) has nothing to do with the database. With fewer values than databases, every
+    pair runs."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("diagonal")
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "database_url" not in callspec.params:
+            kept.append(item)
+            continue
+        spread = item.get_closest_marker("spread")
+        if spread is not None and spread.args != (False,):
+            # One database per test function, the same at every run (a checksum of its name).
+            chosen = zlib.crc32(item.originalname.encode()) % len(DATABASES)  # type: ignore[attr-defined]
+            (kept if DATABASES.index(callspec.params["database_url"]) == chosen else dropped).append(item)
+            continue
+        if marker is None:
+            kept.append(item)
+            continue
+        (name,) = marker.args
+        if name not in callspec.indices:
+            kept.append(item)
+            continue
+        values = _parameter_count(item, name)
+        database = DATABASES.index(callspec.params["database_url"])
+        if values < len(DATABASES) or callspec.indices[name] % len(DATABASES) == database:
+            kept.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _parameter_count(item: pytest.Item, name: str) -> int:
+    """How many values parameter ``name`` of ``item``'s function takes (its ``parametrize`` or fixture)."""
+    fixture_defs = item._fixtureinfo.name2fixturedefs.get(name)  # type: ignore[attr-defined]
+    if fixture_defs and fixture_defs[-1].params is not None:
+        return len(fixture_defs[-1].params)
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0]
+        listed = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if name in listed:
+            return len(mark.args[1])
+    raise ValueError(f"{item.nodeid}: diagonal parameter {name!r} is not parametrized")
 
 
 @pytest.fixture(autouse=True)

@@ -41,7 +41,8 @@ from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.sshd import SshServer, running_sshd
 
-pytestmark = pytest.mark.slow
+# Each launch path's cancel on one database per test (tests/conftest.py): the store's tests cover both.
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 #: ``{marks}``: a directory every run user may write to. The provisioner sleeps unless ``done`` exists
 #: there (the redeploy after the cancel must not wait).

@@ -34,7 +34,8 @@ from orchestrator.settings import ServerSettings
 from tests.support.octl import OCTL_EXECUTABLE, ORG, OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
-pytestmark = pytest.mark.slow
+# `octl`'s behaviour on one database per test (tests/conftest.py): the store's tests cover both.
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 MODULE_CODE = """\
 variable "name" {

@@ -117,6 +117,8 @@ def _outage(server: ServerProcess, how: signal.Signals, seconds: float) -> None:
     server.start()
 
 
+# kill -9 on SQLite, SIGTERM on PostgreSQL (tests/conftest.py); tests/faults kills and stops on both.
+@pytest.mark.diagonal("how")
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_outage__server_down_while_terraform_holds_the_lock_and_writes_state_loses_nothing(
     scenario: Scenario, how: signal.Signals

@@ -61,7 +61,8 @@ from tests.support.emulators import (
 )
 from tests.support.stack import Stack, build_stack, demo_manifest, runner_body, running_server
 
-pytestmark = pytest.mark.slow
+# Each state backend on one database per test (tests/conftest.py): the store's tests cover both.
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 LOCK_ERROR = "Error acquiring the state lock"
 
@@ -441,6 +442,7 @@ def test_azurerm__state_blob_is_env_uuid_terraform_tfstate_in_the_container(
     assert azurite.key not in deployment["status_message"]
 
 
+@pytest.mark.spread(False)  # the state is in the database
 def test_orchestrator__state_versions_in_the_database_readable_only_while_executing(
     stack: Stack, orchestrator_state: OrchestratorState
 ) -> None:
@@ -558,6 +560,7 @@ def test_azurerm__blob_lease_refuses_a_second_client_and_a_deployment_until_rele
     assert [f"{env}/terraform.tfstate"] == [b.name for b in azurite.container_client(container).list_blobs()]
 
 
+@pytest.mark.spread(False)  # the state is in the database
 def test_orchestrator__lock_refuses_a_second_lock_and_a_deployment_until_unlocked(
     server_url: str, tmp_path: Path, make_stack: Callable[..., Stack], orchestrator_state: OrchestratorState
 ) -> None:

