@@ -32,7 +32,9 @@ PART = "50 40 0:38 /kubepods/pod1 /sys/fs/cgroup ro,relatime - cgroup2 cgroup2 r
 
 def test_the_setting_takes_auto_or_off_and_names_itself_otherwise(tmp_path: Path) -> None:
     assert RunCgroups.from_setting("off", tmp_path, setting="PO_LOCAL_RUN_CGROUPS") is None
-    with pytest.raises(ConfigurationError, match=r"^PO_LOCAL_RUN_CGROUPS: 'yes' is neither 'auto' nor 'off'$"):
+    with pytest.raises(
+        ConfigurationError, match=r"^PO_LOCAL_RUN_CGROUPS: 'yes' is neither 'auto' nor 'off'$"
+    ):
         RunCgroups.from_setting("yes", tmp_path, setting="PO_LOCAL_RUN_CGROUPS")
 
 
@@ -80,7 +82,9 @@ def test_auto_makes_a_private_parent_per_runs_dir(cgroups: RunCgroups, tmp_path:
     other.close()
 
 
-def test_every_process_of_a_run_is_killed_with_its_cgroup_whatever_session_it_made(cgroups: RunCgroups) -> None:
+def test_every_process_of_a_run_is_killed_with_its_cgroup_whatever_session_it_made(
+    cgroups: RunCgroups,
+) -> None:
     # A runner that, once in its cgroup, starts a process in a session of its own (setsid) and exits.
     with subprocess.Popen(
         [

@@ -96,7 +96,10 @@ class RunCgroups:
             return None
         digest = hashlib.sha256(str(runs_dir.resolve()).encode()).hexdigest()[:16]
         made = cls(mount / own.lstrip("/") / f"po-runs-{digest}")
-        return made if made.usable() else None
+        if not made.usable():
+            return None
+        made.remove_idle()  # what an earlier process of this launcher left when it was killed
+        return made
 
     def usable(self) -> bool:
         """Make the parent (0700) and check that a cgroup of a run can be made in it and killed."""
