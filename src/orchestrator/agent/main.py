@@ -69,6 +69,8 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
         await client.aclose()
         if exposed is not None:
             exposed.close()
+        if cgroups is not None:
+            cgroups.close()  # only if no run is left in it: runs go on without the agent
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
 

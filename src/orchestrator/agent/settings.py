@@ -84,7 +84,8 @@ class AgentSettings(BaseSettings):
     agent_run_uids: str = Field(
         default="2200000-2200999",
         description="When the agent runs as root, each local run executes as a uid of its own from this "
-        "range START-END (AGENT_RUN_UIDS; see PO_LOCAL_RUN_UIDS); empty: every run as AGENT_RUN_USER.",
+        "range START-END (AGENT_RUN_UIDS; see PO_LOCAL_RUN_UIDS); off: every run as AGENT_RUN_USER (an empty "
+        "variable counts as unset).",
     )
     agent_run_cgroups: str = Field(
         default="auto",

@@ -158,9 +158,11 @@ class RunUids:
 
     @classmethod
     def from_setting(cls, text: str, runs_dir: Path, *, setting: str) -> RunUids | None:
-        """The uids of a setting's range, their locks in ``<runs dir>/.uids``; None for an empty setting
-        (every run as the one run user, as before) or when this process is not root (it cannot switch)."""
-        if not text.strip() or os.geteuid() != 0:
+        """The uids of a setting's range, their locks in ``<runs dir>/.uids``; None for an empty setting or
+        ``off`` (every run as the one run user, as before; the agent's and the managed runner's settings
+        take an empty variable for an unset one, so ``off`` is how they say it) or when this process is not
+        root (it cannot switch)."""
+        if text.strip().lower() in ("", "off") or os.geteuid() != 0:
             return None
         return cls(UidRange.parse(text, setting=setting), runs_dir / LOCK_DIR, setting=setting)
 

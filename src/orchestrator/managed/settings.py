@@ -69,7 +69,7 @@ class ManagedSettings(BaseSettings):
         default="2300000-2300999",
         description="When the runner runs as root, each deployment's po-runner executes as a uid of its own "
         "from this range START-END (RUNNER_RUN_UIDS), killed with everything it started when the run ends; "
-        "empty: as the runner's own user.",
+        "off: as the runner's own user (an empty variable counts as unset).",
     )
     runner_run_cgroups: str = Field(
         default="auto",
