@@ -155,6 +155,9 @@ class RunUids:
         self.setting = setting
         self._next = uids.first
         self._lock = threading.Lock()
+        #: The uids this process took and still holds: never taken over as abandoned, whatever their
+        #: holder looks like (a run whose ``work/`` is not made yet, a warm runner not started yet).
+        self._held: set[int] = set()
 
     @classmethod
     def from_setting(cls, text: str, runs_dir: Path, *, setting: str) -> RunUids | None:
@@ -185,10 +188,11 @@ class RunUids:
             span = self.uids.last - self.uids.first + 1
             for step in range(span):
                 uid = self.uids.first + (self._next - self.uids.first + step) % span
-                if uid in in_use or _is_account(uid):
+                if uid in in_use or uid in self._held or _is_account(uid):
                     continue
                 if self._claim(uid, holder):
                     self._next = uid + 1 if uid < self.uids.last else self.uids.first
+                    self._held.add(uid)
                     return uid
         raise OSError(
             errno.EAGAIN,
@@ -256,6 +260,8 @@ class RunUids:
         """Free ``uid`` at once: nothing ever ran as it (a launch that failed before its process started)."""
         with contextlib.suppress(FileNotFoundError):
             (self.lock_dir / str(uid)).unlink()
+        with self._lock:
+            self._held.discard(uid)
 
 
 def _is_account(uid: int) -> bool:
