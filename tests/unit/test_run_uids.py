@@ -220,3 +220,53 @@ def test_release__kills_every_process_of_the_uid_whatever_its_session(
     assert [] == [pid for pid in detached if not _wait_gone(pid)]
     assert [] == run_uids.pids_of(uid)
     assert not (tmp_path / ".uids" / str(uid)).exists()
+
+
+@pytest.mark.usefixtures("as_root")
+def test_host_register__two_launchers_with_one_range_never_hand_out_the_same_uid(tmp_path: Path) -> None:
+    # A server and an agent (or two servers) on one host, each with its own runs dir, the same range;
+    # neither has started a process yet, so the check for live processes cannot tell them apart.
+    host = tmp_path / "host"
+    server = RunUids(
+        UidRange(FIRST, FIRST + 1), tmp_path / "server", setting="PO_LOCAL_RUN_UIDS", host_dir=host
+    )
+    agent = RunUids(UidRange(FIRST, FIRST + 1), tmp_path / "agent", setting="AGENT_RUN_UIDS", host_dir=host)
+
+    taken = [server.take(tmp_path / "s1"), agent.take(tmp_path / "a1")]
+
+    assert sorted(taken) == [FIRST, FIRST + 1]
+    with pytest.raises(OSError, match="every uid of AGENT_RUN_UIDS"):
+        agent.take(tmp_path / "a2")
+    # Freed by the server: the agent may have it.
+    server.forget(taken[0])
+    assert taken[0] == agent.take(tmp_path / "a2")
+
+
+@pytest.mark.usefixtures("as_root")
+def test_host_register__a_killed_launchers_entries_are_taken_over_once_nothing_of_them_is_left(
+    tmp_path: Path,
+) -> None:
+    host = tmp_path / "host"
+    killed = RunUids(UidRange(FIRST, FIRST), tmp_path / "killed", setting="PO_LOCAL_RUN_UIDS", host_dir=host)
+    uid = killed.take(tmp_path / "run")
+    other = RunUids(UidRange(FIRST, FIRST), tmp_path / "other", setting="PO_LOCAL_RUN_UIDS", host_dir=host)
+    # Fresh: its run may not have made its work/ yet.
+    with pytest.raises(OSError, match="is held"):
+        other.take(tmp_path / "mine")
+    # A minute on, with no process and no work/ of it: left over by a launcher that was killed.
+    lock = tmp_path / "killed" / str(uid)
+    old = time.time() - 2 * run_uids.FRESH_LOCK_SECONDS
+    os.utime(lock, (old, old))
+    assert uid == other.take(tmp_path / "mine")
+    assert str((tmp_path / "other").resolve() / str(uid)) == (host / str(uid)).read_text()
+
+
+def test_host_register__without_one_launchers_keep_their_own_locks(tmp_path: Path) -> None:
+    # Not writable (here: a file where the directory would be): each launcher has its own locks only.
+    (tmp_path / "host").write_text("")
+    if os.geteuid() != 0:
+        pytest.skip("taking uids needs root")
+    uids = RunUids(
+        UidRange(FIRST, FIRST), tmp_path / "own", setting="PO_LOCAL_RUN_UIDS", host_dir=tmp_path / "host"
+    )
+    assert FIRST == uids.take(tmp_path / "run")
