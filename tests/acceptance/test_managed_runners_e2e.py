@@ -171,7 +171,7 @@ def server(e2e_database: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         root / "data",
         MANAGED_RUNNER_SECRET=MANAGED_SECRET,
         # The tags the runners below declare beside the detected ones (issue 26: the platform decides).
-        PO_MANAGED_SECRET_TAGS="linux,docker,late,gpu,leak",
+        PO_MANAGED_SECRET_TAGS="linux,docker,late,gpu,leak,probe",
         PO_MANAGED_HEARTBEAT_SECONDS=str(HEARTBEAT_SECONDS),
         PO_MANAGED_LEASE_SECONDS=str(LEASE_SECONDS),
         PO_AGENT_POLL_FALLBACK_SECONDS="1",
