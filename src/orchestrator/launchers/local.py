@@ -417,8 +417,8 @@ class LocalLauncher:
         """The run handed to ``runner`` (its stderr moved to ``run_dir/stderr.log``), or None when it died
         meanwhile (the run then starts cold, as the same user: the runner's uid now holds the run)."""
         cgroup = self._warm_cgroups.pop(runner.stderr, None)
-        if cgroup is not None and self.run_cgroups is not None:
-            self.run_cgroups.record(run_dir, cgroup)
+        if cgroup is not None:
+            self._record_cgroup(run_dir, cgroup)
         try:
             runner.hand_over(WarmOrder(environ=env, cwd=str(work)), run_dir / "stderr.log")
         except OSError:
@@ -476,9 +476,19 @@ class LocalLauncher:
         )
         if contain:
             cgroup = self._contain(process, f"{run_dir.name}.{secrets.token_hex(4)}")
-            if cgroup is not None and self.run_cgroups is not None:
-                self.run_cgroups.record(run_dir, cgroup)
+            if cgroup is not None:
+                self._record_cgroup(run_dir, cgroup)
         return process
+
+    def _record_cgroup(self, run_dir: Path, cgroup: Path) -> None:
+        """Record the run's cgroup in its directory; what an earlier attempt's cgroup still holds (a
+        process that left its session; the attempt is over, or it would have been adopted) is killed first."""
+        if self.run_cgroups is None:
+            return
+        earlier = self.run_cgroups.recorded(run_dir)
+        if earlier is not None and earlier != cgroup:
+            self.run_cgroups.kill(earlier)
+        self.run_cgroups.record(run_dir, cgroup)
 
     def _contain(self, process: subprocess.Popen[bytes], name: str) -> Path | None:
         """Move a runner just started into a new cgroup of its own (``launchers.run_cgroups``), before it
