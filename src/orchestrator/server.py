@@ -68,6 +68,7 @@ from orchestrator.identity.issuer import WorkloadIssuer
 from orchestrator.launchers import availability, run_user
 from orchestrator.launchers.base import Launcher, LaunchError, LaunchTarget
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.notify import Notifier
@@ -224,11 +225,19 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
             uids = RunUids.from_setting(
                 settings.local_run_uids, settings.local_runs_dir, setting="PO_LOCAL_RUN_UIDS"
             )
+    cgroups = (
+        RunCgroups.from_setting(
+            settings.local_run_cgroups, settings.local_runs_dir, setting="PO_LOCAL_RUN_CGROUPS"
+        )
+        if settings.allow_local_runners
+        else None
+    )
     return LocalLauncher(
         settings.local_runs_dir,
         environ=os.environ,
         run_user=user,
         run_uids=uids,
+        run_cgroups=cgroups,
         run_limit=settings.local_run_limit,
         warm_runners=settings.local_warm_runners if settings.allow_local_runners else 0,
         gateway_ca=partial(own_certificate, settings.tls_cert_file) if settings.tls_cert_file else None,

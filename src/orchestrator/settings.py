@@ -79,6 +79,13 @@ class ServerSettings(BaseSettings):
         "never reused while anything of it is left; every process of the uid is killed when its run ends. "
         "Empty: every run as PO_LOCAL_RUN_USER (no isolation between runs).",
     )
+    local_run_cgroups: str = Field(
+        default="auto",
+        description="auto: each local run (runtime `process`) and each warm runner gets a cgroup v2 of its "
+        "own where this host lets the server make one (root, or a delegated cgroup; cgroup.kill, Linux "
+        "5.14+), and every process in it is killed when its run ends, whatever its session or uid; "
+        "elsewhere runs rely on their uid (PO_LOCAL_RUN_UIDS). off: no cgroups.",
+    )
     local_run_limit: int | None = Field(
         default=None,
         ge=1,

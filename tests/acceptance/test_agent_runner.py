@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.protocol import agent_auth
 from orchestrator.store import db
 from orchestrator.store.schema import agent_commands
@@ -282,7 +283,8 @@ def test_vm_agent__a_run_sees_nothing_of_another_organizations_run_and_nothing_o
         stack = agent_stack(stacks, server, shared / "acme", keys[1])
         body = runner_body(shared / "globex" / "terraformrc")
         body["runner_configuration"]["connection"] = {"type": "agent", "key": other_keys[1]}
-        body["runner_configuration"]["job"]["secrets"] = {"MY_RUNNER_SECRET": marker}
+        # In its job environment: an agent is never sent a runner's job.secrets.
+        body["runner_configuration"]["job"]["environment"]["MY_RUNNER_SECRET"] = marker
         other = build_stack(server.url, shared / "globex", org="globex", runner=body)
         stacks.append(other)
         for made in (stack, other):
@@ -358,3 +360,101 @@ def test_vm_agent__a_run_sees_nothing_of_another_organizations_run_and_nothing_o
     # It saw globex's run, as a uid of globex's agent's range: it looked, and could read nothing of it.
     assert [] != [seen for seen in looked_at if 2210000 <= seen <= 2210999], looked_at
     assert gone, f"the probe (pid {probe_pid}) outlived its run"
+
+
+def test_vm_agent__a_runs_detached_probe_sees_nothing_of_the_next_run_and_is_gone_with_its_run(
+    stacks: list[Stack], server: ServerProcess, keys: tuple[str, str]
+) -> None:
+    """Issue 26's probe through the agent's local runs: one run's detached process scans /proc while the
+    agent runs another deployment with a marker secret, and tries every other process's mem; it finds
+    nothing, and is gone when its own run ends. Each run is a uid of the agent's range, in a cgroup of its
+    own where the host allows."""
+    if os.geteuid() != 0:
+        pytest.skip("an agent switches runs to other uids only as root")
+    nobody()  # the run's Python must be reachable by other users (scripts/grant-run-user-access)
+    shared = Path(tempfile.mkdtemp(prefix="po-agent-probe-"))
+    shared.chmod(0o755)
+    found = shared / "found"
+    found.mkdir()
+    found.chmod(0o777)
+    (found / "probe.py").write_text(run_probe.PROBE)
+    (found / "probe.py").chmod(0o644)
+    marker = f"marker-{secrets.token_hex(12)}"
+    try:
+        stack = agent_stack(stacks, server, shared, keys[1])
+        (shared / "terraformrc").chmod(0o644)
+        code = (
+            'resource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
+            f'    command = "id -u > {found}/uid; grep ^0:: /proc/self/cgroup > {found}/cgroup; '
+            f"setsid nohup {sys.executable} {found}/probe.py {found} {marker} "
+            '> /dev/null 2>&1 < /dev/null &"\n  }\n}\n'
+            'resource "terraform_data" "wait" {\n  depends_on = [terraform_data.probe]\n'
+            '  provisioner "local-exec" {\n'
+            f'    command = "for i in $(seq 600); do [ -e {found}/other-done ] && exit 0; sleep 0.2; done"\n'
+            "  }\n}\n"
+        )
+        base = f"/orgs/{stack.org}"
+        for path, body in [
+            ("/resource-types", {"id": "probe-app", "output_schema": {"type": "object"}}),
+            (
+                "/modules",
+                {
+                    "id": "probe-app",
+                    "resource_type": "probe-app",
+                    "module_source": "inline",
+                    "module_source_code": code,
+                },
+            ),
+            ("/module-rules", {"module_id": "probe-app"}),
+            ("/projects/shop/envs", {"id": "prod", "env_type_id": "development"}),
+        ]:
+            response = stack.client.post(base + path, json=body)
+            assert 201 == response.status_code, (path, response.text)
+        agent = AgentProcess(server.url, keys[0], shared)
+        del agent.env["AGENT_RUN_USER"]  # the default: nobody, and a uid of its own per run
+        agent.start()
+        try:
+            probing = stack.client.post(
+                f"{base}/deployments",
+                json={
+                    "project_id": "shop",
+                    "env_id": "dev",
+                    "mode": "deploy",
+                    "manifest": {"workloads": {"probe": {"resources": {"p": {"type": "probe-app"}}}}},
+                },
+            )
+            assert 201 == probing.status_code, probing.text
+            run_probe.wait_for(found / "probe.alive", 60)
+            # The next deployment gets a value the probing run never had (in its job environment: an agent
+            # is never sent the runner's job.secrets).
+            runner = stack.client.get(f"{base}/runners/local").json()
+            configuration = runner["runner_configuration"]
+            configuration["job"]["environment"]["MY_RUNNER_SECRET"] = marker
+            patched = stack.client.patch(
+                f"{base}/runners/local", json={"runner_configuration": configuration}
+            )
+            assert 200 == patched.status_code, patched.text
+            victim = stack.deploy(demo_manifest(), env_id="prod")
+            time.sleep(1.0)  # a few more rounds of the probe over what that run left (nothing: it is over)
+            (found / "other-done").touch()
+            prober = stack.wait(probing.json()["id"])
+            probe_pid = int((found / "probe.pid").read_text())
+            gone = run_probe.wait_gone(probe_pid, 30)
+            seen = run_probe.findings(found)
+            uid = int((found / "uid").read_text())
+            cgroup = (found / "cgroup").read_text().strip()
+        finally:
+            agent.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+    assert "succeeded" == victim["status"], victim["status_message"]
+    assert "succeeded" == prober["status"], prober["status_message"]
+    assert 2200000 <= uid <= 2200999  # AGENT_RUN_UIDS' default
+    # No environment (so neither the marker nor the token), directory, file or memory of another uid.
+    assert [] == seen
+    assert gone, f"the probe (pid {probe_pid}) outlived its run"
+    usable = RunCgroups.from_setting("auto", shared, setting="test")
+    if usable is not None:
+        usable.close()
+        assert "/po-runs-" in cgroup, cgroup

@@ -13,8 +13,11 @@ run user and the modes the server gives its files, not the test's temporary dire
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -25,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.launchers import run_cgroups
 from tests.support import run_probe
 from tests.support.outages import ServerProcess
 from tests.support.run_user import nobody
@@ -275,3 +279,69 @@ def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it
     assert len(looked_at & set(RUN_UIDS)) >= 2, looked_at
     # The probe left its run's session, yet it is gone once its run is over.
     assert gone, f"the probe (pid {probe_pid}) outlived its run"
+
+
+#: What the cgroup test's provisioner runs (python FOUND N): which runner it is under (cold: ``standard``,
+#: warm: ``warm``), its cgroup, and a process in a session of its own that would sleep for ten minutes.
+CGROUP_PROBE = r"""
+import os, subprocess, sys
+found, n = sys.argv[1], sys.argv[2]
+pid, kind = os.getppid(), "none"
+while pid > 1:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        argv = cmdline.read().split(b"\0")
+    if b"orchestrator.cli.runner" in argv:
+        kind = argv[argv.index(b"orchestrator.cli.runner") + 1].decode()
+        break
+    with open(f"/proc/{pid}/stat") as stat:
+        pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+with open("/proc/self/cgroup") as cgroup:
+    line = next(l for l in cgroup if l.startswith("0::")).strip()
+detached = subprocess.Popen(
+    ["sleep", "600"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
+with open(f"{found}/run-{n}", "w") as out:
+    out.write(f"{kind} {line} {detached.pid}")
+"""
+
+
+def test_local_runs__without_a_uid_each_their_detached_processes_die_with_their_cgroup(
+    database_url: str, shared: Path, tmp_path: Path
+) -> None:
+    # PO_LOCAL_RUN_UIDS empty: every run as the one run user, so no uid sweep can tell runs apart; the
+    # cgroup of each run (this host's cgroup v2 hierarchy) still stops what left its session.
+    usable = run_cgroups.RunCgroups.from_setting("auto", shared, setting="test")
+    if usable is None:
+        pytest.skip("no writable cgroup v2 hierarchy with cgroup.kill on this host")
+    usable.close()
+    isolated = Isolated(database_url, shared, tmp_path, PO_LOCAL_RUN_UIDS="")
+    found = isolated.found
+    (found / "cgroup_probe.py").write_text(CGROUP_PROBE)
+    (found / "cgroup_probe.py").chmod(0o644)
+    runs: list[list[str]] = []
+    try:
+        # The first run starts cold (the warm pool fills on first use), the second is a warm runner's.
+        for n in (1, 2):
+            deployment = isolated.deploy_module(
+                MODULE["module_source_code"]
+                + '\nresource "terraform_data" "probe" {\n'
+                + f'  triggers_replace = "{n}"\n'
+                + '  provisioner "local-exec" {\n'
+                + f'    command = "{sys.executable} {found}/cgroup_probe.py {found} {n}"\n  }}\n}}\n'
+            )
+            assert "succeeded" == deployment["status"], deployment["status_message"]
+            runs.append(isolated.read(f"run-{n}").split())
+        left = [int(pid) for _, _, pid in runs if not run_probe.wait_gone(int(pid), 30)]
+    finally:
+        isolated.close()
+        for _, _, pid in runs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+    assert ["standard", "warm"] == [kind for kind, _, _ in runs]
+    assert [] == left, "processes that left their run's session outlived their run"
+    # Each run in a cgroup of its own, in the server's parent for its runs.
+    cgroups = [cgroup for _, cgroup, _ in runs]
+    assert all("/po-runs-" in cgroup for cgroup in cgroups), cgroups
+    assert len(set(cgroups)) == 2, cgroups

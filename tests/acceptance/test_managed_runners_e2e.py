@@ -29,6 +29,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.protocol import age
 from orchestrator.store import db
 from orchestrator.store.schema import deployments, managed_runners
@@ -618,7 +619,8 @@ def test_a_runs_leftover_process_sees_nothing_of_the_runner_and_is_gone_with_its
     (found / "probe.py").chmod(0o644)
     code = (
         'resource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
-        f'    command = "id -u > {found}/uid; setsid nohup {sys.executable} {found}/probe.py {found} '
+        f'    command = "id -u > {found}/uid; grep ^0:: /proc/self/cgroup > {found}/cgroup; '
+        f"setsid nohup {sys.executable} {found}/probe.py {found} "
         f'{MANAGED_SECRET} {secret_file} > /dev/null 2>&1 < /dev/null &"\n'
         "  }\n}\n"
         'resource "terraform_data" "wait" {\n  depends_on = [terraform_data.probe]\n'
@@ -658,6 +660,7 @@ def test_a_runs_leftover_process_sees_nothing_of_the_runner_and_is_gone_with_its
         assert_succeeded(globex, theirs, their_identity)
         seen = run_probe.findings(found)
         uid = int((found / "uid").read_text())
+        cgroup = (found / "cgroup").read_text().strip()
     finally:
         shutil.rmtree(found, ignore_errors=True)
 
@@ -665,3 +668,8 @@ def test_a_runs_leftover_process_sees_nothing_of_the_runner_and_is_gone_with_its
     assert 2300000 <= uid <= 2300999  # RUNNER_RUN_UIDS' default: not the runner's own (root)
     assert [] == seen  # no environment, file, directory or memory of another uid; the secret nowhere
     assert gone, f"the probe (pid {probe_pid}) outlived its run"
+    usable = RunCgroups.from_setting("auto", tmp_path, setting="test")
+    if usable is not None:
+        usable.close()
+        # Where this host lets the runner make cgroups (RUNNER_RUN_CGROUPS=auto), the run had its own.
+        assert "/po-runs-" in cgroup, cgroup

@@ -3,6 +3,7 @@ gone, stopped with one SIGTERM each then SIGKILL; and nothing an engine command 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.launchers import processes
+from orchestrator.launchers.base import RunState
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.runner import engine, iac, logs
 from tests.support.outages import run_processes, wait_for
 
@@ -194,3 +197,67 @@ def test_iac_cli__the_engine_outlives_its_killed_runner_while_it_writes_output(t
     (tmp_path / "go").touch()
 
     wait_for(lambda: (tmp_path / "saved").exists(), 30, "the engine to finish")
+
+
+def test_local_launcher__a_run_adopted_after_a_restart_whose_runner_is_gone_is_finished(
+    tmp_path: Path,
+) -> None:
+    """A server restarted while its runs' runners died: asked for such a run, the new launcher finds
+    nothing of its session left, kills what left the session in the run's cgroup (recorded in the run's
+    directory), and removes its ``work/`` unless it holds state Terraform could not save."""
+    runs = tmp_path / "runs"
+    cgroups = RunCgroups.from_setting("auto", runs, setting="PO_LOCAL_RUN_CGROUPS")
+    if cgroups is None:
+        pytest.skip("no writable cgroup v2 hierarchy with cgroup.kill on this host (or not root)")
+    handles: dict[str, str] = {}
+    detached: dict[str, int] = {}
+    try:
+        for name, unsaved in (("plain", False), ("unsaved", True)):
+            run_dir = runs / name
+            (run_dir / "work" / "code").mkdir(parents=True)
+            if unsaved:
+                (run_dir / "work" / "code" / "errored.tfstate").write_text("{}")
+            # A runner that waits for its cgroup, starts a process in a session of its own, and dies.
+            leader = subprocess.Popen(
+                ["/bin/sh", "-c", "read go; setsid sleep 600 & echo $! > pids; exec sleep 600"],
+                cwd=run_dir,
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+            )
+            cgroup = cgroups.create(f"{name}.run")
+            cgroups.enter(cgroup, leader.pid)
+            cgroups.record(run_dir, cgroup)
+            assert leader.stdin is not None
+            leader.stdin.write(b"go\n")
+            leader.stdin.close()
+            detached[name] = _pids(run_dir / "pids", 1)[0]
+            started = processes.start_ticks(leader.pid)
+            handles[name] = f"local:{socket.gethostname()}:{leader.pid}:{started}:{run_dir}"
+            (run_dir / "runner.pid").write_text(handles[name])
+            leader.kill()
+            leader.wait()
+        # The restarted server's launcher.
+        launcher = LocalLauncher(runs, environ={}, run_cgroups=cgroups)
+
+        status = {name: asyncio.run(launcher.status(handle)) for name, handle in handles.items()}
+
+        assert {RunState.EXITED} == {found.state for found in status.values()}
+        assert [] == [name for name, pid in detached.items() if not _gone_soon(pid)]
+        assert not (runs / "plain" / "work").exists()
+        assert (runs / "unsaved" / "work" / "code" / "errored.tfstate").exists()
+        assert status["unsaved"].unsaved_state is not None
+        assert [] == [path for path in cgroups.parent.iterdir() if path.is_dir()]
+    finally:
+        for pid in detached.values():
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        for left in [path for path in cgroups.parent.iterdir() if path.is_dir()]:
+            cgroups.kill(left)
+        cgroups.close()
+
+
+def _gone_soon(pid: int) -> bool:
+    try:
+        return bool(wait_for(partial(_gone, pid), 10, f"pid {pid} to be gone"))
+    except AssertionError:
+        return False

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from orchestrator.launchers.base import Launcher, LaunchError
 from orchestrator.launchers.local import LocalLauncher
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.commands import CreateJobPayload
@@ -61,6 +62,7 @@ class AgentLaunchers:
         environ: Mapping[str, str],
         run_user: RunUser | None = None,
         run_uids: RunUids | None = None,
+        run_cgroups: RunCgroups | None = None,
         kubernetes: LauncherFactory | None = None,
         cluster: LaunchedRuns | None = None,
         on_exit: Callable[[int], None] | None = None,
@@ -70,6 +72,7 @@ class AgentLaunchers:
             environ=environ,
             run_user=run_user,
             run_uids=run_uids,
+            run_cgroups=run_cgroups,
             user_setting="AGENT_RUN_USER",
             on_exit=on_exit,
         )

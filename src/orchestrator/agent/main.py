@@ -14,6 +14,7 @@ from orchestrator.agent.loop import Agent
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.client.gateway import RunnerGateway
 from orchestrator.errors import ConfigurationError
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser, prepare_runs_dir
 from orchestrator.protocol import agent_auth
@@ -28,6 +29,9 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
         RunUids.from_setting(settings.agent_run_uids, settings.agent_runs_dir, setting="AGENT_RUN_UIDS")
         if run_user is not None
         else None
+    )
+    cgroups = RunCgroups.from_setting(
+        settings.agent_run_cgroups, settings.agent_runs_dir, setting="AGENT_RUN_CGROUPS"
     )
     # ConfigurationError here when the gateway CA or the mTLS pair cannot be loaded.
     client = AgentClient(
@@ -52,6 +56,7 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
             environ=os.environ,
             run_user=run_user,
             run_uids=uids,
+            run_cgroups=cgroups,
             kubernetes=cluster,
             cluster=cluster,
             on_exit=metrics.run_finished,
@@ -64,6 +69,8 @@ async def serve(settings: AgentSettings, *, stop: asyncio.Event | None = None) -
         await client.aclose()
         if exposed is not None:
             exposed.close()
+        if cgroups is not None:
+            cgroups.close()  # only if no run is left in it: runs go on without the agent
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
 

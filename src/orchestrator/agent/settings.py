@@ -84,7 +84,13 @@ class AgentSettings(BaseSettings):
     agent_run_uids: str = Field(
         default="2200000-2200999",
         description="When the agent runs as root, each local run executes as a uid of its own from this "
-        "range START-END (AGENT_RUN_UIDS; see PO_LOCAL_RUN_UIDS); empty: every run as AGENT_RUN_USER.",
+        "range START-END (AGENT_RUN_UIDS; see PO_LOCAL_RUN_UIDS); off (or empty): every run as "
+        "AGENT_RUN_USER.",
+    )
+    agent_run_cgroups: str = Field(
+        default="auto",
+        description="auto: each local run gets a cgroup v2 of its own where this host lets the agent make "
+        "one, killed whole when the run ends (AGENT_RUN_CGROUPS; see PO_LOCAL_RUN_CGROUPS); off: none.",
     )
     agent_request_timeout_seconds: float = Field(
         default=30.0, gt=0, description="Timeout of a request other than the long poll."

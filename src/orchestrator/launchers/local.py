@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -40,14 +41,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launchers import engine, processes, run_uids, run_user, warm
+import structlog
+
+from orchestrator.launchers import engine, processes, run_cgroups, run_uids, run_user, warm
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.protocol.launch import RunSpec, WarmOrder
+
+log = structlog.get_logger(__name__)
 
 #: Variables of the launcher's own environment a local run gets; nothing else leaks into it.
 INHERITED = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
@@ -145,7 +152,13 @@ class LocalLauncher:
         warm_runners: int = 0,
         run_uids: RunUids | None = None,
         gateway_ca: Callable[[], str | None] | None = None,
+        run_cgroups: RunCgroups | None = None,
     ) -> None:
+        #: A cgroup of its own for each ``process`` run and warm runner (``launchers.run_cgroups``), where
+        #: the host lets this process make one; killed whole when the run ends.
+        self.run_cgroups = run_cgroups
+        #: The cgroup of each idle warm runner, by its stderr file.
+        self._warm_cgroups: dict[Path, Path] = {}
         #: The server's own certificate (PEM), read at each launch: runs trust it unless their job
         #: environment names a CA itself (``RUNNER_GATEWAY_CA``, ``RUNNER_GATEWAY_CA_FILE``).
         self.gateway_ca = gateway_ca
@@ -180,8 +193,13 @@ class LocalLauncher:
         self._released: set[str] = set()
 
     def close(self) -> None:
-        """Stop the idle warm runners (the runs go on)."""
+        """Stop the idle warm runners (the runs go on) and remove their cgroups."""
         self.warm_pool.close()
+        if self.run_cgroups is not None:
+            for cgroup in self._warm_cgroups.values():
+                self.run_cgroups.kill(cgroup)
+            self._warm_cgroups.clear()
+            self.run_cgroups.close()
 
     def run_slots(self) -> tuple[str, int]:
         """This host's runs (their handles start with ``local:<host>:``) and how many execute at once."""
@@ -298,7 +316,11 @@ class LocalLauncher:
             )
         if process is None:
             try:
-                process = await asyncio.to_thread(self._spawn, argv, {**own, **run_env}, run_dir, work, user)
+                process = await asyncio.to_thread(
+                    partial(
+                        self._spawn, argv, {**own, **run_env}, run_dir, work, user, contain=process_runtime
+                    )
+                )
             except OSError as exc:
                 error = LaunchError(f"cannot start the runner process ({argv[0]}): {exc.strerror or exc}")
                 error.retryable = False
@@ -394,10 +416,15 @@ class LocalLauncher:
     ) -> subprocess.Popen[bytes] | None:
         """The run handed to ``runner`` (its stderr moved to ``run_dir/stderr.log``), or None when it died
         meanwhile (the run then starts cold, as the same user: the runner's uid now holds the run)."""
+        cgroup = self._warm_cgroups.pop(runner.stderr, None)
+        if cgroup is not None:
+            self._record_cgroup(run_dir, cgroup)
         try:
             runner.hand_over(WarmOrder(environ=env, cwd=str(work)), run_dir / "stderr.log")
         except OSError:
             runner.discard()
+            if cgroup is not None and self.run_cgroups is not None:
+                self.run_cgroups.kill(cgroup)
             return None
         return runner.process
 
@@ -425,16 +452,65 @@ class LocalLauncher:
             raise
         if user is not None:
             self._warm_users[stderr_path] = user
+        cgroup = self._contain(process, f"warm-{stderr_path.stem}")
+        if cgroup is not None:
+            self._warm_cgroups[stderr_path] = cgroup
         return process
 
     def _spawn(
-        self, argv: list[str], env: dict[str, str], run_dir: Path, work: Path, user: RunUser | None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        run_dir: Path,
+        work: Path,
+        user: RunUser | None,
+        *,
+        contain: bool = False,
     ) -> subprocess.Popen[bytes]:
+        """A cold runner; ``contain``: in a cgroup of its own (a ``process`` run: a container's processes
+        are its engine's)."""
         # The launcher's files stay in run_dir, which the run user cannot change: the stderr it reads
         # back for the deployment's message cannot be swapped for a link to something else.
-        return self._start(
+        process = self._start(
             argv, env, run_dir / "stderr.log", os.O_TRUNC, stdin=subprocess.DEVNULL, cwd=work, user=user
         )
+        if contain:
+            cgroup = self._contain(process, f"{run_dir.name}.{secrets.token_hex(4)}")
+            if cgroup is not None:
+                self._record_cgroup(run_dir, cgroup)
+        return process
+
+    def _record_cgroup(self, run_dir: Path, cgroup: Path) -> None:
+        """Record the run's cgroup in its directory; what an earlier attempt's cgroup still holds (a
+        process that left its session; the attempt is over, or it would have been adopted) is killed first."""
+        if self.run_cgroups is None:
+            return
+        earlier = self.run_cgroups.recorded(run_dir)
+        if earlier is not None and earlier != cgroup:
+            self.run_cgroups.kill(earlier)
+        self.run_cgroups.record(run_dir, cgroup)
+
+    def _contain(self, process: subprocess.Popen[bytes], name: str) -> Path | None:
+        """Move a runner just started into a new cgroup of its own (``launchers.run_cgroups``), before it
+        does anything of its run's; None where there are no run cgroups or the move failed (the run's uid
+        sweep is left)."""
+        if self.run_cgroups is None:
+            return None
+        cgroup: Path | None = None
+        try:
+            cgroup = self.run_cgroups.create(name)
+            self.run_cgroups.enter(cgroup, process.pid)
+        except OSError as exc:
+            log.warning(
+                "cannot put a runner into a cgroup of its own; its run is stopped by session and uid only",
+                pid=process.pid,
+                error=exc.strerror or str(exc),
+            )
+            if cgroup is not None:
+                with contextlib.suppress(OSError):
+                    cgroup.rmdir()
+            return None
+        return cgroup
 
     def _start(
         self,
@@ -494,6 +570,12 @@ class LocalLauncher:
         remove the run's code (unsaved state kept) and free its uid (held while unsaved state keeps
         ``work/``)."""
         self._stop_leftovers(handle)
+        if self.run_cgroups is not None:
+            # Whatever left the session (setsid, a double fork), whatever its uid: killed with its cgroup.
+            cgroup = self.run_cgroups.recorded(run_dir)
+            if cgroup is not None and self.run_cgroups.kill(cgroup):
+                with contextlib.suppress(OSError):
+                    (run_dir / run_cgroups.CGROUP_FILE).unlink()
         uid = self._run_uid(run_dir)
         if uid is not None and self.run_uids is not None:
             run_uids.sweep(uid, self.run_uids.uids)

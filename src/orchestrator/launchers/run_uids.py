@@ -8,7 +8,7 @@ capabilities, a run's ``work/`` (mode 0700) is its own uid's, and when the run e
 uid is killed, whatever session it made (``sweep``).
 
 ``RunUids`` hands out uids of ``START-END`` (``PO_LOCAL_RUN_UIDS``, ``AGENT_RUN_UIDS``,
-``RUNNER_MANAGED_RUN_UIDS``): numbers that no account of the host has (``getpwuid`` knows none of them;
+``RUNNER_RUN_UIDS``): numbers that no account of the host has (``getpwuid`` knows none of them;
 such a uid is skipped), with the group of the same number. A uid is taken by creating
 ``<lock dir>/<uid>`` exclusively (``O_EXCL``); the file names what holds it (a run's directory, or a warm
 runner's stderr file until it is handed a run). A uid is taken again only once nothing of it is left: no
@@ -18,15 +18,23 @@ temporary directories (``/tmp``, ``/var/tmp``, ``/dev/shm``) are removed. Locks 
 adopted after one keeps its uid (``<run dir>/runner.uid`` records it, in the launcher's part of the run
 directory), and a lock left by a crash is taken again only under the same conditions.
 
+Several launchers on one host (two servers, a server and an agent, each with its own runs dir and so its
+own locks) also keep out of each other's uids when their ranges overlap: each uid taken is entered in the
+host's register (``HOST_DIR``, ``/var/lib/orchestrator/run-uids/<uid>``, under an ``flock``), naming the
+launcher lock that holds it; another launcher skips it until that lock is gone, or is older than a minute
+with neither a process nor a ``work/`` of its uid left (its launcher was killed). Where the register cannot
+be written (not root, a read-only ``/var/lib``) each launcher has only its own locks and the check for live
+processes: give each launcher of such a host a range of its own (the defaults differ).
+
 Pitfalls: the uids have no passwd entry: a tool that looks its user up (``ssh``, ``whoami``) finds none
-(``HOME`` is set for every run). Give each launcher on one host a range of its own (the defaults differ);
-``sweep`` refuses uid 0 and uids outside the range.
+(``HOME`` is set for every run). ``sweep`` refuses uid 0 and uids outside the range.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import pwd
 import shutil
@@ -55,6 +63,12 @@ UID_FILE: Final = "runner.uid"
 PROC: Final = Path("/proc")
 #: The largest range accepted (the lock dir holds a file per uid in use, not per uid of the range).
 MAX_RANGE: Final = 1_000_000
+#: The host's register of uids held by any launcher (server, agent, managed runner, whatever their runs
+#: dirs): ``<uid>`` names the launcher lock file that holds it. On disk, so it survives a reboot as the
+#: launchers' locks do (a run's ``work/`` with unsaved state keeps its uid across one).
+HOST_DIR: Final = Path("/var/lib/orchestrator/run-uids")
+#: How long another launcher's lock holds its uid without a process or a ``work/`` of it.
+FRESH_LOCK_SECONDS: Final = 60.0
 
 
 @dataclass(frozen=True)
@@ -149,20 +163,30 @@ def remove_shared_temp_files(uid: int, directories: Iterable[Path] = SHARED_TEMP
 class RunUids:
     """The uid range of one launcher and the locks of the uids it holds (see the module's text)."""
 
-    def __init__(self, uids: UidRange, lock_dir: Path, *, setting: str) -> None:
+    def __init__(self, uids: UidRange, lock_dir: Path, *, setting: str, host_dir: Path | None = None) -> None:
         self.uids = uids
         self.lock_dir = lock_dir
         self.setting = setting
+        #: The host's register (``HOST_DIR``), shared by every launcher of the host; None: this launcher's
+        #: locks only (ranges of their own per launcher then keep launchers apart).
+        self.host_dir = host_dir
         self._next = uids.first
         self._lock = threading.Lock()
+        #: The uids this process took and still holds: never taken over as abandoned, whatever their
+        #: holder looks like (a run whose ``work/`` is not made yet, a warm runner not started yet).
+        self._held: set[int] = set()
 
     @classmethod
     def from_setting(cls, text: str, runs_dir: Path, *, setting: str) -> RunUids | None:
-        """The uids of a setting's range, their locks in ``<runs dir>/.uids``; None for an empty setting
-        (every run as the one run user, as before) or when this process is not root (it cannot switch)."""
-        if not text.strip() or os.geteuid() != 0:
+        """The uids of a setting's range, their locks in ``<runs dir>/.uids``; None for an empty setting or
+        ``off`` (every run as the one run user, as before; the agent's and the managed runner's settings
+        take an empty variable for an unset one, so ``off`` is how they say it) or when this process is not
+        root (it cannot switch)."""
+        if text.strip().lower() in ("", "off") or os.geteuid() != 0:
             return None
-        return cls(UidRange.parse(text, setting=setting), runs_dir / LOCK_DIR, setting=setting)
+        return cls(
+            UidRange.parse(text, setting=setting), runs_dir / LOCK_DIR, setting=setting, host_dir=HOST_DIR
+        )
 
     def prepare(self) -> None:
         """The lock dir, the launcher's only (0700)."""
@@ -183,16 +207,55 @@ class RunUids:
             span = self.uids.last - self.uids.first + 1
             for step in range(span):
                 uid = self.uids.first + (self._next - self.uids.first + step) % span
-                if uid in in_use or _is_account(uid):
+                if uid in in_use or uid in self._held or _is_account(uid):
                     continue
+                registered = self._register(uid)
+                if registered is None:
+                    continue  # another launcher of the host holds it
                 if self._claim(uid, holder):
                     self._next = uid + 1 if uid < self.uids.last else self.uids.first
+                    self._held.add(uid)
                     return uid
+                if registered:
+                    self._unregister(uid)
         raise OSError(
             errno.EAGAIN,
             f"every uid of {self.setting} ({self.uids.first}-{self.uids.last}) is held by a run or by what a "
             "run left (state to recover, processes); widen the range or wait",
         )
+
+    def _register(self, uid: int) -> bool | None:
+        """Hold ``uid`` in the host's register: True when this call entered it, False when it named this
+        launcher's lock already (or there is no register), None when another launcher's lock holds it. An
+        entry whose lock file is gone (its launcher freed the uid, or was removed) is taken over."""
+        if self.host_dir is None:
+            return False
+        mine = str(self.lock_dir.resolve() / str(uid))
+        try:
+            with _host_lock(self.host_dir):
+                entry = self.host_dir / str(uid)
+                try:
+                    owner = entry.read_text().strip()
+                except FileNotFoundError:
+                    owner = None
+                if owner == mine:
+                    return False
+                if owner and not _left_over(Path(owner)):
+                    return None
+                self._write(entry, Path(mine))
+                return True
+        except OSError:
+            return False  # no register here (read-only, not root): this launcher's locks alone
+
+    def _unregister(self, uid: int) -> None:
+        """Leave the host's register (only an entry naming this launcher's lock)."""
+        if self.host_dir is None:
+            return
+        mine = str(self.lock_dir.resolve() / str(uid))
+        with contextlib.suppress(OSError), _host_lock(self.host_dir):
+            entry = self.host_dir / str(uid)
+            if entry.read_text().strip() == mine:
+                entry.unlink()
 
     def _claim(self, uid: int, holder: Path) -> bool:
         path = self.lock_dir / str(uid)
@@ -254,6 +317,39 @@ class RunUids:
         """Free ``uid`` at once: nothing ever ran as it (a launch that failed before its process started)."""
         with contextlib.suppress(FileNotFoundError):
             (self.lock_dir / str(uid)).unlink()
+        self._unregister(uid)
+        with self._lock:
+            self._held.discard(uid)
+
+
+def _left_over(lock: Path) -> bool:
+    """Whether another launcher's lock no longer holds its uid (the caller saw no process of it): the
+    lock is gone, or its holder has no ``work/`` and the lock is older than ``FRESH_LOCK_SECONDS`` (a run
+    that was just given the uid has no ``work/`` yet, a warm runner no process yet)."""
+    try:
+        holder = Path(lock.read_text().strip())
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return not (holder / "work").exists() and age > FRESH_LOCK_SECONDS
+
+
+@contextlib.contextmanager
+def _host_lock(host_dir: Path) -> Iterator[None]:
+    """The host register's lock (``flock`` on ``<host dir>/.lock``): one launcher at a time reads and
+    writes entries; made (0700, root's) on first use."""
+    host_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = host_dir.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"{host_dir} is not a directory of this process's user")
+    fd = os.open(host_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _is_account(uid: int) -> bool:

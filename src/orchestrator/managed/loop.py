@@ -29,16 +29,19 @@ import asyncio
 import contextlib
 import os
 import random
+import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, TextIO, TypeVar
 
 import structlog
 
 from orchestrator.client.errors import ClientError
 from orchestrator.client.http import Backoff
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids, sweep
 from orchestrator.managed import child as children
 from orchestrator.managed.client import (
@@ -132,6 +135,9 @@ class ManagedRunner:
     hurry: asyncio.Event = field(default_factory=asyncio.Event)
     #: A uid of its own for each deployment's po-runner (runner as root), else None: the runner's own.
     uids: RunUids | None = None
+    #: A cgroup v2 of its own for each deployment's po-runner, where this host lets the runner make one
+    #: (``launchers.run_cgroups``), else None.
+    cgroups: RunCgroups | None = None
 
     _token: str | None = field(default=None, init=False, repr=False)
     _timing: Timing | None = field(default=None, init=False)
@@ -296,7 +302,7 @@ class ManagedRunner:
         self._deployment, self._lost, self._cancelled = deployment.id, asyncio.Event(), asyncio.Event()
         log.info("deployment claimed")
         exit_code = children.NOT_STARTED_EXIT_CODE
-        work, uid = None, None
+        work, uid, cgroup = None, None, None
         try:
             work = await asyncio.to_thread(
                 children.make_work_dir, self.settings.runner_work_dir, deployment.id
@@ -315,11 +321,15 @@ class ManagedRunner:
                 self.argv, env, work, deployment_id=deployment.id, sink=self.sink, uid=uid
             )
             log.info("po-runner started", pid=process.process.pid)
+            cgroup = await asyncio.to_thread(self._contain, deployment.id, process.process.pid)
             exit_code = await self._supervise(process)
             log.info("po-runner exited", exit_code=exit_code)
         except OSError as exc:
             log.error("cannot start po-runner", error=str(exc))
         finally:
+            if cgroup is not None and self.cgroups is not None:
+                # Whatever the run started, in whatever session, as whatever uid.
+                await asyncio.to_thread(self.cgroups.kill, cgroup)
             if uid is not None and self.uids is not None:
                 # Whatever the run started, in whatever session: gone before its directory goes.
                 await asyncio.to_thread(sweep, uid, self.uids.uids)
@@ -332,6 +342,23 @@ class ManagedRunner:
             await self._report(deployment.id, exit_code)
         finally:
             self._deployment = None
+
+    def _contain(self, deployment_id: str, pid: int) -> Path | None:
+        """Move the po-runner just started into a new cgroup of its own (before it starts anything of the
+        run's); None without run cgroups or when that fails (the uid sweep is left)."""
+        if self.cgroups is None:
+            return None
+        cgroup: Path | None = None
+        try:
+            cgroup = self.cgroups.create(f"{deployment_id}.{secrets.token_hex(4)}")
+            self.cgroups.enter(cgroup, pid)
+        except OSError as exc:
+            log.warning("cannot put po-runner into a cgroup of its own", error=exc.strerror or str(exc))
+            if cgroup is not None:
+                with contextlib.suppress(OSError):
+                    cgroup.rmdir()
+            return None
+        return cgroup
 
     async def _supervise(self, process: children.Child) -> int:
         """The child's exit code; stopping, a lost claim or ``hurry`` end it early (SIGTERM, SIGKILL)."""

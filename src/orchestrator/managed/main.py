@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orchestrator import errors
 from orchestrator.launchers import run_user
+from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids
 from orchestrator.launchers.run_user import RunUser
 from orchestrator.managed import child
@@ -44,7 +45,12 @@ async def serve(
     client = ManagedClient(
         settings.runner_url, timeout_seconds=settings.runner_request_timeout_seconds, tls=settings.tls()
     )
-    runner = ManagedRunner(settings=settings, client=client, tags=tags, path=environ.get("PATH"), uids=uids)
+    cgroups = RunCgroups.from_setting(
+        settings.runner_run_cgroups, settings.runner_work_dir, setting="RUNNER_RUN_CGROUPS"
+    )
+    runner = ManagedRunner(
+        settings=settings, client=client, tags=tags, path=environ.get("PATH"), uids=uids, cgroups=cgroups
+    )
     stop = stop or asyncio.Event()
 
     def signalled() -> None:
@@ -60,6 +66,8 @@ async def serve(
         return await runner.run(stop)
     finally:
         await client.aclose()
+        if cgroups is not None:
+            cgroups.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
 

@@ -69,7 +69,13 @@ class ManagedSettings(BaseSettings):
         default="2300000-2300999",
         description="When the runner runs as root, each deployment's po-runner executes as a uid of its own "
         "from this range START-END (RUNNER_RUN_UIDS), killed with everything it started when the run ends; "
-        "empty: as the runner's own user.",
+        "off (or empty): as the runner's own user.",
+    )
+    runner_run_cgroups: str = Field(
+        default="auto",
+        description="auto: each deployment's po-runner gets a cgroup v2 of its own where this host lets the "
+        "runner make one (root with a writable cgroup v2 hierarchy: not in a pod's read-only "
+        "/sys/fs/cgroup), killed whole when the run ends (RUNNER_RUN_CGROUPS); off: none.",
     )
     runner_name: str = Field(description="This runner's name, unique in the pool (RUNNER_NAME).")
     runner_tags: str = Field(default="", description="Comma-separated tags added to the detected ones.")
