@@ -123,7 +123,7 @@ async def _state_versions(app: FastAPI, org_id: str, env: dict[str, Any]) -> Non
     services = app.state.services
     async with services.engine.begin() as conn:
         for serial in (1, 2):
-            state = {"version": 4, "serial": serial, "lineage": "l", "resources": []}
+            state: dict[str, Any] = {"version": 4, "serial": serial, "lineage": "l", "resources": []}
             await state_versions.write(
                 conn,
                 services.box,
