@@ -74,7 +74,7 @@ async def write(
         rolled_back_from=rolled_back_from,
         created_by=created_by,
     )
-    await store.prune(conn, env_uuid, keep=keep)
+    await store.prune(conn, env_uuid, keep=keep, newest=version)
     return version
 
 

@@ -141,10 +141,11 @@ async def newest_version(conn: AsyncConnection, env_uuid: uuid.UUID) -> int | No
     return found
 
 
-async def prune(conn: AsyncConnection, env_uuid: uuid.UUID, *, keep: int) -> int:
+async def prune(conn: AsyncConnection, env_uuid: uuid.UUID, *, keep: int, newest: int | None = None) -> int:
     """Delete the versions beyond the newest ``keep`` (at least 1: the current one always stays); how
-    many went."""
-    newest = await newest_version(conn, env_uuid)
+    many went. ``newest``: the newest version's number, when the caller knows it."""
+    if newest is None:
+        newest = await newest_version(conn, env_uuid)
     if newest is None:
         return 0
     result = await conn.execute(
