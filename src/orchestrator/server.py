@@ -39,6 +39,7 @@ from orchestrator.api import (
     resource_types,
     runner_rules,
     runners,
+    state_versions,
     usage,
     well_known,
 )
@@ -633,6 +634,7 @@ def create_app(
                     check_interval_seconds=settings.status_check_interval_seconds,
                     cancel_grace_seconds=settings.cancel_grace_seconds,
                     command_ttl_seconds=settings.agent_command_ttl_seconds,
+                    state_versions_kept=settings.state_versions_kept,
                 ),
                 on_command=agent_gateway.waker.notify,
             )
@@ -725,6 +727,7 @@ def create_app(
         modules.router,
         module_rules.router,
         deployments.router,
+        state_versions.router,
         usage.router,
         gateway_deployments.router,
         gateway_commands.router,

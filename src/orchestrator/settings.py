@@ -171,6 +171,15 @@ class ServerSettings(BaseSettings):
         ),
     )
 
+    state_versions_kept: int = Field(
+        default=100,
+        ge=1,
+        description=(
+            "Terraform state versions kept per environment (state storage orchestrator): after each new "
+            "version, the older ones beyond the newest N are deleted; the current one always stays."
+        ),
+    )
+
     # The command protocol of agent runners (runner gateway).
     agent_fetch_wait_seconds: float = Field(
         default=25.0, gt=0, le=60, description="Longest wait of an agent's commands/next long poll."

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
+from orchestrator.dispatch import state_versions
 from tests.support.deployments import insert_deployment
 from tests.support.orgs import Org
 
@@ -40,6 +44,10 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("PATCH", "/orgs/{org}/projects/shop/envs/dev", {"display_name": "Dev"}, "deploy"),
     ("DELETE", "/orgs/{org}/projects/shop/envs/spare", None, "deploy"),
     ("POST", "/orgs/{org}/projects/shop/envs/dev/actions/refresh_runner", None, "manage"),
+    ("GET", "/orgs/{org}/projects/shop/envs/dev/state-versions", None, "read"),
+    ("GET", "/orgs/{org}/projects/shop/envs/dev/state-versions/1", None, "read"),
+    ("GET", "/orgs/{org}/projects/shop/envs/dev/state-versions/1/download", None, "manage"),
+    ("POST", "/orgs/{org}/projects/shop/envs/dev/state-versions/1/actions/rollback", None, "manage"),
     ("GET", "/orgs/{org}/runners", None, "read"),
     ("POST", "/orgs/{org}/runners", {"id": "new-runner", **RUNNER}, "manage"),
     ("GET", "/orgs/{org}/runners/vm1", None, "read"),
@@ -101,12 +109,30 @@ async def populate(org: Org, app: FastAPI) -> dict[str, str]:
     rule = (await client.post(f"{base}/runner-rules", json={"runner_id": "vm1"})).json()["id"]
     token = (await client.post(f"{base}/tokens", json={"role": "viewer"})).json()["id"]
     env = (await client.get(f"{base}/projects/shop/envs/dev")).json()
+    await _state_versions(app, org.id, env)
     return {
         "org": org.id,
         "rule": rule,
         "token": token,
         "deployment": await insert_deployment(app, org.id, env),
     }
+
+
+async def _state_versions(app: FastAPI, org_id: str, env: dict[str, Any]) -> None:
+    """Two state versions of ``env`` (the second current), as its deployments' Terraform writes them."""
+    services = app.state.services
+    async with services.engine.begin() as conn:
+        for serial in (1, 2):
+            state: dict[str, Any] = {"version": 4, "serial": serial, "lineage": "l", "resources": []}
+            await state_versions.write(
+                conn,
+                services.box,
+                org_id=org_id,
+                env_uuid=uuid.UUID(env["uuid"]),
+                data=json.dumps(state).encode(),
+                keep=100,
+                now=datetime.now(UTC),
+            )
 
 
 async def call(
@@ -205,5 +231,6 @@ def _normalize(path: str) -> str:
         "runners",
         "runner-rules",
         "deployments",
+        "state-versions",
     }
     return "/".join("*" if i > 0 and parts[i - 1] in collections else part for i, part in enumerate(parts))

@@ -74,3 +74,88 @@ def _org_params() -> dict[str, object]:
     from datetime import UTC, datetime
 
     return {"u": uuid.uuid4().hex, "t": datetime(2026, 1, 1, tzinfo=UTC)}
+
+
+async def test_migration_0013__state_versions_written_before_get_who_wrote_them(database_url: str) -> None:
+    """0013 describes the state versions kept before: who wrote them (their deployment's creator) in SQL;
+    serial, lineage and resources stay NULL (the documents are sealed; the API reads them when answering)."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from alembic import command
+
+    from orchestrator.store.schema import deployments
+
+    def downgrade(connection: sa.Connection) -> None:
+        command.downgrade(migrate.alembic_config(connection), "0012")
+
+    engine = db.create_engine(database_url)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    deployment_id, env_uuid = uuid.uuid4(), uuid.uuid4()
+    try:
+        await migrate.upgrade(engine)
+        async with engine.begin() as conn:
+            await conn.run_sync(downgrade)
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("INSERT INTO orgs VALUES ('o', :u, 'active', 'x', :t, :t)"), _org_params()
+            )
+            await conn.execute(
+                deployments.insert().values(
+                    id=deployment_id,
+                    org_id="o",
+                    project_id="p",
+                    env_id="e",
+                    env_uuid=env_uuid,
+                    runner_id="r",
+                    mode="deploy",
+                    plan_only=False,
+                    status="succeeded",
+                    status_message="",
+                    manifest={},
+                    tf="",
+                    graph=[],
+                    bundle_key="b",
+                    runner_log_level="info",
+                    request_digest="0" * 64,
+                    created_by="token-1",
+                    created_at=now,
+                    updated_at=now,
+                    metrics={},
+                    dispatch_state="done",
+                    dispatch_attempts=1,
+                    timeout_at=now,
+                )
+            )
+            for version, written_by in ((1, deployment_id), (2, None)):
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO tf_states (env_uuid, version, org_id, data, md5, size, deployment_id,"
+                        " created_at) VALUES (:env, :version, 'o', 'sealed', :md5, 6, :deployment, :t)"
+                    ).bindparams(
+                        sa.bindparam("env", type_=sa.Uuid()), sa.bindparam("deployment", type_=sa.Uuid())
+                    ),
+                    {
+                        "env": env_uuid,
+                        "version": version,
+                        "md5": "0" * 32,
+                        "deployment": written_by,
+                        "t": now,
+                    },
+                )
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT version, created_by, kind, serial, lineage, resources FROM tf_states"
+                        " ORDER BY version"
+                    )
+                )
+            ).all()
+    finally:
+        await engine.dispose()
+
+    assert [(1, "token-1", "terraform", None, None, None), (2, None, "terraform", None, None, None)] == [
+        tuple(row) for row in rows
+    ]

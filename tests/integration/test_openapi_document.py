@@ -135,6 +135,31 @@ async def test_openapi__statuses_follow_what_the_route_does(document: dict[str, 
     assert {"200", "202", "400", "401", "403", "404", "409", "413", "503"} == codes("post", cancel)
 
 
+async def test_openapi__state_versions(document: dict[str, Any]) -> None:
+    """Every role lists and describes an environment's state versions; downloads and rollbacks are the
+    admins' (403); a rollback answers the new version (201) or 409 while the state is held."""
+    paths = document["paths"]
+    base = "/orgs/{org_id}/projects/{project_id}/envs/{env_id}/state-versions"
+
+    def codes(method: str, path: str) -> set[str]:
+        return set(paths[path][method]["responses"])
+
+    assert {"200", "400", "401", "404", "503"} == codes("get", base)
+    assert {"200", "400", "401", "404", "503"} == codes("get", base + "/{version}")
+    assert {"200", "400", "401", "403", "404", "503"} == codes("get", base + "/{version}/download")
+    assert ["application/json"] == list(
+        paths[base + "/{version}/download"]["get"]["responses"]["200"]["content"]
+    )
+    rollback = base + "/{version}/actions/rollback"
+    assert {"201", "400", "401", "403", "404", "409", "413", "503"} == codes("post", rollback)
+    assert "the state lock is held" in paths[rollback]["post"]["responses"]["409"]["description"]
+    answer = paths[rollback]["post"]["responses"]["201"]["content"]["application/json"]["schema"]
+    assert {"$ref": "#/components/schemas/StateVersionOut"} == answer
+    fields = document["components"]["schemas"]["StateVersionOut"]["properties"]
+    assert {"version", "current", "kind", "serial", "lineage", "resources", "deployment_id"} <= set(fields)
+    assert ["terraform", "rollback"] == fields["kind"]["examples"]
+
+
 async def test_openapi__deployment_statuses_include_cancelled(document: dict[str, Any]) -> None:
     """The status stays a string for upstream's clients; its values are named, cancelled among them, and
     the list's ``by_status[]`` filter takes them."""

@@ -146,6 +146,8 @@ def sample_args(path: tuple[str, ...], files: Path) -> list[str]:
         if isinstance(param, click.Argument):
             if isinstance(param.type, click.types.UUIDParameterType):
                 args.append(str(uuid.uuid4()))
+            elif isinstance(param.type, click.types.IntParamType):
+                args.append("1")
             elif param.name == "source":
                 manifest = files / "manifest.yaml"
                 manifest.write_text("workloads: {}\n")

@@ -380,6 +380,41 @@ class ApiClient:
             params={"dry_run": "true" if dry_run else "false"},
         )
 
+    # -- state versions (state storage orchestrator) ---------------------------------------------------
+
+    def _state_versions_path(self, org: str, project_id: str, env_id: str, version: int | None = None) -> str:
+        path = f"{self._env_path(org, project_id, env_id)}/state-versions"
+        return f"{path}/{int(version)}" if version is not None else path
+
+    def list_state_versions(self, org: str, project_id: str, env_id: str) -> list[JsonObject]:
+        """The environment's Terraform state versions, newest (the current state) first."""
+        return self._list(self._state_versions_path(org, project_id, env_id))
+
+    def current_state_version(self, org: str, project_id: str, env_id: str) -> JsonObject | None:
+        """The newest version (the current state), or None when the environment has no state yet."""
+        page = self._object(
+            "GET", self._state_versions_path(org, project_id, env_id), params={"per_page": "1"}
+        )
+        items = page.get("items")
+        if not isinstance(items, list):
+            raise ApiError(200, "API-000", "the API answered a list without items")
+        return items[0] if items else None
+
+    def get_state_version(self, org: str, project_id: str, env_id: str, version: int) -> JsonObject:
+        return self._object("GET", self._state_versions_path(org, project_id, env_id, version))
+
+    def download_state_version(self, org: str, project_id: str, env_id: str, version: int) -> bytes:
+        """The state document of a version, decrypted by the server, as Terraform wrote it (admins only)."""
+        return self._send(
+            "GET", f"{self._state_versions_path(org, project_id, env_id, version)}/download"
+        ).content
+
+    def rollback_state_version(self, org: str, project_id: str, env_id: str, version: int) -> JsonObject:
+        """Make ``version`` the environment's current state again; the new version it was written as."""
+        return self._object(
+            "POST", f"{self._state_versions_path(org, project_id, env_id, version)}/actions/rollback"
+        )
+
     # -- tokens ---------------------------------------------------------------------------------------
 
     def create_token(self, org: str, body: JsonObject) -> JsonObject:

@@ -147,6 +147,8 @@ class DispatchSettings:
     cancel_grace_seconds: float = 30.0
     #: How long an agent runner's command waits to be picked up (upstream RUNNER_COMMAND_TTL, 24 h).
     command_ttl_seconds: float = 24 * 3600.0
+    #: State versions kept per environment when a recovered errored state is stored (PO_STATE_VERSIONS_KEPT).
+    state_versions_kept: int = 100
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -526,6 +528,7 @@ class Dispatcher:
                 deployment=deployment,
                 data=state.data,
                 now=datetime.now(UTC),
+                keep=self.settings.state_versions_kept,
             )
         except OrchestratorError as exc:
             log.error("unsaved state not recovered", deployment_id=str(deployment.id), path=state.path)

@@ -7,8 +7,8 @@ first, the dispatcher reads it from a local run's directory. Either way it lands
 
 - state storage ``orchestrator`` (the deployment's code uses the ``http`` backend): when the environment
   has no state yet, or the file has the lineage of the environment's newest state and a serial no lower,
-  it becomes the environment's newest state version (the same bytes twice change nothing), and a state
-  lock the deployment still holds is released;
+  it becomes the environment's newest state version (``state_versions.write``: the same bytes twice change
+  nothing; ``keep``: PO_STATE_VERSIONS_KEPT), and a state lock the deployment still holds is released;
 - otherwise (another lineage, an older serial, or state kept by ``s3``/``gcs``/``azurerm``/``kubernetes``,
   which the orchestrator cannot write): it is kept, sealed with the server key, in the object store under
   ``errored-states/<org>/<env uuid>/<deployment>.tfstate``, and an org admin downloads it with
@@ -28,6 +28,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator.blobs import BlobStore
+from orchestrator.dispatch import state_versions
+from orchestrator.dispatch.state_versions import state_context
 from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.errors import InvalidInputError
 from orchestrator.protocol.results import ErroredStateOutcome, ErroredStateReceipt
@@ -65,11 +67,6 @@ def parse(data: bytes) -> StateFile:
     return StateFile(lineage=lineage, serial=serial, md5=hashlib.md5(data, usedforsecurity=False).hexdigest())
 
 
-def state_context(env_uuid: object) -> str:
-    """The seal context of the environment's state versions (``gateway.state`` uses the same)."""
-    return f"tfstate:{env_uuid}"
-
-
 def blob_key(deployment: Deployment) -> str:
     return f"errored-states/{deployment.org_id}/{deployment.env_uuid}/{deployment.id}.tfstate"
 
@@ -94,6 +91,7 @@ async def recover(
     deployment: Deployment,
     data: bytes,
     now: datetime,
+    keep: int,
 ) -> ErroredStateReceipt:
     """Make ``data`` the environment's state if it fits, else keep it sealed; what happened."""
     found = parse(data)
@@ -105,7 +103,7 @@ async def recover(
         reason = f"the deployment was {deployment.status} already"
     elif uses_orchestrator_storage(deployment):
         async with engine.begin() as conn:
-            stored = await _store(conn, box, deployment, data, found, now=now)
+            stored = await _store(conn, box, deployment, data, found, now=now, keep=keep)
         if isinstance(stored, ErroredStateReceipt):
             return stored
         reason = stored
@@ -127,6 +125,7 @@ async def _store(
     found: StateFile,
     *,
     now: datetime,
+    keep: int,
 ) -> ErroredStateReceipt | str:
     """Make ``data`` the environment's newest state version if it fits; else why not."""
     context = state_context(deployment.env_uuid)
@@ -138,15 +137,16 @@ async def _store(
     if latest is not None and current is not None and current.md5 == found.md5:
         version = latest[0]  # the same bytes again (a retried upload): nothing to add
     else:
-        version = await state_store.add_version(
+        version = await state_versions.write(
             conn,
+            box,
             org_id=deployment.org_id,
             env_uuid=deployment.env_uuid,
-            data=box.seal(data, context=context),
-            md5=found.md5,
-            size=len(data),
-            deployment_id=deployment.id,
+            data=data,
+            keep=keep,
             now=now,
+            deployment_id=deployment.id,
+            created_by=deployment.created_by,
         )
     released = await state_store.release_held_by(conn, deployment.env_uuid, deployment.id)
     message = f"it is the environment's state version {version} now (serial {found.serial})"

@@ -248,6 +248,12 @@ async def post_errored_state(
     if deployment.env_uuid != env_uuid:
         raise NotFoundError(f"deployment '{deployment_id}' not found in environment '{env_uuid}'")
     receipt = await errored_states.recover(
-        svc.engine, box=svc.box, blobs=svc.blobs, deployment=deployment, data=body, now=datetime.now(UTC)
+        svc.engine,
+        box=svc.box,
+        blobs=svc.blobs,
+        deployment=deployment,
+        data=body,
+        now=datetime.now(UTC),
+        keep=svc.settings.state_versions_kept,
     )
     return JSONResponse(receipt.model_dump(mode="json", exclude_none=True))

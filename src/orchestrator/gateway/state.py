@@ -1,7 +1,8 @@
 """Terraform's ``http`` state backend, served per environment (state storage type ``orchestrator``).
 
 Authorized with HTTP basic auth: user = deployment id, password = that deployment's token; the deployment
-must be executing in this environment. State is sealed with the server key and every version is kept.
+must be executing in this environment. State is sealed with the server key and every version is kept (the
+newest PO_STATE_VERSIONS_KEPT; ``dispatch.state_versions``).
 A lock held by one client refuses every other (423 with the holder's lock info, as Terraform expects).
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
@@ -18,8 +18,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator.dispatch import errored_states
-from orchestrator.domain.deployments import Status
+from orchestrator.dispatch import state_versions
+from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
 from orchestrator.gateway.deployments import authorized_deployment, read_limited
 from orchestrator.protocol import results as protocol
@@ -38,10 +38,10 @@ MAX_LOCK_BYTES = 64 * 1024
 
 
 def _context(env_uuid: uuid.UUID) -> str:
-    return errored_states.state_context(env_uuid)
+    return state_versions.state_context(env_uuid)
 
 
-async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uuid.UUID) -> uuid.UUID:
+async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uuid.UUID) -> Deployment:
     """The deployment the caller acts for."""
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     try:
@@ -55,7 +55,7 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
     # Stricter than the token: only an executing deployment reads or writes the state.
     if deployment.env_uuid != env_uuid or deployment.status != Status.EXECUTING:
         raise UnauthenticatedError("the deployment may not use this environment's state")
-    return deployment_id
+    return deployment
 
 
 @router.get(
@@ -89,7 +89,7 @@ async def get_state(
 async def put_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    deployment_id = await _authorize(svc, request, org_id, env_uuid)
+    deployment = await _authorize(svc, request, org_id, env_uuid)
     body = await read_limited(request, MAX_STATE_BYTES, "the state")
     try:
         json.loads(body)
@@ -100,15 +100,16 @@ async def put_state(
         held = await store.get_lock(conn, env_uuid)
         if held is not None and held["lock_id"] != lock_id:
             raise ConflictError(f"the state is locked by lock '{held['lock_id']}'")
-        await store.add_version(
+        await state_versions.write(
             conn,
+            svc.box,
             org_id=org_id,
             env_uuid=env_uuid,
-            data=svc.box.seal(body, context=_context(env_uuid)),
-            md5=hashlib.md5(body, usedforsecurity=False).hexdigest(),
-            size=len(body),
-            deployment_id=deployment_id,
+            data=body,
+            keep=svc.settings.state_versions_kept,
             now=datetime.now(UTC),
+            deployment_id=deployment.id,
+            created_by=deployment.created_by,
         )
     return Response(status_code=200)
 
@@ -129,7 +130,7 @@ async def _lock_body(request: Request) -> dict[str, Any]:
 async def lock_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    deployment_id = await _authorize(svc, request, org_id, env_uuid)
+    deployment_id = (await _authorize(svc, request, org_id, env_uuid)).id
     info = await _lock_body(request)
     lock_id = str(info.get("ID") or "")
     if not lock_id:

@@ -389,7 +389,8 @@ sa.Index(
     postgresql_where=deployments.c.objects_deleted_at.is_(None),
 )
 
-# Terraform state kept by the orchestrator itself (state storage type `orchestrator`): every version kept.
+# Terraform state kept by the orchestrator itself (state storage type `orchestrator`): every version kept
+# (the newest PO_STATE_VERSIONS_KEPT of each environment); the newest is the current state.
 tf_states = sa.Table(
     "tf_states",
     metadata,
@@ -400,8 +401,21 @@ tf_states = sa.Table(
     sa.Column("data", sa.Text(), nullable=False),
     sa.Column("md5", sa.String(32), nullable=False),
     sa.Column("size", sa.Integer(), nullable=False),
+    # The deployment whose Terraform wrote it (None for a rollback).
     sa.Column("deployment_id", sa.Uuid(), nullable=True),
     _ts("created_at"),
+    # Read from the state document when written (migration 0013); NULL in rows written before, whose
+    # values are read from the sealed document when they are answered.
+    sa.Column("serial", sa.BigInteger(), nullable=True),
+    sa.Column("lineage", sa.String(100), nullable=True),
+    # Managed resource instances in the state.
+    sa.Column("resources", sa.Integer(), nullable=True),
+    # terraform (written through the state backend, or recovered from errored.tfstate) | rollback
+    sa.Column("kind", sa.String(20), nullable=False, server_default="terraform"),
+    # A rollback: the version whose content it made current again.
+    sa.Column("rolled_back_from", sa.Integer(), nullable=True),
+    # Who: the token id that created the deployment, or that asked for the rollback.
+    sa.Column("created_by", sa.String(100), nullable=True),
 )
 
 tf_state_locks = sa.Table(

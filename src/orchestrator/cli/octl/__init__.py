@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.octl import examples
-from orchestrator.cli.octl.commands import config, deploy, deployments, envs, terraform, verbs
+from orchestrator.cli.octl.commands import config, deploy, deployments, envs, states, terraform, verbs
 from orchestrator.cli.octl.session import EXIT_CODES_HELP, OctlGroup, Session
 
 __all__ = ["main"]
@@ -86,4 +86,5 @@ main.add_command(deploy.outputs)
 main.add_command(deployments.logs)
 main.add_command(deployments.tf)
 main.add_command(deployments.cancel)
+main.add_command(states.state)
 examples.attach(main)
