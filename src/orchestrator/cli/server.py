@@ -1,4 +1,4 @@
-"""`orchestrator`: the server side (`serve`, `migrate`, `token create`).
+"""`orchestrator`: the server side (`serve`, `migrate`, `backup`, `restore`, `token create`).
 
 Errors leave as one line with what to do next and exit code 1 (3 when the server could not start): a
 wrong setting, a database that cannot be reached, a data dir that cannot be written. A traceback shows
@@ -13,6 +13,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -302,6 +303,62 @@ def migrate(**options: Any) -> None:
 
     asyncio.run(run())
     click.echo("database schema is up to date", err=True)
+
+
+@main.command()
+@click.argument("destination", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--include-key", is_flag=True, help="Put the server key in the backup too (mode 0600)")
+@click.option("--database-url", help="SQLAlchemy URL [env PO_DATABASE_URL]")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Data directory [env PO_DATA_DIR]")
+def backup(destination: Path, include_key: bool, **options: Any) -> None:
+    """Copy the database and the objects (bundles, logs) into DESTINATION, a new directory, while the
+    server runs: SQLite with its online backup, PostgreSQL with `pg_dump` (on PATH or in PO_PG_BIN).
+
+    Run it with the server's settings. The server key is not in the backup unless --include-key is given:
+    keep the key (PO_ENCRYPTION_KEY, or the data dir's server.key) apart, or the backup does not open.
+
+    \b
+    Example:
+      orchestrator backup /backups/po-$(date +%F)
+    """
+    from orchestrator import backup as backups
+
+    settings = _settings(**options)
+    manifest = backups.backup(settings, destination, include_key=include_key, progress=_progress)
+    key = "included" if manifest["key_included"] else "not included: keep it apart"
+    click.echo(
+        f"backup of schema {manifest['schema_revision']} ({manifest['database']}, {manifest['objects']} "
+        f"objects) written to {destination}; server key {key}",
+        err=True,
+    )
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--database-url", help="SQLAlchemy URL [env PO_DATABASE_URL]")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Data directory [env PO_DATA_DIR]")
+def restore(source: Path, **options: Any) -> None:
+    """Restore the backup in SOURCE onto an empty data dir and database (and object store), then bring
+    its schema up to date. The server key is PO_ENCRYPTION_KEY, the data dir's server.key, or the one in
+    the backup (made with --include-key); a key that does not open the backup is refused.
+
+    \b
+    Example:
+      orchestrator restore /backups/po-2026-01-31 --data-dir /var/lib/po
+    """
+    from orchestrator import backup as backups
+
+    settings = _settings(**options)
+    manifest = backups.restore(settings, source, progress=_progress)
+    click.echo(
+        f"restored the backup of {manifest['created_at']} (schema {manifest['schema_revision']}); the "
+        "schema is up to date: start the server with these settings",
+        err=True,
+    )
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
 
 
 @main.group()

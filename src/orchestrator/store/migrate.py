@@ -12,6 +12,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from orchestrator.errors import ConfigurationError
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Any fixed number: serializes concurrent `migrate` runs of several replicas on one PostgreSQL.
 _ADVISORY_LOCK_ID = 0x504F_4D49
@@ -24,9 +26,42 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
     return config
 
 
+class SchemaTooNewError(ConfigurationError):
+    """The database's schema is newer than this orchestrator's migrations."""
+
+
+def known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this build's migration scripts."""
+    return revision in _known_revisions()
+
+
+@functools.cache
+def _known_revisions() -> frozenset[str]:
+    return frozenset(
+        script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+    )
+
+
+def head() -> str:
+    """This build's head revision, as one string (several heads joined by commas)."""
+    return ", ".join(sorted(head_revisions()))
+
+
+def refuse_unknown(current: frozenset[str]) -> None:
+    """Raise SchemaTooNewError if a revision of ``current`` is not one of this build's: the database was
+    migrated by a newer orchestrator, which this one must neither migrate downward nor write to."""
+    unknown = sorted(revision for revision in current if not known_revision(revision))
+    if unknown:
+        raise SchemaTooNewError(
+            f"the database's schema is at revision {', '.join(unknown)}, newer than this orchestrator's "
+            f"{head()} (head); run a newer orchestrator, or restore a backup"
+        )
+
+
 def _upgrade(connection: sa.Connection, revision: str) -> None:
     if connection.dialect.name == "postgresql":
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_ID})")
+    refuse_unknown(_current_revisions(connection))
     command.upgrade(alembic_config(connection), revision)
 
 

@@ -1,0 +1,181 @@
+"""``orchestrator backup`` and ``restore`` (orchestrator.backup) on both databases: a backup made while a
+burst of writes runs restores, elsewhere, to a consistent copy (every table's rows as at one moment);
+restore refuses a newer schema, a key that does not open the backup and a target that is not empty, each
+with its message; the key is in the backup only when asked."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import threading
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from orchestrator import backup as backups
+from orchestrator.blobs import FileBlobStore
+from orchestrator.secretbox import KEY_FILE_NAME
+from orchestrator.server import create_app
+from orchestrator.settings import ServerSettings
+from orchestrator.store import db, migrate
+from tests.support.agent_gateway import AgentHarness
+from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
+from tests.support.postgres import PostgresServer
+
+_BURST_PREFIX = "burst"
+
+
+def _elsewhere(
+    settings: ServerSettings, tmp_path: Path, request: pytest.FixtureRequest, name: str
+) -> ServerSettings:
+    """Settings of a new, empty data dir and database of the same kind as ``settings``'."""
+    database_url = None
+    if settings.resolved_database_url.startswith("postgresql"):
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        database = f"r{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        server.create_database(database)
+        database_url = server.url(database)
+    return settings.model_copy(update={"data_dir": tmp_path / name, "database_url": database_url})
+
+
+async def _rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    engine = db.create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
+            found = {}
+            for name in sorted(names):
+                rows = (await conn.execute(sa.text(f"SELECT * FROM {name}"))).all()
+                found[name] = sorted(tuple(map(str, row)) for row in rows)
+    finally:
+        await db.dispose(engine)
+    return found
+
+
+def _burst(url: str, stop: threading.Event, written: list[str]) -> None:
+    """Orgs ``burst00000``, ``burst00001``... one per transaction, until ``stop``."""
+
+    async def run() -> None:
+        engine = db.create_engine(url)
+        try:
+            while not stop.is_set():
+                org_id = f"{_BURST_PREFIX}{len(written):05d}"
+                async with engine.begin() as conn:
+                    await conn.execute(
+                        sa.text("INSERT INTO orgs VALUES (:id, :u, 'active', 'x', :t, :t)"),
+                        {"id": org_id, "u": uuid.uuid4().hex, "t": datetime.now(UTC)},
+                    )
+                written.append(org_id)
+        finally:
+            await db.dispose(engine)
+
+    asyncio.run(run())
+
+
+async def _populate(app: FastAPI, org: Org, settings: ServerSettings) -> None:
+    harness = await AgentHarness.create(app, org)
+    await harness.aclose()
+    await FileBlobStore(settings.data_dir / "objects").put("bundles/one.tar.gz", b"bundle bytes")
+
+
+async def test_backup_during_a_burst__restores_elsewhere_consistent(
+    app: FastAPI, org: Org, settings: ServerSettings, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    await _populate(app, org, settings)
+    stop, written = threading.Event(), list[str]()
+    burst = threading.Thread(target=_burst, args=(settings.resolved_database_url, stop, written))
+    burst.start()
+    try:
+        while len(written) < 5:  # noqa: ASYNC110 - the burst is a thread
+            await asyncio.sleep(0.01)
+        manifest = await asyncio.to_thread(backups.backup, settings, tmp_path / "backup")
+        after_backup = len(written)
+        while len(written) < after_backup + 5:  # noqa: ASYNC110 - the burst is a thread
+            await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        burst.join()
+    target = _elsewhere(settings, tmp_path, request, "restored")
+    (target.data_dir).mkdir()
+    # The key is kept apart: the operator puts it into the new data dir.
+    (target.data_dir / KEY_FILE_NAME).write_text((settings.data_dir / KEY_FILE_NAME).read_text())
+
+    await asyncio.to_thread(backups.restore, target, tmp_path / "backup")
+
+    source_rows = await _rows(settings.resolved_database_url)
+    restored_rows = await _rows(target.resolved_database_url)
+    burst_orgs = [row for row in restored_rows["orgs"] if row[0].startswith(_BURST_PREFIX)]
+    # One moment: the burst's first k orgs, k between its count when the backup began and ended.
+    assert [row[0] for row in burst_orgs] == written[: len(burst_orgs)]
+    assert 5 <= len(burst_orgs) <= after_backup
+    source_rows["orgs"] = [row for row in source_rows["orgs"] if row[0] not in written[len(burst_orgs) :]]
+    assert source_rows == restored_rows
+    assert manifest["schema_revision"] == migrate.head()
+    assert not manifest["key_included"]
+    assert not (tmp_path / "backup" / KEY_FILE_NAME).exists()
+    assert b"bundle bytes" == (target.data_dir / "objects" / "bundles" / "one.tar.gz").read_bytes()
+    restored = create_app(target)
+    async with restored.router.lifespan_context(restored), api_client(restored, BOOTSTRAP_TOKEN) as client:
+        response = await client.get(f"/orgs/{org.id}/runners")
+        assert 200 == response.status_code, response.text
+        assert {"agent1", "local1"} <= {runner["id"] for runner in response.json()["items"]}
+
+
+async def test_include_key__restores_onto_a_bare_data_dir(
+    app: FastAPI, org: Org, settings: ServerSettings, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    await _populate(app, org, settings)
+    await asyncio.to_thread(backups.backup, settings, tmp_path / "backup", include_key=True)
+    target = _elsewhere(settings, tmp_path, request, "restored")
+
+    await asyncio.to_thread(backups.restore, target, tmp_path / "backup")
+
+    key_file = tmp_path / "backup" / KEY_FILE_NAME
+    assert 0o600 == key_file.stat().st_mode & 0o777
+    assert key_file.read_text() == (target.data_dir / KEY_FILE_NAME).read_text()
+    assert json.loads((tmp_path / "backup" / "manifest.json").read_text())["key_included"]
+
+
+async def test_restore__refuses_a_newer_schema_a_wrong_key_and_a_non_empty_target(
+    app: FastAPI, org: Org, settings: ServerSettings, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    await _populate(app, org, settings)
+    source = tmp_path / "backup"
+    await asyncio.to_thread(backups.backup, settings, source)
+    manifest_path = source / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+
+    # A key that does not open it.
+    wrong = _elsewhere(settings, tmp_path, request, "wrong-key")
+    wrong = wrong.model_copy(update={"encryption_key": SecretStr(base64.b64encode(b"k" * 32).decode())})
+    with pytest.raises(
+        backups.BackupError, match="the server key does not open this backup: PO_ENCRYPTION_KEY"
+    ):
+        await asyncio.to_thread(backups.restore, wrong, source)
+    # No key at all.
+    bare = _elsewhere(settings, tmp_path, request, "bare")
+    with pytest.raises(
+        backups.BackupError, match=r"the server key does not open this backup: .*--include-key"
+    ):
+        await asyncio.to_thread(backups.restore, bare, source)
+    # A non-empty target: the source's own database and data dir.
+    with pytest.raises(backups.BackupError, match="is not empty"):
+        await asyncio.to_thread(backups.restore, settings, source)
+    # A newer schema.
+    manifest_path.write_text(json.dumps({**manifest, "schema_revision": "9999"}))
+    with pytest.raises(
+        backups.BackupError,
+        match=f"the backup is of schema 9999, newer than this build's {migrate.head()}: restore it with",
+    ):
+        await asyncio.to_thread(backups.restore, bare, source)
+    # A non-empty destination of a backup.
+    with pytest.raises(backups.BackupError, match="is not an empty directory"):
+        await asyncio.to_thread(backups.backup, settings, source)
