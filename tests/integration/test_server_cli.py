@@ -228,3 +228,95 @@ def test_serve_help__lists_every_setting() -> None:
     for name in names:
         variable = "MANAGED_RUNNER_SECRET" if name == "managed_runner_secret" else f"PO_{name.upper()}"
         assert variable in shown.output, variable
+
+
+def _set_revision(database_url: str, revision: str) -> None:
+    """Pretend a newer orchestrator migrated the database: its alembic_version names ``revision``."""
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from orchestrator.store import db
+
+    async def run() -> None:
+        engine = db.create_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+        finally:
+            await db.dispose(engine)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+def test_schema_newer_than_this_build__refused_naming_both_revisions(
+    command: str, database_url: str, tmp_path: Path
+) -> None:
+    from orchestrator.store import migrate
+
+    env = _environ(tmp_path, PO_DATABASE_URL=database_url)
+    assert 0 == _run("migrate", env=env).returncode
+    _set_revision(database_url, "9999_from_the_future")
+
+    done = _run(command, env=env)
+
+    _one_line_error(
+        done,
+        f"the database's schema is at revision 9999_from_the_future, newer than this orchestrator's "
+        f"{migrate.head()} (head); run a newer orchestrator, or restore a backup",
+    )
+
+
+def test_backup_and_restore_commands__as_the_readme_shows(database_url: str, tmp_path: Path) -> None:
+    """`orchestrator backup DEST` (key apart), `orchestrator restore DEST` onto a new data dir holding the
+    key; a second restore onto it is refused, as is a restore with another key; `--include-key`."""
+    import base64
+
+    source = _environ(
+        tmp_path, PO_DATABASE_URL=database_url, PO_ENCRYPTION_KEY=base64.b64encode(b"a" * 32).decode()
+    )
+    assert 0 == _run("migrate", env=source).returncode
+    assert 0 == _run("token", "create", env=source).returncode
+    backup_dir = tmp_path / "backup"
+
+    made = _run("backup", str(backup_dir), env=source)
+
+    assert 0 == made.returncode, made.stderr
+    assert "server key not included" in made.stderr
+    target_url = _empty_database_like(database_url, tmp_path)
+    target = {**source, "PO_DATABASE_URL": target_url}
+    wrong = {**target, "PO_ENCRYPTION_KEY": base64.b64encode(b"b" * 32).decode()}
+    _one_line_error(_run("restore", str(backup_dir), env=wrong), "the server key does not open this backup")
+    restored = _run("restore", str(backup_dir), "--data-dir", str(tmp_path / "restored"), env=target)
+    assert 0 == restored.returncode, restored.stderr
+    assert "start the server" in restored.stderr
+    _one_line_error(_run("restore", str(backup_dir), env=target), "is not empty")
+    _one_line_error(_run("backup", str(backup_dir), env=source), "is not an empty directory")
+    with_key = _run("backup", str(tmp_path / "with-key"), "--include-key", env=source)
+    assert 0 == with_key.returncode, with_key.stderr
+    assert (tmp_path / "with-key" / "server.key").read_text() == base64.b64encode(b"a" * 32).decode()
+
+
+def _empty_database_like(database_url: str, tmp_path: Path) -> str:
+    if database_url.startswith("sqlite"):
+        return f"sqlite+aiosqlite:///{tmp_path / 'restored.db'}"
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    name = f"{url.database}_restored"
+    import asyncio
+
+    import asyncpg  # type: ignore[import-untyped]
+
+    async def create() -> None:
+        conn = await asyncpg.connect(
+            host=url.host, port=url.port, user=url.username, password=url.password, database="postgres"
+        )
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    return url.set(database=name).render_as_string(hide_password=False)
