@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sqlite3
+import subprocess
 import sys
 import threading
 import uuid
@@ -77,9 +77,12 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
     server.start()
     try:
         stack = build_stack(server.url, tmp_path)
-        assert 201 == stack.client.post(
-            f"/orgs/{stack.org}/projects/shop/envs", json={"id": "prod", "env_type_id": "development"}
-        ).status_code
+        assert (
+            201
+            == stack.client.post(
+                f"/orgs/{stack.org}/projects/shop/envs", json={"id": "prod", "env_type_id": "development"}
+            ).status_code
+        )
         for env_id in ENVS:
             first = stack.wait(_start_deploy(stack, env_id))
             assert "succeeded" == first["status"], first["status_message"]
@@ -89,7 +92,9 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
         burst = threading.Thread(target=_burst, args=(stack, stop, started))
         burst.start()
         try:
-            backup = _orchestrator("backup", str(tmp_path / "backup"), data_dir=data_dir, database_url=database_url)
+            backup = _orchestrator(
+                "backup", str(tmp_path / "backup"), data_dir=data_dir, database_url=database_url
+            )
         finally:
             stop.set()
             burst.join()
@@ -106,7 +111,9 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
     restored_url = f"sqlite+aiosqlite:///{restored_dir / 'orchestrator.db'}"
     restored_dir.mkdir(parents=True, mode=0o700)
     shutil.copy2(data_dir / "server.key", restored_dir / "server.key")
-    restore = _orchestrator("restore", str(tmp_path / "backup"), data_dir=restored_dir, database_url=restored_url)
+    restore = _orchestrator(
+        "restore", str(tmp_path / "backup"), data_dir=restored_dir, database_url=restored_url
+    )
     assert 0 == restore.returncode, restore.stderr
     again = ServerProcess(restored_url, restored_dir)
     again.start()
@@ -115,7 +122,9 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
         restored_stack = Stack(client=client, org=stack.org, tf_config=stack.tf_config)
         # The deployments the snapshot caught executing have no runner any more: the restored server
         # ends them (failed, the runner exited without reporting results) before anything else deploys.
-        unfinished = [d for d, status in zip(started, in_backup, strict=True) if status not in (None, "succeeded")]
+        unfinished = [
+            d for d, status in zip(started, in_backup, strict=True) if status not in (None, "succeeded")
+        ]
         for deployment_id in unfinished:
             ended = restored_stack.wait(deployment_id, timeout=45)
             assert "failed" == ended["status"], ended

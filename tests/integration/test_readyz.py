@@ -71,6 +71,30 @@ async def test_readyz__schema_behind_the_code__503_naming_migrations(
     assert 200 == current.status_code, current.text
 
 
+async def test_readyz__schema_newer_than_the_code__503_saying_to_replace_this_server(
+    app: FastAPI, settings: ServerSettings
+) -> None:
+    """An old replica still running after a newer one migrated: out of rotation, never migrating down."""
+    engine = db.create_engine(settings.resolved_database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999_newer'"))
+        async with client(app) as probe:
+            newer = await probe.get("/readyz")
+        async with engine.connect() as conn:
+            still = await migrate.current_revisions(conn)
+    finally:
+        await db.dispose(engine)
+
+    assert 503 == newer.status_code, newer.text
+    assert ["migrations"] == newer.json()["details"]["failed"]
+    assert (
+        f"the schema is at revision 9999_newer, newer than this server's {migrate.head()}: replace this "
+        "server with a newer orchestrator"
+    ) in newer.json()["message"]
+    assert frozenset({"9999_newer"}) == still
+
+
 async def test_readyz__object_store_not_writable__503_naming_it(
     app: FastAPI, settings: ServerSettings
 ) -> None:

@@ -266,6 +266,7 @@ def test_schema_newer_than_this_build__refused_naming_both_revisions(
         f"the database's schema is at revision 9999_from_the_future, newer than this orchestrator's "
         f"{migrate.head()} (head); run a newer orchestrator, or restore a backup",
     )
+    assert (server_cli.STARTUP_FAILURE if command == "serve" else 1) == done.returncode
 
 
 def test_backup_and_restore_commands__as_the_readme_shows(database_url: str, tmp_path: Path) -> None:

@@ -64,6 +64,12 @@ async def _migrations(svc: Services) -> str:
     expected = migrate.head_revisions()
     if current != expected:
         found = ", ".join(sorted(current)) or "none"
+        if not all(migrate.known_revision(revision) for revision in current):
+            # A newer orchestrator migrated the database (a rolling upgrade): this replica is the old one.
+            return (
+                f"the schema is at revision {found}, newer than this server's {migrate.head()}: replace "
+                "this server with a newer orchestrator"
+            )
         return (
             f"the schema is at revision {found}, this server needs {', '.join(sorted(expected))}: "
             "run `orchestrator migrate`"
