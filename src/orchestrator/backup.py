@@ -156,7 +156,7 @@ def _run_pg(tool: str, args: list[str], environ: dict[str, str]) -> None:
 
 def _sqlite_copy(source: Path, target: Path) -> None:
     """Copy with SQLite's online backup API, in one step: a consistent snapshot while writers run."""
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=60)
+    src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
     try:
         dst = sqlite3.connect(target)
         try:
@@ -297,16 +297,25 @@ def backup(
     if not revisions:
         raise BackupError("the database has no schema yet: there is nothing to back up")
     key = _configured_key(settings)
-    if key is None and (include_key or recorded_check is None):
+    if recorded_check is not None:
+        check = recorded_check
+    elif key is not None:
+        check = key_check_value(key.key)
+    else:
         raise BackupError(
             "no server key: set PO_ENCRYPTION_KEY or point --data-dir at the data dir holding "
             f"{KEY_FILE_NAME}"
         )
-    check = recorded_check or key_check_value(key.key)  # type: ignore[union-attr]
-    if include_key and key is not None and key_check_value(key.key) != check:
-        raise BackupError(
-            f"{key.source} is not the key this database was created with: it cannot be included"
-        )
+    if include_key:
+        if key is None:
+            raise BackupError(
+                f"--include-key: no server key is configured (PO_ENCRYPTION_KEY, or {KEY_FILE_NAME} in the "
+                "data dir)"
+            )
+        if key_check_value(key.key) != check:
+            raise BackupError(
+                f"{key.source} is not the key this database was created with: it cannot be included"
+            )
 
     destination.mkdir(parents=True, exist_ok=True, mode=0o700)
     destination.chmod(0o700)

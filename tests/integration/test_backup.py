@@ -27,6 +27,7 @@ from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
 from tests.support.agent_gateway import AgentHarness
+from tests.support.emulators import MOTO_CREDENTIALS, emulator_or_skip, start_moto
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 from tests.support.postgres import PostgresServer
 
@@ -179,3 +180,61 @@ async def test_restore__refuses_a_newer_schema_a_wrong_key_and_a_non_empty_targe
     # A non-empty destination of a backup.
     with pytest.raises(backups.BackupError, match="is not an empty directory"):
         await asyncio.to_thread(backups.backup, settings, source)
+
+
+def test_s3_object_store__objects_backed_up_and_restored_into_another_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PO_OBJECT_STORE_URL s3://...: every object under the prefix is in the backup's objects/ and
+    restored under the target's prefix; a bucket already holding objects is refused."""
+    import boto3
+
+    from orchestrator.blobs.s3 import S3BlobStore
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    for name, value in MOTO_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    moto = emulator_or_skip(start_moto, tmp_path / "moto")
+    try:
+        client = boto3.client("s3", endpoint_url=moto.url)
+        for bucket in ("source", "target"):
+            client.create_bucket(Bucket=bucket)
+        source = ServerSettings(
+            data_dir=tmp_path / "data",
+            encryption_key=SecretStr(base64.b64encode(b"s" * 32).decode()),
+            object_store_url="s3://source/po/objects",
+            object_store_endpoint=moto.url,
+        )
+        target = source.model_copy(
+            update={"data_dir": tmp_path / "restored", "object_store_url": "s3://target/other"}
+        )
+        asyncio.run(_migrated(source))
+        store = S3BlobStore("source", "po/objects", endpoint_url=moto.url)
+        asyncio.run(store.put("bundles/a.tar.gz", b"a"))
+        asyncio.run(store.put("logs/b/c.log", b"bc"))
+        client.put_object(Bucket="source", Key="elsewhere/not-ours", Body=b"x")
+
+        manifest = backups.backup(source, tmp_path / "backup")
+        backups.restore(target, tmp_path / "backup")
+        listed = client.list_objects_v2(Bucket="target")["Contents"]
+        with pytest.raises(backups.BackupError, match="the object store s3://target/other is not empty"):
+            backups.restore(target.model_copy(update={"data_dir": tmp_path / "again"}), tmp_path / "backup")
+    finally:
+        moto.stop()
+
+    assert 2 == manifest["objects"]
+    assert ["other/bundles/a.tar.gz", "other/logs/b/c.log"] == sorted(item["Key"] for item in listed)
+    assert b"bc" == (tmp_path / "backup" / "objects" / "logs" / "b" / "c.log").read_bytes()
+
+
+async def _migrated(settings: ServerSettings) -> None:
+    settings.data_dir.mkdir(mode=0o700)
+    engine = db.create_engine(settings.resolved_database_url)
+    try:
+        await migrate.upgrade(engine)
+    finally:
+        await db.dispose(engine)
