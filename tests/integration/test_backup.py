@@ -238,3 +238,42 @@ async def _migrated(settings: ServerSettings) -> None:
         await migrate.upgrade(engine)
     finally:
         await db.dispose(engine)
+
+
+async def test_backup_of_an_older_schema__restored_and_migrated_to_the_head(
+    database_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A backup made by an older orchestrator (schema 0012 here) is restored, then migrated to the head."""
+    from alembic import command
+
+    key = base64.b64encode(b"o" * 32).decode()
+    source = ServerSettings(
+        data_dir=tmp_path / "data", database_url=database_url, encryption_key=SecretStr(key)
+    )
+    source.data_dir.mkdir(mode=0o700)
+    engine = db.create_engine(database_url)
+    try:
+        # The SQLite fixture is a new file, the PostgreSQL one a migrated database: to 0012 either way.
+        await migrate.upgrade(engine, "0012")
+        async with engine.begin() as conn:
+            if await migrate.current_revisions(conn) != {"0012"}:
+                await conn.run_sync(lambda sync: command.downgrade(migrate.alembic_config(sync), "0012"))
+            await conn.execute(
+                sa.text("INSERT INTO orgs VALUES ('old', :u, 'active', 'x', :t, :t)"),
+                {"u": uuid.uuid4().hex, "t": datetime.now(UTC)},
+            )
+    finally:
+        await db.dispose(engine)
+    manifest = await asyncio.to_thread(backups.backup, source, tmp_path / "backup")
+    target = _elsewhere(source, tmp_path, request, "restored")
+
+    await asyncio.to_thread(backups.restore, target, tmp_path / "backup")
+
+    assert "0012" == manifest["schema_revision"]
+    engine = db.create_engine(target.resolved_database_url)
+    try:
+        async with engine.connect() as conn:
+            assert migrate.head_revisions() == await migrate.current_revisions(conn)
+            assert ["old"] == list((await conn.execute(sa.text("SELECT id FROM orgs"))).scalars())
+    finally:
+        await db.dispose(engine)
