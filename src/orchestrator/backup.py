@@ -38,7 +38,7 @@ from orchestrator.blobs.location import FileLocation, S3Location, parse_object_s
 from orchestrator.errors import OrchestratorError
 from orchestrator.secretbox import KEY_FILE_NAME, decode_key, key_check_value
 from orchestrator.settings import ServerSettings
-from orchestrator.store import db, key_checks, migrate
+from orchestrator.store import db, deployments, key_checks, migrate
 
 __all__ = ["BackupError", "backup", "restore"]
 
@@ -505,13 +505,20 @@ def restore(settings: ServerSettings, source: Path, *, progress: Progress = _qui
         progress(f"the server key of the backup is now {settings.data_dir / KEY_FILE_NAME}")
     if revision != migrate.head():
         progress(f"migrating the schema from {revision} to {migrate.head()}")
-
-        async def upgrade() -> None:
-            engine = db.create_engine(settings.resolved_database_url)
-            try:
-                await migrate.upgrade(engine)
-            finally:
-                await db.dispose(engine)
-
-        asyncio.run(upgrade())
+    released = asyncio.run(_migrate_and_release(settings.resolved_database_url))
+    if released:
+        progress(f"handed back {released} dispatch claims of the backed-up server")
     return manifest
+
+
+async def _migrate_and_release(url: str) -> int:
+    """Bring the restored schema to the head; end the backed-up server's dispatch claims, so that the
+    restored server checks the deployments it finds executing at once (their runners belong to the
+    backed-up server: gone, they fail as after a crash)."""
+    engine = db.create_engine(url)
+    try:
+        await migrate.upgrade(engine)
+        async with engine.begin() as conn:
+            return await deployments.release_every_claim(conn, now=datetime.now(UTC))
+    finally:
+        await db.dispose(engine)

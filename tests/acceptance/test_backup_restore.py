@@ -70,7 +70,6 @@ def _start_deploy(stack: Stack, env_id: str) -> str:
     return deployment_id
 
 
-@pytest.mark.timeout(400)
 def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_to_add(tmp_path: Path) -> None:
     data_dir = tmp_path / "original" / "data"
     database_url = f"sqlite+aiosqlite:///{data_dir / 'orchestrator.db'}"
@@ -122,13 +121,13 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
         client = httpx.Client(base_url=again.url, headers=stack.client.headers, timeout=60)
         restored_stack = Stack(client=client, org=stack.org, tf_config=stack.tf_config)
         # The deployments the snapshot caught executing have no runner any more: the restored server
-        # ends them (failed, the runner exited without reporting results) once the backed-up server's
-        # claim on them lapses (its dispatch lease, 60 s), before their environments deploy again.
+        # ends them (failed, the runner exited without reporting results; restore handed back the
+        # backed-up server's dispatch claims), before their environments deploy again.
         unfinished = [
             d for d, status in zip(started, in_backup, strict=True) if status not in (None, "succeeded")
         ]
         for deployment_id in unfinished:
-            ended = restored_stack.wait(deployment_id, timeout=150)
+            ended = restored_stack.wait(deployment_id, timeout=30)
             assert "failed" == ended["status"], ended
         for env_id in ENVS:
             redeployed = restored_stack.wait(_start_deploy(restored_stack, env_id))

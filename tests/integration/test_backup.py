@@ -11,7 +11,7 @@ import json
 import os
 import threading
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -262,6 +262,7 @@ async def test_backup_of_an_older_schema__restored_and_migrated_to_the_head(
                 sa.text("INSERT INTO orgs VALUES ('old', :u, 'active', 'x', :t, :t)"),
                 {"u": uuid.uuid4().hex, "t": datetime.now(UTC)},
             )
+            await conn.execute(_claimed_deployment())
     finally:
         await db.dispose(engine)
     manifest = await asyncio.to_thread(backups.backup, source, tmp_path / "backup")
@@ -275,5 +276,44 @@ async def test_backup_of_an_older_schema__restored_and_migrated_to_the_head(
         async with engine.connect() as conn:
             assert migrate.head_revisions() == await migrate.current_revisions(conn)
             assert ["old"] == list((await conn.execute(sa.text("SELECT id FROM orgs"))).scalars())
+            # The backed-up server's dispatch claim is handed back: the restored server checks it at once.
+            claims = await conn.execute(
+                sa.text("SELECT dispatch_owner, dispatch_lease_until FROM deployments")
+            )
+            assert [(None, None)] == [tuple(row) for row in claims]
     finally:
         await db.dispose(engine)
+
+
+def _claimed_deployment() -> sa.Insert:
+    """An executing deployment of org ``old``, launched, claimed by a replica of the backed-up server."""
+    from orchestrator.store.schema import deployments
+
+    now = datetime.now(UTC)
+    return deployments.insert().values(
+        id=uuid.uuid4(),
+        org_id="old",
+        project_id="p",
+        env_id="e",
+        env_uuid=uuid.uuid4(),
+        runner_id="r",
+        mode="deploy",
+        plan_only=False,
+        status="executing",
+        status_message="",
+        manifest={},
+        tf="",
+        graph=[],
+        bundle_key="b",
+        runner_log_level="info",
+        request_digest="0" * 64,
+        created_by="token-1",
+        created_at=now,
+        updated_at=now,
+        metrics={},
+        dispatch_state="launched",
+        dispatch_owner="old-replica",
+        dispatch_lease_until=now + timedelta(minutes=1),
+        dispatch_attempts=1,
+        timeout_at=now + timedelta(hours=1),
+    )

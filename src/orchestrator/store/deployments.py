@@ -425,6 +425,17 @@ async def release_queued(
     )
 
 
+async def release_every_claim(conn: AsyncConnection, *, now: datetime) -> int:
+    """End every dispatch lease, whoever holds it (a restored backup: the servers that held them are
+    not this database's); how many were held."""
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.dispatch_owner.is_not(None))
+        .values(dispatch_owner=None, dispatch_lease_until=None, updated_at=now)
+    )
+    return result.rowcount
+
+
 async def claim_pending(
     conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta, limit: int
 ) -> list[Deployment]:
