@@ -172,7 +172,9 @@ async def _schema_and_check(url: str) -> tuple[frozenset[str], str | None]:
     try:
         async with engine.connect() as conn:
             revisions = await migrate.current_revisions(conn)
-            check = await key_checks.get(conn) if revisions else None
+            # key_checks came with 0006: a database not yet migrated past it has no recorded value.
+            tables = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
+            check = await key_checks.get(conn) if "key_checks" in tables else None
     finally:
         await db.dispose(engine)
     return revisions, check
@@ -293,6 +295,11 @@ def backup(
         raise BackupError(f"{destination} exists and is not an empty directory: back up into a new one")
     url = make_url(settings.resolved_database_url)
     kind = _kind(url)
+    if kind == "sqlite" and not _sqlite_path(url).is_file():
+        raise BackupError(
+            f"no SQLite database at {_sqlite_path(url)}: run it with the server's settings (PO_DATA_DIR or "
+            "--data-dir, PO_DATABASE_URL or --database-url)"
+        )
     revisions, recorded_check = asyncio.run(_schema_and_check(settings.resolved_database_url))
     if not revisions:
         raise BackupError("the database has no schema yet: there is nothing to back up")

@@ -317,3 +317,31 @@ def _claimed_deployment() -> sa.Insert:
         dispatch_attempts=1,
         timeout_at=now + timedelta(hours=1),
     )
+
+
+def test_backup__no_database_at_the_settings_and_a_schema_before_key_checks(tmp_path: Path) -> None:
+    """Pointed at no database: said so, nothing made. A database at 0005 (before key check values): the
+    manifest carries the configured key's check value."""
+    from orchestrator.secretbox import key_check_value
+
+    key = b"f" * 32
+    settings = ServerSettings(
+        data_dir=tmp_path / "data", encryption_key=SecretStr(base64.b64encode(key).decode())
+    )
+    with pytest.raises(backups.BackupError, match=r"no SQLite database at .*orchestrator\.db: run it with"):
+        backups.backup(settings, tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+    settings.data_dir.mkdir(mode=0o700)
+
+    async def to_0005() -> None:
+        engine = db.create_engine(settings.resolved_database_url)
+        try:
+            await migrate.upgrade(engine, "0005")
+        finally:
+            await db.dispose(engine)
+
+    asyncio.run(to_0005())
+
+    manifest = backups.backup(settings, tmp_path / "backup")
+
+    assert ("0005", key_check_value(key)) == (manifest["schema_revision"], manifest["key_check"])
