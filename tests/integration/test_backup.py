@@ -345,3 +345,14 @@ def test_backup__no_database_at_the_settings_and_a_schema_before_key_checks(tmp_
     manifest = backups.backup(settings, tmp_path / "backup")
 
     assert ("0005", key_check_value(key)) == (manifest["schema_revision"], manifest["key_check"])
+
+
+def test_pg_tools__found_in_po_pg_bin_or_named_as_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(backups.PG_BIN_ENV, str(tmp_path))
+    with pytest.raises(backups.BackupError, match=f"PO_PG_BIN={tmp_path} holds no pg_dump"):
+        backups.find_pg_tool("pg_dump")
+    (tmp_path / "pg_dump").write_text("#!/bin/sh\n")
+
+    assert str(tmp_path / "pg_dump") == backups.find_pg_tool("pg_dump")
