@@ -5,6 +5,7 @@ variables (``env_ignore_empty``), which must not swallow these."""
 from __future__ import annotations
 
 import pytest
+from pydantic_settings import BaseSettings
 
 from orchestrator.agent.settings import AgentSettings
 from orchestrator.managed.settings import ManagedSettings
@@ -15,27 +16,31 @@ MANAGED = {
     "RUNNER_MANAGED_SECRET": "s" * 48,
     "RUNNER_NAME": "pool-1",
 }
+#: (the settings class, its required variables, the range variable, its default, its field).
+PROGRAMS: list[tuple[type[BaseSettings], dict[str, str], str, str, str]] = [
+    (AgentSettings, AGENT, "AGENT_RUN_UIDS", "2200000-2200999", "agent_run_uids"),
+    (ManagedSettings, MANAGED, "RUNNER_RUN_UIDS", "2300000-2300999", "runner_run_uids"),
+]
 
 
-@pytest.mark.parametrize(("value", "expected"), [(None, "2200000-2200999"), ("", ""), ("5-9", "5-9")])
-def test_agent_run_uids(monkeypatch: pytest.MonkeyPatch, value: str | None, expected: str) -> None:
-    for name, given in AGENT.items():
+@pytest.mark.parametrize(
+    ("settings", "required", "variable", "default", "field"), PROGRAMS, ids=["agent", "managed"]
+)
+@pytest.mark.parametrize("value", [None, "", "5-9"], ids=["unset", "empty", "range"])
+def test_run_uids(
+    monkeypatch: pytest.MonkeyPatch,
+    settings: type[BaseSettings],
+    required: dict[str, str],
+    variable: str,
+    default: str,
+    field: str,
+    value: str | None,
+) -> None:
+    for name, given in required.items():
         monkeypatch.setenv(name, given)
     if value is None:
-        monkeypatch.delenv("AGENT_RUN_UIDS", raising=False)
+        monkeypatch.delenv(variable, raising=False)
     else:
-        monkeypatch.setenv("AGENT_RUN_UIDS", value)
+        monkeypatch.setenv(variable, value)
 
-    assert expected == AgentSettings().agent_run_uids
-
-
-@pytest.mark.parametrize(("value", "expected"), [(None, "2300000-2300999"), ("", ""), ("5-9", "5-9")])
-def test_managed_run_uids(monkeypatch: pytest.MonkeyPatch, value: str | None, expected: str) -> None:
-    for name, given in MANAGED.items():
-        monkeypatch.setenv(name, given)
-    if value is None:
-        monkeypatch.delenv("RUNNER_RUN_UIDS", raising=False)
-    else:
-        monkeypatch.setenv("RUNNER_RUN_UIDS", value)
-
-    assert expected == ManagedSettings().runner_run_uids
+    assert (default if value is None else value) == getattr(settings(), field)
