@@ -58,6 +58,7 @@ import httpx
 import repo_path
 
 from tests.support.orgs import BOOTSTRAP_TOKEN
+from tests.support.outages import ServerProcess
 from tests.support.postgres import PostgresServer
 from tests.support.replicas import DispatchView, Replicas, owner_prefix
 
@@ -284,18 +285,10 @@ def takeover(replicas: Replicas, database_url: str, options: Options) -> Any:
                 if sum(row.status != "executing" for row in rows.values()) >= max(1, len(ids) // 4):
                     break
                 time.sleep(0.2)
-            victim = None
-            deadline = time.monotonic() + 120
-            while victim is None and time.monotonic() < deadline:
-                for row in view.all().values():
-                    if row.status == "executing" and row.owner:
-                        victim = next((s for p, s in prefixes.items() if row.owner.startswith(p)), None)
-                        if victim is not None:
-                            break
-                else:
-                    time.sleep(0.01)
+            victim = _first_holder(view, prefixes, deadline=time.monotonic() + 120)
             if victim is None:
-                return {"takeover": {"killed": None, "note": "no replica was seen holding a lease"}}
+                note = "no replica was seen holding a lease before the burst ended"
+                return {"takeover": {"killed": None, "note": note}}
             prefix = owner_prefix(victim)
             victim.kill()
             killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
@@ -325,6 +318,23 @@ def takeover(replicas: Replicas, database_url: str, options: Options) -> Any:
         }
 
     return during
+
+
+def _first_holder(
+    view: DispatchView, prefixes: dict[str, ServerProcess], *, deadline: float
+) -> ServerProcess | None:
+    """The first replica seen holding a dispatch lease (None: the burst ended first, or the deadline)."""
+    while time.monotonic() < deadline:
+        rows = view.all().values()
+        for row in rows:
+            if row.status == "executing" and row.owner:
+                holder = next((s for p, s in prefixes.items() if row.owner.startswith(p)), None)
+                if holder is not None:
+                    return holder
+        if all(row.status != "executing" for row in rows):
+            return None
+        time.sleep(0.01)
+    return None
 
 
 def _seconds_left(until: datetime | None, now: datetime) -> float | None:
