@@ -236,9 +236,7 @@ class Burst:
                 for item in self.listed(client, deadline):
                     record = by_id.get(item["id"])
                     if record is not None and item["status"] in FINAL and record.final is None:
-                        record.final = self.call(
-                            client, "GET", f"/orgs/acme/deployments/{item['id']}", deadline=deadline
-                        ).json()
+                        record.final = item
                 if all(record.final is not None for record in self.records):
                     return
                 time.sleep(1.0)
@@ -554,17 +552,18 @@ def _report(
     say("  fates:")
     for record in burst.records:
         final = record.final or {}
-        took = "-"
-        if final.get("completed_at") and final.get("created_at"):
-            seconds = datetime.fromisoformat(final["completed_at"]) - datetime.fromisoformat(
-                final["created_at"]
-            )
-            took = f"{seconds.total_seconds():.1f} s"
+        took = launched = "-"
+        if final.get("created_at"):
+            created = datetime.fromisoformat(final["created_at"])
+            if final.get("completed_at"):
+                took = f"{(datetime.fromisoformat(final['completed_at']) - created).total_seconds():.1f} s"
+            if final.get("launched_at"):
+                launched = f"{(datetime.fromisoformat(final['launched_at']) - created).total_seconds():.1f} s"
         at = "; ".join(
             f"at {fault.name.split(' of ')[0]}: {fault.where.get(record.label, '-')}" for fault in faults
         )
         taken = f"; its lease taken over after {record.taken_over_after} s" if record.leased_by_victim else ""
         say(
-            f"    {record.label} {record.kind:<7} {final.get('status', 'never ended'):<9} {took:>8}, "
-            f"ran {outcome.runs.get(record.label, 0)}x; {at}{taken}"
+            f"    {record.label} {record.kind:<7} {final.get('status', 'never ended'):<9} launched after "
+            f"{launched}, ended after {took}, ran {outcome.runs.get(record.label, 0)}x; {at}{taken}"
         )

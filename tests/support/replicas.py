@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,6 +32,8 @@ from orchestrator.store.schema import deployments
 from tests.support.emulators import MOTO_CREDENTIALS
 from tests.support.outages import ServerProcess
 from tests.support.round_robin import RoundRobin
+
+T = TypeVar("T")
 
 #: Final statuses of a deployment.
 FINAL = ("succeeded", "failed", "cancelled")
@@ -56,9 +59,15 @@ class Replicas:
         return self.front.url
 
     def start(self) -> Replicas:
+        """The front, then each server in turn (the first migrates a fresh database); on a failure, what
+        was started is stopped again."""
         self.front.start()
-        for server in self.servers:
-            server.start()
+        try:
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
@@ -96,19 +105,28 @@ class DispatchRow:
 
 
 class DispatchView:
-    """Reads the deployments' dispatch columns from the database, on an event loop of its own (use it from
-    one thread at a time)."""
+    """Reads the deployments' dispatch columns from the database, through an engine on an event loop of its
+    own, in a thread of its own: any thread may read (one read at a time)."""
 
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
-        self._runner = asyncio.Runner()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="dispatch-view")
+        self._thread.start()
         self._engine: AsyncEngine | None = None
+        self._lock = threading.Lock()
+
+    def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     def close(self) -> None:
         if self._engine is not None:
-            self._runner.run(self._engine.dispose())
+            self._run(self._engine.dispose())
             self._engine = None
-        self._runner.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
     def __enter__(self) -> DispatchView:
         return self
@@ -141,7 +159,7 @@ class DispatchView:
                 owner=row.dispatch_owner,
                 lease_until=row.dispatch_lease_until,
             )
-            for row in self._runner.run(read())
+            for row in self._run(read())
         }
 
     def all(self) -> dict[str, DispatchRow]:
