@@ -327,8 +327,9 @@ def _first_holder(
     while time.monotonic() < deadline:
         rows = view.all().values()
         for row in rows:
-            if row.status == "executing" and row.owner:
-                holder = next((s for p, s in prefixes.items() if row.owner.startswith(p)), None)
+            owner = row.owner
+            if row.status == "executing" and owner:
+                holder = next((s for p, s in prefixes.items() if owner.startswith(p)), None)
                 if holder is not None:
                     return holder
         if all(row.status != "executing" for row in rows):
