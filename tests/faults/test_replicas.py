@@ -564,8 +564,8 @@ def _report(
         at = "; ".join(
             f"at {fault.name.split(' of ')[0]}: {fault.where.get(record.label, '-')}" for fault in faults
         )
-        taken = f"; its lease taken over after {record.taken_over_after} s" if record.leased_by_victim else ""
+        note = f"; its lease taken over after {record.taken_over_after} s" if record.leased_by_victim else ""
         say(
             f"    {record.label} {record.kind:<7} {final.get('status', 'never ended'):<9} launched after "
-            f"{launched}, ended after {took}, ran {outcome.runs.get(record.label, 0)}x; {at}{taken}"
+            f"{launched}, ended after {took}, ran {outcome.runs.get(record.label, 0)}x; {at}{note}"
         )
