@@ -632,6 +632,7 @@ def create_app(
                 on_final=notifier.notify,
                 settings=DispatchSettings(
                     check_interval_seconds=settings.status_check_interval_seconds,
+                    lease_seconds=settings.dispatch_lease_seconds,
                     cancel_grace_seconds=settings.cancel_grace_seconds,
                     command_ttl_seconds=settings.agent_command_ttl_seconds,
                     state_versions_kept=settings.state_versions_kept,

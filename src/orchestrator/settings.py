@@ -131,6 +131,14 @@ class ServerSettings(BaseSettings):
     status_check_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often launched runners are checked on."
     )
+    dispatch_lease_seconds: float = Field(
+        default=60.0,
+        ge=5,
+        le=3600,
+        description="A deployment a server's dispatcher works on (its launch, a status check) is leased to "
+        "that server this long: when the server dies (kill -9, a lost host), another replica on the same "
+        "database takes it over once the lease has run out. Keep it well above a launch's duration.",
+    )
     cancel_grace_seconds: float = Field(
         default=30.0,
         ge=0,

@@ -36,11 +36,13 @@ ENVS = ["dev", "stage", "prod"]
 #: Command leases of the agent round: short, so that they run out while the agent is down.
 AGENT_LEASE_SECONDS = 3
 
+#: Read at import: tests/conftest.py clears every PO_ variable but PO_TEST_* before each test.
+FIXED_SEED = os.environ.get("PO_FAULT_SEED")
+
 
 @pytest.fixture
 def seed(request: pytest.FixtureRequest) -> int:
-    fixed = os.environ.get("PO_FAULT_SEED")
-    value = int(fixed) if fixed else random.SystemRandom().randrange(1, 2**31)
+    value = int(FIXED_SEED) if FIXED_SEED else random.SystemRandom().randrange(1, 2**31)
     _say(request, f"{request.node.name}: PO_FAULT_SEED={value}")
     return value
 

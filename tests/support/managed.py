@@ -1,9 +1,13 @@
-"""Managed runners in tests: the secret of the test settings, registration, and an organization whose
-environments deploy on the managed pool (runner ``managed``) through a rule."""
+"""Managed runners in tests: the secret of the test settings, registration, an organization whose
+environments deploy on the managed pool (runner ``managed``) through a rule, and ``po-runner managed`` as a
+real process (:class:`RunnerProcess`)."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -120,3 +124,66 @@ def run_claimed(
         answer["exitCode"] = done.returncode
         answer["stderr"] = done.stderr.decode(errors="replace")[-3000:]
         return answer
+
+
+_started = itertools.count()
+
+
+class RunnerProcess:
+    """``po-runner managed`` as a process of its own, with only the environment given (nothing of the
+    test's, so no KUBERNETES_SERVICE_HOST unless a test sets it); its output (JSON lines) in ``log``."""
+
+    def __init__(
+        self, url: str, name: str, root: Path, *, secret: str = MANAGED_SECRET, **extra: str
+    ) -> None:
+        self.name = name
+        self.work_dir = runs_work_dir(root, name)
+        self.log = root / f"runner-{name}-{next(_started)}.log"
+        self.home = root / f"home-{name}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "RUNNER_URL": url,
+            "RUNNER_MANAGED_SECRET": secret,
+            "RUNNER_NAME": name,
+            "RUNNER_WORK_DIR": str(self.work_dir),
+            **extra,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RunnerProcess:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli.runner", "managed"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def stop(self) -> int:
+        """SIGTERM to its PID, SIGKILL if it has not exited 30 s later; its exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        return self.process.returncode
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("event") == name:
+                found.append(entry)
+        return found
+
+    def registrations(self) -> list[dict[str, Any]]:
+        return self.events("registered")
