@@ -1,24 +1,27 @@
-"""Backup and restore as an operator runs them: ``orchestrator backup`` while deployments run, the server
-stopped, ``orchestrator restore`` into a fresh data dir (the server key kept apart, copied in by hand), a
-server started on it: redeploying every environment plans 0 to add (the states came back with the
-database)."""
+"""Backup and restore as an operator runs them, on both databases: ``orchestrator backup`` while
+deployments run, the server stopped, ``orchestrator restore`` into a fresh data dir and an empty database
+(the server key kept apart, copied in by hand), a server started on it: redeploying every environment plans
+0 to add (the states came back with the database)."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
+from orchestrator.store import db
 from tests.support.outages import ServerProcess
+from tests.support.postgres import PostgresServer
 from tests.support.stack import Stack, build_stack, demo_manifest
 
 pytestmark = pytest.mark.slow
@@ -49,15 +52,35 @@ def _burst(stack: Stack, stop: threading.Event, started: list[str]) -> None:
                 assert "succeeded" == burst_stack.wait(deployment_id)["status"]
 
 
-def _statuses(database: Path, deployment_ids: list[str]) -> list[str | None]:
-    """The deployments' statuses in a backup's SQLite copy (None: not in it)."""
-    with contextlib.closing(sqlite3.connect(database)) as conn:
-        found = []
-        for deployment_id in deployment_ids:
-            row = conn.execute("SELECT status FROM deployments WHERE id = ?", (uuid.UUID(deployment_id).hex,))
-            one = row.fetchone()
-            found.append(None if one is None else str(one[0]))
-        return found
+def _statuses(database_url: str, deployment_ids: list[str]) -> list[str | None]:
+    """The deployments' statuses in a database (None: not in it; "pending": executing, not launched yet)."""
+
+    async def read() -> list[str | None]:
+        engine = db.create_engine(database_url)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(sa.text("SELECT id, status, dispatch_state FROM deployments"))
+                found = {
+                    uuid.UUID(str(row[0])): "pending"
+                    if (row[1], row[2]) == ("executing", "pending")
+                    else str(row[1])
+                    for row in rows
+                }
+        finally:
+            await db.dispose(engine)
+        return [found.get(uuid.UUID(deployment_id)) for deployment_id in deployment_ids]
+
+    return asyncio.run(read())
+
+
+def _empty_database_like(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A new, empty database of the same kind as ``database_url``."""
+    if database_url.startswith("postgresql"):
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        name = f"r{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        server.create_database(name)
+        return server.url(name)
+    return f"sqlite+aiosqlite:///{tmp_path / 'restored' / 'data' / 'orchestrator.db'}"
 
 
 def _start_deploy(stack: Stack, env_id: str) -> str:
@@ -70,9 +93,10 @@ def _start_deploy(stack: Stack, env_id: str) -> str:
     return deployment_id
 
 
-def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_to_add(tmp_path: Path) -> None:
+def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_to_add(
+    database_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     data_dir = tmp_path / "original" / "data"
-    database_url = f"sqlite+aiosqlite:///{data_dir / 'orchestrator.db'}"
     server = ServerProcess(database_url, data_dir)
     server.start()
     try:
@@ -92,6 +116,9 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
         burst = threading.Thread(target=_burst, args=(stack, stop, started))
         burst.start()
         try:
+            # The backup starts once the burst's second round is under way (created, not yet finished).
+            while len(started) < 2 * len(ENVS) and burst.is_alive():
+                time.sleep(0.05)
             backup = _orchestrator(
                 "backup", str(tmp_path / "backup"), data_dir=data_dir, database_url=database_url
             )
@@ -100,21 +127,21 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
             burst.join()
         assert 0 == backup.returncode, backup.stderr
         assert "server key not included" in backup.stderr
-        # The snapshot caught the burst mid-way: a deployment of it had not finished.
-        in_backup = _statuses(tmp_path / "backup" / "database.sqlite3", started)
-        assert set(in_backup) - {"succeeded", None}, in_backup
         stack.client.close()
     finally:
         server.stop()
 
     restored_dir = tmp_path / "restored" / "data"
-    restored_url = f"sqlite+aiosqlite:///{restored_dir / 'orchestrator.db'}"
+    restored_url = _empty_database_like(database_url, tmp_path, request)
     restored_dir.mkdir(parents=True, mode=0o700)
     shutil.copy2(data_dir / "server.key", restored_dir / "server.key")
     restore = _orchestrator(
         "restore", str(tmp_path / "backup"), data_dir=restored_dir, database_url=restored_url
     )
     assert 0 == restore.returncode, restore.stderr
+    # The snapshot caught the burst mid-way: a deployment of it had not finished.
+    in_backup = _statuses(restored_url, started)
+    assert set(in_backup) - {"succeeded", None}, in_backup
     again = ServerProcess(restored_url, restored_dir)
     again.start()
     try:
@@ -122,13 +149,13 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
         restored_stack = Stack(client=client, org=stack.org, tf_config=stack.tf_config)
         # The deployments the snapshot caught executing have no runner any more: the restored server
         # ends them (failed, the runner exited without reporting results; restore handed back the
-        # backed-up server's dispatch claims), before their environments deploy again.
-        unfinished = [
-            d for d, status in zip(started, in_backup, strict=True) if status not in (None, "succeeded")
-        ]
-        for deployment_id in unfinished:
-            ended = restored_stack.wait(deployment_id, timeout=30)
-            assert "failed" == ended["status"], ended
+        # backed-up server's dispatch claims). One it caught still pending is launched and runs.
+        for deployment_id, status in zip(started, in_backup, strict=True):
+            if status in (None, "succeeded"):
+                continue
+            ended = restored_stack.wait(deployment_id, timeout=120)
+            expected = "succeeded" if status == "pending" else "failed"
+            assert expected == ended["status"], (status, ended)
         for env_id in ENVS:
             redeployed = restored_stack.wait(_start_deploy(restored_stack, env_id))
             assert "succeeded" == redeployed["status"], redeployed["status_message"]
