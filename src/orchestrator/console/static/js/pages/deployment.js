@@ -82,7 +82,8 @@ function summary(d) {
 /** The log panel: lines appended as they come, kept scrolled to the end while the user is there. */
 class LogView {
   constructor() {
-    this.pre = h("pre", { class: "log", id: "log", tabindex: "0", "aria-label": "Deployment log" });
+    // role "log" (announcements off: a screen reader would read every line); focusable to scroll by keyboard.
+    this.pre = h("pre", { class: "log", id: "log", role: "log", "aria-live": "off", tabindex: "0", "aria-label": "Deployment log" });
     this.count = 0;
   }
 
@@ -296,7 +297,7 @@ export async function page({ root, params, signal, announce }) {
   const logState = h("p", { class: "log-state", id: "log-state", role: "status" });
   const view = new LogView();
 
-  const tfBox = h("pre", { class: "code", id: "tf", tabindex: "0", "aria-label": "Compiled Terraform" });
+  const tfBox = h("pre", { class: "code", id: "tf", role: "region", tabindex: "0", "aria-label": "Compiled Terraform" });
   const tfDetails = h("details", { class: "tf" }, h("summary", null, "Compiled Terraform (main.tf)"), tfBox);
   tfDetails.addEventListener("toggle", async () => {
     if (!tfDetails.open || tfBox.dataset.loaded) return;

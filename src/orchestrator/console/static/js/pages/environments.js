@@ -38,7 +38,8 @@ function refreshDialog(env, runnerCell, announce) {
       return;
     }
     const current = env.runner_id || null;
-    const unchanged = dry.runner_id === current;
+    // `updated`: the link would change (another runner, or other required tags of a managed one).
+    const unchanged = !dry.updated;
     const confirm = h("button", { type: "button", id: "refresh-confirm", disabled: unchanged }, "Confirm");
     const cancel = h("button", { type: "button", class: "secondary", on: { click: close } }, unchanged ? "Close" : "Cancel");
     fill(body,
