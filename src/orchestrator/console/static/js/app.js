@@ -29,6 +29,7 @@ const main = document.getElementById("main");
 const announcer = document.getElementById("announcer");
 let current = null;
 let notice = null;
+let renders = 0;
 
 /** Go to a route ("#/runners"); a notice (text) is shown at the top of the next page. */
 export function navigate(hash, { message } = {}) {
@@ -143,6 +144,9 @@ async function render() {
     heading.focus({ preventScroll: false });
   }
   if (context.afterRender) context.afterRender();
+  // How many views were rendered in this tab (bench/console.py waits for it to change).
+  renders += 1;
+  main.dataset.rendered = String(renders);
 }
 
 api.onUnauthorized(() => {

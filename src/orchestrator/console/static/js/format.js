@@ -2,12 +2,15 @@
 
 import { h } from "./dom.js";
 
+// One formatter for every time shown (making one per call, as toLocaleString does, is slow).
+const DATE_TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+
 /** A <time> element: the local date and time, the RFC 3339 value in its datetime attribute. */
 export function time(value) {
   if (!value) return "—";
   const moment = new Date(value);
   if (Number.isNaN(moment.getTime())) return String(value);
-  return h("time", { datetime: moment.toISOString(), title: moment.toISOString() }, moment.toLocaleString());
+  return h("time", { datetime: moment.toISOString(), title: moment.toISOString() }, DATE_TIME.format(moment));
 }
 
 /** "1 min 5 s", "3.2 s", from two times (the second missing: until now). */

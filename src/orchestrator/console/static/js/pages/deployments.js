@@ -55,17 +55,21 @@ function row(d) {
 export async function listPage({ root, query, signal, navigate }) {
   const chosen = { project: query.get("project") || "", env: query.get("env") || "" };
   const pageToken = query.get("page") || "";
-  const [projects, envs, answer] = await Promise.all([
-    api.all(api.orgPath("projects"), { signal }),
-    api.all(api.orgPath("envs"), { signal }),
-    api.page(api.orgPath("deployments"), {
-      perPage: PER_PAGE,
-      pageToken: pageToken || undefined,
-      query: { project_id: chosen.project, env_id: chosen.env },
-      signal,
-    }),
-  ]);
-  root.append(h("h1", null, "Deployments"), filters(projects, envs, chosen, navigate));
+  // The page of deployments first, alone: the table is rendered as soon as the API's page answers (as
+  // fast as the API's first page), the filters' choices a moment later.
+  const answer = await api.page(api.orgPath("deployments"), {
+    perPage: PER_PAGE,
+    pageToken: pageToken || undefined,
+    query: { project_id: chosen.project, env_id: chosen.env },
+    signal,
+  });
+  const filterBox = h("div", { class: "filter-box" });
+  root.append(h("h1", null, "Deployments"), filterBox);
+  Promise.all([api.all(api.orgPath("projects"), { signal }), api.all(api.orgPath("envs"), { signal })])
+    .then(([projects, envs]) => filterBox.append(filters(projects, envs, chosen, navigate)))
+    .catch((error) => {
+      if (!signal.aborted) filterBox.append(h("p", { class: "error" }, `The filters: ${error.message}`));
+    });
   const scope = chosen.env ? `${chosen.project} / ${chosen.env}` : chosen.project || "all projects";
   if (!answer.items.length) {
     root.append(h("p", { class: "muted" }, `No deployment (${scope}).`));
