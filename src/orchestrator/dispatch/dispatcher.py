@@ -23,6 +23,7 @@ deployment id, and never stops the round for the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -66,6 +67,7 @@ from orchestrator.launchers.base import (
     UnsavedState,
     launched,
 )
+from orchestrator.notify import sleep_unless_stopped
 from orchestrator.protocol.launch import RunSpec
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
@@ -140,7 +142,7 @@ class DispatchSettings:
     check_interval_seconds: float = 5.0
     #: How long a run may be gone without results before its deployment fails (results may be in flight).
     exit_grace_seconds: float = 5.0
-    lease_seconds: float = 60.0
+    lease_seconds: float = 15.0
     launch_attempts: int = 5
     batch_size: int = 20
     #: How long a stopped run's runner gets after SIGTERM before SIGKILL (PO_CANCEL_GRACE_SECONDS).
@@ -169,6 +171,8 @@ class Dispatcher:
     _round: _Round = field(init=False, default_factory=_Round)
     #: (org, runner) -> (handle prefix, limit) of runners whose launcher bounds its runs, as last seen.
     _bounded: dict[tuple[str, str], tuple[str, int]] = field(init=False, default_factory=dict)
+    #: Steps (launches, checks) running now: the heartbeat renews leases only while there are some.
+    _in_flight: int = field(init=False, default=0)
 
     def wake(self) -> None:
         """Look for work now (a deployment was just committed)."""
@@ -176,16 +180,39 @@ class Dispatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until ``stop`` is set; errors are logged and the loop goes on."""
-        while not stop.is_set():
+        heartbeat = asyncio.create_task(self._heartbeat(stop), name="dispatch-lease-heartbeat")
+        try:
+            while not stop.is_set():
+                try:
+                    await self.run_once()
+                except Exception:
+                    log.exception("dispatch round failed", owner=self.owner)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval_seconds)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """While steps are in flight, renew this server's leases every third of a lease: a step may take
+        longer than a lease (a slow launch), and a dead server's leases run out one lease after its last
+        heartbeat, so the lease can stay short and a replica takes over soon."""
+        interval = self.settings.lease_seconds / 3
+        while not await sleep_unless_stopped(stop, interval):
+            if not self._in_flight:
+                continue
             try:
-                await self.run_once()
+                now = datetime.now(UTC)
+                async with self.engine.begin() as conn:
+                    await store.renew_leases(
+                        conn, owner=self.owner, now=now, lease=timedelta(seconds=self.settings.lease_seconds)
+                    )
             except Exception:
-                log.exception("dispatch round failed", owner=self.owner)
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval_seconds)
-            except TimeoutError:
-                pass
-            self._wake.clear()
+                log.exception("dispatch lease heartbeat failed", owner=self.owner)
 
     async def run_once(self) -> None:
         now = datetime.now(UTC)
@@ -225,10 +252,13 @@ class Dispatcher:
         the next round takes the deployment up again (a database that was down is back by then)."""
         # Each step runs in its own task (gather): the ids are bound for its lines, the launcher's included.
         structlog.contextvars.bind_contextvars(**deployment.log_context())
+        self._in_flight += 1
         try:
             await step(deployment)
         except Exception:
             log.exception("dispatch step failed", step=step.__name__)
+        finally:
+            self._in_flight -= 1
 
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:
