@@ -232,12 +232,26 @@ async def put_logs(
     "/environments/{env_uuid}/deployments/{deployment_id}/log-chunks/{seq}",
     status_code=202,
     response_class=Response,  # no body
-    openapi_extra=openapi.raw_body(
-        "text/plain",
-        {"type": "string"},
-        "One chunk of the live log: the age ciphertext of a chunk (`protocol.log_stream.ChunkPlaintext`), "
-        "in standard base64. The header `X-Log-Phase` names its phase in clear.",
-    ),
+    openapi_extra={
+        **openapi.raw_body(
+            "text/plain",
+            {"type": "string"},
+            "One chunk of the live log: the age ciphertext of a chunk "
+            "(`protocol.log_stream.ChunkPlaintext`), in standard base64.",
+        ),
+        "parameters": [
+            {
+                "name": log_stream.PHASE_HEADER,
+                "in": "header",
+                "required": True,
+                "description": "The chunk's phase, in clear (it is recorded in the deployment's phases).",
+                "schema": {
+                    "type": "string",
+                    "enum": sorted(phase.value for phase in log_stream.RUNNER_PHASES),
+                },
+            }
+        ],
+    },
     responses={
         202: {"description": "Stored; or this chunk was stored with the same bytes before (a retry)."},
         409: {"description": "A chunk of this number is stored with other bytes."},
