@@ -29,6 +29,7 @@ from orchestrator.dispatch.retention import RetentionWorker
 from orchestrator.protocol import age, log_stream
 from orchestrator.protocol import results as protocol
 from orchestrator.protocol.log_stream import Phase
+from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store.schema import deployment_log_chunks, deployments
 from tests.support.deployments import insert_deployment
@@ -450,6 +451,27 @@ async def test_follow__a_chunk_stored_while_following_reaches_the_follower(live:
     # A phase's event comes before the first chunk of it.
     assert ["phase", "chunk", "phase", "chunk"] == [e.name for e in follower.events]
     assert not follower.closed
+
+
+async def test_follow__a_chunk_stored_by_another_replica_reaches_the_follower(
+    live: Live, follow: Any, settings: ServerSettings
+) -> None:
+    """Replicas share the database only: a follower of one sees what the other stored at its next look."""
+    follower = await follow()
+    other = create_app(settings)
+    async with other.router.lifespan_context(other):
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=other), base_url="http://b"
+        ) as replica:
+            stored = await replica.put(
+                live.path(1),
+                content=live.body(1, "from the other replica\n"),
+                headers={protocol.DEPLOYMENT_TOKEN_HEADER: live.token(), log_stream.PHASE_HEADER: "plan"},
+            )
+        await follower.until(lambda f: f.chunks() == [1])
+
+    assert 202 == stored.status_code
+    assert "from the other replica\n" == live.decrypt(follower.named(log_stream.SSE_CHUNK)[0].data).text
 
 
 async def test_follow__a_reconnecting_follower_gets_only_later_chunks(live: Live, follow: Any) -> None:
