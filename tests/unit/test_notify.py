@@ -38,5 +38,5 @@ async def test_close__wakes_subscriptions_and_one_shot_waiters() -> None:
         woken = await asyncio.wait_for(waiting, 5)
         after = await subscription.wait(30)
 
-    assert [True, True] == woken
+    assert [True, True] == list(woken)
     assert after
