@@ -172,6 +172,8 @@ async def test_openapi__live_log(document: dict[str, Any]) -> None:
 
     assert {"200", "400", "401", "404", "410", "503"} == set(logs["responses"])
     assert ["application/json", "text/event-stream"] == sorted(logs["responses"]["200"]["content"])
+    event = logs["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    assert ["phase", "chunk", "log", "end"] == event["properties"]["event"]["enum"]
     assert {"after", "limit", "follow", "Last-Event-ID"} <= {p["name"] for p in logs["parameters"]}
     assert {"items", "last_seq", "complete", "status", "whole_log"} == set(
         schemas["LogPageOut"]["properties"]

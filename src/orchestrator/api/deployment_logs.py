@@ -48,6 +48,28 @@ KEEP_ALIVE_SECONDS = 15.0
 #: The largest chunk number (the gateway's).
 MAX_SEQ = 2**31 - 1
 EVENT_STREAM = "text/event-stream"
+#: One server-sent event of a follow (OpenAPI 3.1: the schema of an event stream describes each event).
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {
+            "type": "string",
+            "enum": [
+                log_stream.SSE_PHASE,
+                log_stream.SSE_CHUNK,
+                log_stream.SSE_WHOLE_LOG,
+                log_stream.SSE_END,
+            ],
+        },
+        "data": {
+            "type": "string",
+            "description": "JSON: a chunk as in the page's `items` (chunk), `{phase, started_at}` (phase), "
+            "`{ciphertext}` (log), `{status, status_message, last_seq}` (end).",
+        },
+        "id": {"type": "string", "description": "A chunk event's `seq`."},
+    },
+}
 
 
 class LogChunkOut(BaseModel):
@@ -110,7 +132,7 @@ def _start(after: int, last_event_id: str | None) -> int:
             "(data: `{status, status_message, last_seq}`; then the stream closes), and a `: keep-alive` "
             "comment every 15 s. A reconnecting follower sends `Last-Event-ID` (or `after`) and gets only "
             "later chunks. The stream also closes without `end` when the server stops: reconnect.",
-            "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+            "content": {EVENT_STREAM: {"schema": EVENT_SCHEMA}},
         },
         410: {"description": "The logs were removed after the retention period."},
     },
