@@ -333,10 +333,12 @@ async def test_page__removed_with_the_logs_by_the_retention_and_never_before(
     removed = await worker.run_once(now=datetime.now(UTC) + timedelta(days=2))
     after = await live.page()
     follow = await live.page(follow="true")
+    late = await live.put(2, "a late chunk, within the grace\n")
     async with services.engine.connect() as conn:
         rows = (await conn.execute(sa.select(sa.func.count()).select_from(deployment_log_chunks))).scalar()
 
     assert [] == kept
+    assert (410, "API-410") == (late.status_code, late.json()["error"])
     assert [1] == [item["seq"] for item in before.json()["items"]]
     assert [uuid.UUID(live.deployment_id)] == [item.deployment_id for item in removed]
     assert (410, 410) == (after.status_code, follow.status_code)

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.domain.deployments import Deployment, is_final
 from orchestrator.errors import ConflictError, GoneError
 from orchestrator.protocol.log_stream import CHUNK_GRACE_SECONDS, Phase
+from orchestrator.store import deployments as deployment_store
 from orchestrator.store import log_chunks as chunk_store
 from orchestrator.store import phases as phase_store
 
@@ -58,6 +59,15 @@ async def receive_chunk(
     stored bytes. ConflictError for other bytes under a stored ``seq``; GoneError once the deployment takes
     no chunks (``ensure_open``)."""
     ensure_open(deployment, now=now)
+    if is_final(deployment.status):
+        # Within the grace, but the retention may have removed its logs already (its environment is gone):
+        # a chunk stored now would outlive them.
+        removed = await deployment_store.objects_deleted_at(conn, deployment.org_id, deployment.id)
+        if removed is not None:
+            raise GoneError(
+                f"the logs of deployment '{deployment.id}' were removed on {removed.isoformat()}: it takes "
+                "no chunks any more"
+            )
     stored = await chunk_store.insert(
         conn,
         deployment_id=deployment.id,
