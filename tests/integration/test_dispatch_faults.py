@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from structlog.testing import capture_logs
 
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
-from orchestrator.domain.deployments import TIMEOUT_MESSAGE
+from orchestrator.domain.deployments import TIMEOUT_MESSAGE, before_start_message
 from orchestrator.errors import DatabaseUnavailableError
 from orchestrator.launchers.base import Launcher, RunState, RunStatus
 from orchestrator.launchers.local import LocalLauncher
@@ -284,7 +284,8 @@ async def test_check__pending_deployment_past_its_timeout_fails(app: FastAPI, or
     final = await row(app, deployment_id)
 
     assert [] == launcher.launched
-    assert ("failed", TIMEOUT_MESSAGE) == (final.status, final.status_message)
+    # Upstream's message, and that no runner was ever started (issue 22).
+    assert ("failed", before_start_message(TIMEOUT_MESSAGE, "queued")) == (final.status, final.status_message)
 
 
 async def test_round__one_failing_check_does_not_stop_the_others(app: FastAPI, org: Org) -> None:

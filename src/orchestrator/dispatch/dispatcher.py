@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from orchestrator import deployment_tokens, metrics
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import agent_commands as agent_policy
-from orchestrator.dispatch import errored_states
+from orchestrator.dispatch import errored_states, live_logs
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -69,6 +69,7 @@ from orchestrator.launchers.base import (
 )
 from orchestrator.notify import sleep_unless_stopped
 from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.log_stream import Phase
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
 from orchestrator.store import agent_commands as command_store
@@ -264,10 +265,14 @@ class Dispatcher:
         async with self.engine.begin() as conn:
             await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC), **values)
 
-    async def _fail(self, deployment: Deployment, message: str, *, code: str) -> None:
+    async def _fail(
+        self, deployment: Deployment, message: str, *, code: str, before_start: bool = False
+    ) -> None:
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
-            await results_policy.fail(conn, deployment, message, now=now, code=code)
+            await results_policy.fail(
+                conn, deployment, message, now=now, code=code, before_start=before_start
+            )
             await store.release(conn, deployment.id, owner=self.owner, now=now)
             await command_store.cancel_for_deployment(
                 conn, deployment.id, now=now, reason=f"the deployment failed ({code})"
@@ -344,6 +349,7 @@ class Dispatcher:
         try:
             async with self.engine.begin() as conn:
                 await agent_policy.enqueue(conn, envelope, now=now)
+                await live_logs.record_phase(conn, deployment, Phase.LAUNCHING, now=now)
                 released = await store.release(
                     conn,
                     deployment.id,
@@ -404,7 +410,7 @@ class Dispatcher:
             return
         if deployment.timeout_at <= datetime.now(UTC):
             metrics.LAUNCH_FAILURES.labels("timeout").inc()
-            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
+            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT", before_start=True)
             return
         attempts = deployment.dispatch_attempts + 1
         # A runner whose runs are bounded (seen at an earlier launch) takes its slot before anything is
@@ -417,7 +423,7 @@ class Dispatcher:
             found = await self._spec(deployment)
             if isinstance(found, str):
                 metrics.LAUNCH_FAILURES.labels("runner_unavailable").inc()
-                await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
+                await self._fail(deployment, found, code="RUNNER_UNAVAILABLE", before_start=True)
                 return
             if found.launcher is None:
                 await self._enqueue(deployment, found)
@@ -429,12 +435,18 @@ class Dispatcher:
                 self._bounded[runner_key] = bounded
                 if known is None and not await self._take_slot(deployment, *bounded):
                     return
+            # Recorded before the launch: the runner's own phases may arrive before the launch returns.
+            async with self.engine.begin() as conn:
+                await live_logs.record_phase(conn, deployment, Phase.LAUNCHING, now=datetime.now(UTC))
             started = launched(await found.launcher.launch(found.spec))
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
                 metrics.LAUNCH_FAILURES.labels("launch_error").inc()
                 await self._fail(
-                    deployment, f"the runner could not be launched: {exc.message}", code="LAUNCH_FAILED"
+                    deployment,
+                    f"the runner could not be launched: {exc.message}",
+                    code="LAUNCH_FAILED",
+                    before_start=True,
                 )
                 return
             metrics.LAUNCH_FAILURES.labels("launch_error_retried").inc()
@@ -458,6 +470,7 @@ class Dispatcher:
                 deployment,
                 f"the runner could not be launched: {describe(exc, error_id=error_id)}",
                 code="LAUNCH_FAILED",
+                before_start=True,
             )
             return
         now = datetime.now(UTC)
