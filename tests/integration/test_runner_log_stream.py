@@ -72,10 +72,19 @@ def client(url: str, *, first_contact_seconds: float = 20.0, timeout_seconds: fl
 class Run:
     """A LogStream on a LogBuffer, as ``run_standard`` opens it, for one test."""
 
-    def __init__(self, url: str, recipient: str, **options: object) -> None:
-        self.sink = logs.LogBuffer(max_bytes=int(options.pop("log_bytes", 1 << 20)))  # type: ignore[call-overload]
+    def __init__(
+        self,
+        url: str,
+        recipient: str,
+        *,
+        flush_seconds: float = 1.0,
+        log_bytes: int = 1 << 20,
+        spill_dir: str | None = None,
+        first_contact_seconds: float = 20.0,
+    ) -> None:
+        self.sink = logs.LogBuffer(max_bytes=log_bytes)
         self.log = logs.make_logger(self.sink, level="info", deployment_id=DEPLOYMENT)
-        self.client = client(url, **options.pop("client", {}))  # type: ignore[arg-type]
+        self.client = client(url, first_contact_seconds=first_contact_seconds)
         self.stream = log_stream.LogStream(
             gateway=self.client,
             env_uuid=ENV_UUID,
@@ -84,7 +93,8 @@ class Run:
             log=self.log,
             max_bytes=1 << 30,
             backoff=FAST,
-            **options,  # type: ignore[arg-type]
+            flush_seconds=flush_seconds,
+            spill_dir=spill_dir,
         )
         self.stream.open(self.sink)
 
@@ -239,6 +249,29 @@ def test_a_100_mib_log_waits_on_disk_not_in_memory_and_is_delivered_whole(
     assert [] == os.listdir(tmp_path), "the spill file is never visible"
 
 
+def test_chunks_that_cannot_wait_on_disk_end_the_stream_with_a_notice(
+    gateway: ChunkGateway, url: str, keys: tuple[str, str], tmp_path: Path
+) -> None:
+    """No spill file (its directory is gone): the chunk that would have gone there says the stream ends,
+    under its own number; what was in memory is delivered."""
+    identity, recipient = keys
+    gateway.down.set()
+    run = Run(url, recipient, spill_dir=str(tmp_path / "gone"), log_bytes=8 << 20)
+    for number in range(3000):
+        run.sink.write_line(f"line {number} " + "s" * 1000)
+    gateway.down.clear()
+
+    run.end()
+
+    assert_in_order_once(gateway)
+    chunks = gateway.decrypted(identity, DEPLOYMENT)
+    assert chunks[-1].text.startswith(
+        "[po-runner] log stream truncated: undelivered chunks could not be kept"
+    )
+    assert all(not chunk.text.startswith("[po-runner]") for chunk in chunks[:-1])
+    assert "log stream: undelivered chunks could not be kept; the stream ends here" in run.events()
+
+
 def test_a_dead_gateway_ends_the_drain(gateway: ChunkGateway, url: str, keys: tuple[str, str]) -> None:
     """The gateway took the first chunks, then went down for good: the end of the run gives up on the rest
     after the drain time, saying so, and leaves no thread behind."""
@@ -266,7 +299,7 @@ def test_a_gateway_never_reached_stops_the_stream_after_the_first_contact_window
         hole.bind(("127.0.0.1", 0))
         hole.listen(64)
         url = f"http://127.0.0.1:{hole.getsockname()[1]}"
-        run = Run(url, keys[1], flush_seconds=0.01, client={"first_contact_seconds": 1.0})
+        run = Run(url, keys[1], flush_seconds=0.01, first_contact_seconds=1.0)
         for number in range(100):
             run.sink.write_line(f"line {number}")
         while run.stream.thread.is_alive():
@@ -352,7 +385,9 @@ def assert_streamed_before_the_results(
     streamed = chunk_lines(chunks)
     whole = decrypt_whole_log(gateway.whole_log, identity).splitlines()
     assert streamed == whole[: len(streamed)]
-    assert "reporting the deployment" == json.loads(streamed[-1])["event"]
+    # The stream's own lines (an outage of the chunks) may come at any time, even in the last chunk.
+    events = [json.loads(line)["event"] for line in streamed if line.startswith("{")]
+    assert "reporting the deployment" == [e for e in events if not e.startswith("log stream:")][-1]
     assert Phase.REPORTING == chunks[-1].phase
 
 
@@ -407,6 +442,24 @@ def test_a_run_on_a_gateway_without_the_route_is_as_before(
     assert 1 == whole.count("does not take live log chunks (404)")
     assert '"operation":"apply"' in whole
     assert gateway.results is not None and "success" == gateway.results["status"]
+
+
+def test_a_run_told_not_to_stream_sends_no_chunk(
+    gateway: ChunkGateway, url: str, keys: tuple[str, str], tmp_path: Path
+) -> None:
+    identity, recipient = keys
+    gateway.bundle = make_bundle(module(tmp_path / "s.tfstate"))
+    environ = runner_environ(
+        url, tmp_path, mode="deploy", recipient=recipient, RUNNER_LOG_STREAM_MAX_BYTES="0"
+    )
+
+    done = subprocess.run(
+        [str(RUNNER_BIN), "standard"], env=environ, capture_output=True, text=True, timeout=100, check=False
+    )
+
+    assert 0 == done.returncode, done.stderr + done.stdout
+    assert [] == gateway.puts
+    assert "live log streaming is off" in decrypt_whole_log(gateway.whole_log, identity)
 
 
 def test_runs_in_one_process_leave_nothing_of_their_stream_behind(

@@ -427,6 +427,7 @@ class LogStream(Stream):
             except OSError as exc:
                 # Nowhere to wait: this number says so instead, and nothing more is streamed.
                 self._chunker.truncated = True
+                self._chunker.cut()
                 notice = f"[po-runner] log stream truncated: undelivered chunks could not be kept ({exc})\n"
                 self._keep(_Queued(seq, piece.phase, 0, self._encrypt(seq, Piece(piece.phase, notice))))
                 self._notes.append(
