@@ -29,6 +29,7 @@ from pydantic import SecretStr
 from orchestrator.client.gateway import RunnerGateway
 from orchestrator.client.http import Backoff
 from orchestrator.protocol import age
+from orchestrator.protocol.launch import WarmOrder
 from orchestrator.protocol.log_stream import ChunkPlaintext, Phase, decrypt_chunk
 from orchestrator.runner import log_stream, logs, standard
 from orchestrator.runner.gateway_client import GatewayClient, runner_retry
@@ -425,6 +426,30 @@ def test_a_run_streams_its_phases_and_ends_the_stream_before_the_results(
         assert f'"operation":"{"apply" if mode == "deploy" else "destroy"}"' in applied
     assert TOKEN not in text
     assert all(TOKEN.encode() not in stored.body for stored in gateway.chunks.values())
+
+
+def test_a_warm_runner_streams_as_a_cold_one(
+    gateway: ChunkGateway, url: str, keys: tuple[str, str], tmp_path: Path
+) -> None:
+    """``po-runner warm`` (the local launcher's warm pool): its order on stdin, then the run as ``standard``,
+    its log streamed the same."""
+    identity, recipient = keys
+    gateway.bundle = make_bundle(module(tmp_path / "s.tfstate"))
+    environ = runner_environ(url, tmp_path, mode="deploy", recipient=recipient)
+    order = WarmOrder(environ=environ, cwd=str(tmp_path)).encode()
+    started: dict[str, str] = {name: environ[name] for name in ("PATH", "PYTHONPATH") if name in environ}
+
+    done = subprocess.run(
+        [str(RUNNER_BIN), "warm"], input=order, env=started, capture_output=True, timeout=100, check=False
+    )
+
+    assert 0 == done.returncode, done.stderr.decode()
+    assert_in_order_once(gateway)
+    chunks = gateway.decrypted(identity, DEPLOYMENT)
+    assert [Phase.INIT, Phase.PLAN, Phase.APPLY, Phase.REPORTING] == list(
+        dict.fromkeys(c.phase for c in chunks)
+    )
+    assert_streamed_before_the_results(gateway, chunks, identity)
 
 
 def test_a_run_on_a_gateway_without_the_route_is_as_before(
