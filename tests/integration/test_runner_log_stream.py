@@ -82,6 +82,7 @@ class Run:
         log_bytes: int = 1 << 20,
         spill_dir: str | None = None,
         first_contact_seconds: float = 20.0,
+        attempt_seconds: float = log_stream.ATTEMPT_SECONDS,
     ) -> None:
         self.sink = logs.LogBuffer(max_bytes=log_bytes)
         self.log = logs.make_logger(self.sink, level="info", deployment_id=DEPLOYMENT)
@@ -96,6 +97,7 @@ class Run:
             backoff=FAST,
             flush_seconds=flush_seconds,
             spill_dir=spill_dir,
+            attempt_seconds=attempt_seconds,
         )
         self.stream.open(self.sink)
 
@@ -289,6 +291,31 @@ def test_a_dead_gateway_ends_the_drain(gateway: ChunkGateway, url: str, keys: tu
     [given_up] = [e for e in run.lines() if e["event"].startswith("log stream: chunks not delivered")]
     assert given_up["chunks"] >= 1 and given_up["first_seq"] == 2
     assert [1] == gateway.stored_seqs()
+
+
+def test_a_gateway_that_stops_answering_ends_the_drain_and_the_thread(
+    gateway: ChunkGateway, url: str, keys: tuple[str, str]
+) -> None:
+    """The gateway took the first chunk, then answers nothing (connections held): each attempt waits its
+    bound, the end of the run gives up after the drain time, and no thread is left."""
+    run = Run(url, keys[1], flush_seconds=0.01, attempt_seconds=0.5)
+    run.sink.write_line("first")
+    while not gateway.stored_seqs():
+        threading.Event().wait(0.01)
+    gateway.black_hole.set()
+    try:
+        for number in range(100):
+            run.sink.write_line(f"line {number}")
+        while len(gateway.puts) < 3:  # attempts time out and are made again
+            threading.Event().wait(0.01)
+
+        run.end(drain_seconds=0.5)
+    finally:
+        gateway.release.set()
+
+    [given_up] = [e for e in run.lines() if e["event"].startswith("log stream: chunks not delivered")]
+    assert 2 == given_up["first_seq"]
+    assert {(2, None)} == set(gateway.puts[1:])
 
 
 def test_a_gateway_never_reached_stops_the_stream_after_the_first_contact_window(

@@ -3,7 +3,8 @@
 stored ``seq``), 413, 404 and 410, and the deployment routes a whole run needs (``GET .../bundle``,
 ``PUT .../logs``, ``POST .../results``). A raw ASGI app, served for real (``serve_in_thread``), with the
 faults the tests switch on: answers held back (503), a chunk stored and its answer lost (the connection
-dropped), no such route (404 or 405, as upstream's gateway), the deployment ended (410).
+dropped), no answer at all (a black hole), no such route (404 or 405, as upstream's gateway), the
+deployment ended (410).
 
 ``events`` lists, in the order they happened, each chunk's first store, the whole log and the results;
 ``puts`` every chunk ``PUT`` as ``(seq, status)`` (``None``: the connection was dropped).
@@ -11,6 +12,7 @@ dropped), no such route (404 or 405, as upstream's gateway), the deployment ende
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -56,6 +58,9 @@ class ChunkGateway:
     down: threading.Event = field(default_factory=threading.Event)
     #: The next N chunks stored lose their answer (the connection drops after the store).
     lose_answers: int = 0
+    #: While set, chunk PUTs get no answer until ``release`` is set (a black-holed gateway).
+    black_hole: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
     #: Chunk PUTs are answered this (404 or 405: a gateway without the route).
     no_route: int | None = None
     #: Chunks past this seq are answered 410 (the deployment ended).
@@ -115,6 +120,12 @@ class ChunkGateway:
             await _answer(send, 404, {"error": "API-404", "message": f"no route {method} {path}"})
 
     async def _chunk(self, seq: int, phase: str, body: bytes, send: Send) -> None:
+        if self.black_hole.is_set():
+            with self._lock:
+                self.puts.append((seq, None))
+            await asyncio.to_thread(self.release.wait, 60)
+            await _answer(send, 503)
+            return
         status, drop, stored = self._take(seq, phase, body)
         with self._lock:
             self.puts.append((seq, None if drop else status))
