@@ -9,7 +9,9 @@ Wire contract (every part is a compatibility promise, like the rest of ``protoco
   ``reporting``. The orchestrator records ``queued`` (created) and ``launching`` (the dispatcher or an agent
   command starts a run); the runner's chunks carry the others.
 - **A chunk** is up to ``MAX_CHUNK_TEXT_BYTES`` of log text (whole lines, UTF-8), cut every
-  ``FLUSH_SECONDS`` or when that size is reached, whichever comes first, and at every phase change. Its
+  ``FLUSH_SECONDS`` or when that size is reached, whichever comes first, and at every phase change. A line
+  longer than a chunk is split: its pieces end their chunks without a newline and the next chunk goes on
+  with it (the chunks' texts, joined in order, are the log). Its
   plaintext is the JSON object ``ChunkPlaintext`` (sequence number, phase and deployment id inside the
   ciphertext, so a chunk cannot be replayed into another deployment or reordered unseen), age-encrypted
   to the deployment's ``encrypted_logs_recipient``: every chunk decrypts on its own.
@@ -89,7 +91,8 @@ class ChunkPlaintext(BaseModel):
     deployment_id: str
     seq: int = Field(ge=1)
     phase: Phase
-    #: Whole lines, each ending in a newline: the runner's JSON lines and Terraform's ``-json`` lines.
+    #: Whole lines, each ending in a newline: the runner's JSON lines and Terraform's ``-json`` lines; but
+    #: a line too long for one chunk is split, its pieces ending their chunks without a newline.
     text: str
 
 
