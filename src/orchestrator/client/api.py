@@ -202,22 +202,30 @@ class ApiClient:
     def _delete(self, path: str, *, params: Mapping[str, str] | None = None) -> None:
         self._send("DELETE", path, params=params)
 
-    def _pages(self, path: str, params: Params | None = None) -> Iterator[JsonObject]:
-        query: dict[str, str | Sequence[str] | None] = {**(params or {}), "per_page": str(self.page_size)}
+    def _pages(
+        self, path: str, params: Params | None = None, limit: int | None = None
+    ) -> Iterator[JsonObject]:
+        per_page = self.page_size if limit is None else max(1, min(self.page_size, limit))
+        query: dict[str, str | Sequence[str] | None] = {**(params or {}), "per_page": str(per_page)}
+        left = limit
         while True:
             page = self._object("GET", path, params=query)
             items = page.get("items")
             if not isinstance(items, list):
                 raise ApiError(200, "API-000", f"the API answered a list without items at {path}")
+            if left is not None:
+                items = items[:left]
+                left -= len(items)
             yield from items
             token = page.get("next_page_token")
-            if not token:
+            if not token or left == 0:
                 return
             query["page"] = str(token)
 
-    def _list(self, path: str, params: Params | None = None) -> list[JsonObject]:
-        """Every item of a paged list, in the server's order; ``None`` parameters are left out."""
-        return list(self._pages(path, params))
+    def _list(self, path: str, params: Params | None = None, limit: int | None = None) -> list[JsonObject]:
+        """Every item of a paged list (the first ``limit`` with one), in the server's order; ``None``
+        parameters are left out."""
+        return list(self._pages(path, params, limit))
 
     # -- organizations --------------------------------------------------------------------------------
 
@@ -250,10 +258,12 @@ class ApiClient:
     def get_runner(self, org: str, runner_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}")
 
-    def list_runners(self, org: str, *, include_managed: bool = False) -> list[JsonObject]:
+    def list_runners(
+        self, org: str, *, include_managed: bool = False, limit: int | None = None
+    ) -> list[JsonObject]:
         """The runners; with ``include_managed`` the managed pool too (ours: upstream ignores it)."""
         params = {"include_managed": "true"} if include_managed else None
-        return self._list(f"/orgs/{_segment(org)}/runners", params)
+        return self._list(f"/orgs/{_segment(org)}/runners", params, limit)
 
     def update_runner(self, org: str, runner_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}", body=patch)
@@ -300,8 +310,8 @@ class ApiClient:
     def get_project(self, org: str, project_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/projects/{_segment(project_id)}")
 
-    def list_projects(self, org: str) -> list[JsonObject]:
-        return self._list(f"/orgs/{_segment(org)}/projects")
+    def list_projects(self, org: str, *, limit: int | None = None) -> list[JsonObject]:
+        return self._list(f"/orgs/{_segment(org)}/projects", limit=limit)
 
     def update_project(self, org: str, project_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/projects/{_segment(project_id)}", body=patch)
@@ -342,11 +352,16 @@ class ApiClient:
         return self._object("GET", self._env_path(org, project_id, env_id))
 
     def list_envs(
-        self, org: str, project_id: str | None = None, *, env_type_id: str | None = None
+        self,
+        org: str,
+        project_id: str | None = None,
+        *,
+        env_type_id: str | None = None,
+        limit: int | None = None,
     ) -> list[JsonObject]:
         """The environments of one project, or of the whole organization when ``project_id`` is None."""
         path = self._env_path(org, project_id) if project_id is not None else f"/orgs/{_segment(org)}/envs"
-        return self._list(path, {"byEnvTypeId": env_type_id})
+        return self._list(path, {"byEnvTypeId": env_type_id}, limit)
 
     def update_env(self, org: str, project_id: str, env_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", self._env_path(org, project_id, env_id), body=patch)
@@ -577,8 +592,9 @@ class ApiClient:
         env_id: str | None = None,
         modes: Sequence[str] = (),
         statuses: Sequence[str] = (),
+        limit: int | None = None,
     ) -> list[JsonObject]:
-        """Deployments, newest first; several ``modes`` or ``statuses`` match any of them."""
+        """Deployments, newest first (the newest ``limit``); several ``modes`` or ``statuses`` match any."""
         return self._list(
             f"/orgs/{_segment(org)}/deployments",
             {
@@ -587,6 +603,7 @@ class ApiClient:
                 "by_mode[]": list(modes) or None,
                 "by_status[]": list(statuses) or None,
             },
+            limit,
         )
 
     def wait_for_deployment(

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from orchestrator.cli.octl import keys, manifest, output
-from orchestrator.cli.octl.commands.deployments import decrypt_logs
+from orchestrator.cli.octl import completion, keys, manifest, output
+from orchestrator.cli.octl.commands.logs import decrypt_logs, print_log
 from orchestrator.cli.octl.inputs import InputError
 from orchestrator.cli.octl.progress import WaitProgress, format_duration
 from orchestrator.cli.octl.session import (
@@ -140,8 +140,8 @@ def run_options(func: F) -> F:
 
 
 @click.command("deploy")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)
+@click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
 @click.argument("source", metavar="MANIFEST")
 @run_options
 @pass_session
@@ -176,9 +176,9 @@ def deploy(
 
 
 @click.command("rollback")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
-@click.argument("target_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)
+@click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
+@click.argument("target_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @run_options
 @pass_session
 def rollback(
@@ -357,7 +357,7 @@ def _show_logs(session: Session, org: str, deployment_id: str, identity: str) ->
         output.note(f"Cannot show the runner logs: {exc.message}")
         return
     output.note("Runner logs:")
-    click.echo(text, err=True, nl=not text.endswith("\n"))
+    print_log(text, raw=False, err=True)
 
 
 def _resources_line(deployment: JsonObject) -> str | None:
@@ -407,7 +407,7 @@ def report(
 
 
 @click.command("outputs")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @click.option(
     "--key",
     metavar="AGE-SECRET-KEY-...|@FILE",

@@ -1,4 +1,4 @@
-"""``octl get deployments`` (alias ``deps``), ``get deployment`` (``dep``), ``octl tf``, ``octl logs``."""
+"""``octl get deployments`` (alias ``deps``), ``get deployment`` (``dep``), ``octl tf``, ``octl cancel``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,11 @@ import uuid
 
 import click
 
-from orchestrator.cli.octl import keys, output
+from orchestrator.cli.octl import completion, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org
-from orchestrator.cli.octl.inputs import InputError
 from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import OperationFailure, Session, UsageFailure, org_option, pass_session
-from orchestrator.protocol import age
+from orchestrator.cli.octl.session import OperationFailure, Session, org_option, pass_session
 
 DEPLOYMENT_SUMMARY = (
     field("Id", "id"),
@@ -38,8 +36,20 @@ MODES = ("deploy", "rollback", "destroy")
 
 
 @verbs.get.command("deployments")
-@click.option("--project", "project_id", metavar="PROJECT", help="Only the deployments of this project.")
-@click.option("--env", "env_id", metavar="ENV", help="Only the deployments to this environment.")
+@click.option(
+    "--project",
+    "project_id",
+    metavar="PROJECT",
+    help="Only the deployments of this project.",
+    shell_complete=completion.projects,
+)
+@click.option(
+    "--env",
+    "env_id",
+    metavar="ENV",
+    help="Only the deployments to this environment.",
+    shell_complete=completion.envs,
+)
 @click.option(
     "--status",
     "statuses",
@@ -68,7 +78,7 @@ def get_deployments(
 
 
 @verbs.get.command("deployment")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @reads_org
 def get_deployment(session: Session, deployment_id: uuid.UUID, out: str) -> None:
     """Show a deployment (alias: dep; -o yaml or json for its manifest, metrics and error)."""
@@ -76,7 +86,7 @@ def get_deployment(session: Session, deployment_id: uuid.UUID, out: str) -> None
 
 
 @click.command("tf")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @org_option
 @pass_session
 def tf(session: Session, deployment_id: uuid.UUID) -> None:
@@ -85,48 +95,8 @@ def tf(session: Session, deployment_id: uuid.UUID) -> None:
     click.echo(code, nl=not code.endswith("\n"))
 
 
-@click.command("logs")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
-@click.option(
-    "--key",
-    metavar="AGE-SECRET-KEY-...|@FILE",
-    help="The logs key `octl deploy` printed (or saved with --save-keys). Without it the logs are "
-    "printed as they are stored: base64 age ciphertext.",
-)
-@org_option
-@pass_session
-def logs(session: Session, deployment_id: uuid.UUID, key: str | None) -> None:
-    """Print the runner logs of a deployment.
-
-    The logs are encrypted by the runner to a key only the deployer holds; they are decrypted here,
-    so the key never leaves this machine.
-    """
-    try:
-        identity = keys.read_identity("--key", key) if key is not None else None
-    except InputError as exc:
-        raise UsageFailure(str(exc)) from exc
-    ciphertext = session.client().get_deployment_logs(session.org(), str(deployment_id))
-    if identity is None:
-        click.echo(ciphertext, nl=not ciphertext.endswith("\n"))
-        return
-    text = decrypt_logs(str(deployment_id), ciphertext, identity)
-    click.echo(text, nl=not text.endswith("\n"))
-
-
-def decrypt_logs(deployment_id: str, ciphertext: str, identity: str) -> str:
-    """The plain logs; a key that does not open them is the user's error (exit 1), named as such."""
-    try:
-        plain = age.decrypt_b64(ciphertext.strip(), identity)
-    except age.AgeDecryptError as exc:
-        raise OperationFailure(
-            f"the logs of deployment {deployment_id} do not decrypt with this key: it is not the logs key "
-            "of this deployment"
-        ) from exc
-    return plain.decode("utf-8", errors="replace")
-
-
 @click.command("cancel")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @click.option(
     "--no-wait", is_flag=True, help="Return once the cancel is accepted, without waiting for the run to stop."
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl import completion, inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import Column, field
@@ -106,8 +106,8 @@ def delete_resource_type(session: Session, type_id: str) -> None:
 
 
 @verbs.get.command("available-resource-types")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)
+@click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
 @click.option("--all", "include_all", is_flag=True, help="Also the types developers may not request.")
 @reads_org
 def get_available_resource_types(
