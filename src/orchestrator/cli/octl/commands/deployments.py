@@ -15,20 +15,20 @@ from orchestrator.cli.octl.session import OperationFailure, Session, org_option,
 
 DEPLOYMENT_SUMMARY = (
     field("Id", "id"),
-    field("ProjectId", "project_id"),
-    field("EnvId", "env_id"),
-    field("Mode", "mode"),
+    field("ProjectId", "project_id", rank=2),
+    field("EnvId", "env_id", rank=2),
+    field("Mode", "mode", rank=4),
     field("Status", "status"),
-    field("CreatedAt", "created_at"),
+    field("CreatedAt", "created_at", rank=1),
     field("CompletedAt", "completed_at", wide=True),
     field("RunnerId", "runner_id", wide=True),
-    field("StatusMessage", "status_message", wide=True),
+    field("StatusMessage", "status_message", wide=True, shrink=True),
 )
 DEPLOYMENT = (
     *DEPLOYMENT_SUMMARY[:6],
     field("CompletedAt", "completed_at"),
     field("RunnerId", "runner_id"),
-    field("StatusMessage", "status_message"),
+    field("StatusMessage", "status_message", shrink=True),
 )
 STATUSES = ("executing", "succeeded", "failed", "cancelled")
 #: Stored modes; a plan-only deployment is mode deploy with plan_only set, so plan_only is no filter.

@@ -31,12 +31,12 @@ WAIT_POLL_SECONDS = 1.0
 _DEPLOYMENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 ENV = (
-    field("ProjectId", "project_id"),
+    field("ProjectId", "project_id", key=True),
     field("Id", "id"),
-    field("EnvTypeId", "env_type_id"),
-    field("RunnerId", "runner_id"),
+    field("EnvTypeId", "env_type_id", rank=3),
+    field("RunnerId", "runner_id", rank=2),
     field("Status", "status"),
-    field("CreatedAt", "created_at"),
+    field("CreatedAt", "created_at", rank=1),
 )
 
 

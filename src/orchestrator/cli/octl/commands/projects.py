@@ -14,11 +14,11 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 PROJECT = (
     field("Id", "id"),
-    field("DisplayName", "display_name"),
+    field("DisplayName", "display_name", shrink=True),
     field("Status", "status"),
     field("CreatedAt", "created_at"),
 )
-ENV_TYPE = (field("Id", "id"), field("DisplayName", "display_name"), field("CreatedAt", "created_at"))
+ENV_TYPE = (field("Id", "id"), field("DisplayName", "display_name", shrink=True), field("CreatedAt", "created_at"))
 
 
 @verbs.create.command("project")

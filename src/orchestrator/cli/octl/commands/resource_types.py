@@ -15,7 +15,7 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 RESOURCE_TYPE = (
     field("Id", "id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     field("DeveloperAccessible", "is_developer_accessible"),
     field("BuiltIn", "built_in"),
     field("CreatedAt", "created_at"),
@@ -31,7 +31,7 @@ def _option(option: dict[str, object]) -> str:
 
 AVAILABLE_RESOURCE_TYPE = (
     field("Id", "id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     Column("Modules", lambda row: ", ".join(_option(o) for o in row.get("options") or [])),
 )
 

@@ -15,14 +15,14 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 #: Upstream ``RunnerSummary`` columns (the list answers only the two ``type`` fields of the configurations).
 RUNNER_SUMMARY = (
     field("Id", "id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True, rank=2),
     field("RunnerType", "runner_configuration.type"),
-    field("CreatedAt", "created_at"),
+    field("CreatedAt", "created_at", rank=1),
 )
 RUNNER = (
     field("Id", "id"),
-    field("OrgId", "org_id"),
-    field("Description", "description"),
+    field("OrgId", "org_id", rank=3),
+    field("Description", "description", shrink=True, rank=2),
     field("RunnerType", "runner_configuration.type"),
     field("StateStorageType", "state_storage_configuration.type"),
     field("CreatedAt", "created_at"),
