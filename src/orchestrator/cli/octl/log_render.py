@@ -6,8 +6,9 @@ A deployment's log holds three kinds of lines, and :class:`LogRenderer` turns ea
   runs the engine so): mostly their ``@message``, which is the line Terraform prints in its human view
   (``terraform_data.a: Creating...``); a ``diagnostic`` as Terraform's boxed ``Error: ...`` or
   ``Warning: ...`` block (summary, where in the code with its snippet, the detail wrapped); ``outputs`` as
-  Terraform's ``Outputs:`` block; a ``change_summary`` after a blank line; ``version`` not at all
-  (Terraform does not print it).
+  Terraform's ``Outputs:`` block; a ``change_summary`` after a blank line; a provisioner's output as
+  ``ADDR (local-exec): LINE``; what Terraform's human view leaves out (the version, the end of a refresh
+  or of a provisioner) not at all.
 - The runner's own JSON lines (``{"event": ..., "level": ..., "time": ..., ...}``, and upstream's Go
   runner's ``{"time", "level", "msg"}``) as one short ``[runner] ...`` line each, without the fields every
   line repeats (org, runner, deployment).
@@ -31,6 +32,9 @@ DEFAULT_WIDTH = 78
 RUNNER_CONTEXT_FIELDS = frozenset(
     {"event", "level", "time", "org_id", "runner_id", "deployment_id", "mode", "env_uuid", "exception"}
 )
+#: Machine lines whose event Terraform's human view does not print: the version, the end of a refresh or
+#: of a provisioner (what follows says how it went).
+SILENT_TYPES = frozenset({"version", "refresh_complete", "provision_complete"})
 #: Fields of upstream's Go runner (slog's JSON handler) left out the same way.
 SLOG_FIELDS = frozenset({"time", "level", "msg", "source"})
 
@@ -83,8 +87,14 @@ class LogRenderer:
     def _terraform(self, document: dict[str, Any], line: str) -> str:
         kind = document.get("type")
         message = document.get("@message")
-        if kind == "version":
+        if kind in SILENT_TYPES:
             return ""
+        if kind == "provision_progress" and isinstance(document.get("hook"), dict):
+            # Terraform prints the provisioner's output as "ADDR (local-exec): LINE", not "ADDR: (...)".
+            hook = document["hook"]
+            address = (hook.get("resource") or {}).get("addr")
+            if address and "output" in hook:
+                return self._plain(f"{address} ({hook.get('provisioner')}): {hook['output']}\n")
         if kind == "diagnostic" and isinstance(document.get("diagnostic"), dict):
             return self._block(self.diagnostic(document["diagnostic"]))
         if kind == "outputs" and isinstance(document.get("outputs"), dict):

@@ -18,7 +18,11 @@ PROJECT = (
     field("Status", "status"),
     field("CreatedAt", "created_at"),
 )
-ENV_TYPE = (field("Id", "id"), field("DisplayName", "display_name", shrink=True), field("CreatedAt", "created_at"))
+ENV_TYPE = (
+    field("Id", "id"),
+    field("DisplayName", "display_name", shrink=True),
+    field("CreatedAt", "created_at"),
+)
 
 
 @verbs.create.command("project")
