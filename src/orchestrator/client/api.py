@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from orchestrator.client import sse
 from orchestrator.client.errors import (
     AuthError,
     ClientError,
@@ -36,6 +37,9 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_WAIT_SECONDS = 30
 #: Extra time the HTTP request of a long poll gets beyond the server's own wait.
 LONG_POLL_MARGIN_SECONDS = 15.0
+#: A followed log stream that sends nothing this long (three of the server's 15 s keep-alives) is taken
+#: for dropped.
+FOLLOW_READ_TIMEOUT_SECONDS = 45.0
 #: Tries of a deployment POST that carries an Idempotency-Key when the connection fails; the same key
 #: makes a repeat safe (the server answers the deployment the first try created).
 CREATE_ATTEMPTS = 3
@@ -648,6 +652,49 @@ class ApiClient:
             f"{self._deployment_path(org, deployment_id)}/actions/get-logs",
             headers={"DecryptKey": decrypt_key} if decrypt_key else None,
         ).text
+
+    def get_deployment_log_chunks(
+        self, org: str, deployment_id: str, *, after: int = 0, limit: int | None = None
+    ) -> JsonObject:
+        """The live log's chunks after ``after``: ``{items: [LogChunk...], last_seq, complete, status,
+        whole_log}`` (ciphertext only)."""
+        params = {"after": str(after), "limit": None if limit is None else str(limit)}
+        return self._object("GET", f"{self._deployment_path(org, deployment_id)}/logs", params=params)
+
+    def follow_deployment_logs(
+        self,
+        org: str,
+        deployment_id: str,
+        *,
+        after: int = 0,
+        read_timeout_seconds: float = FOLLOW_READ_TIMEOUT_SECONDS,
+    ) -> Iterator[sse.ServerSentEvent]:
+        """The live log as server-sent events (``chunk``, ``phase``, ``log``, ``end``), from the chunk after
+        ``after`` (sent as ``Last-Event-ID`` too). The stream ends after ``end``, or raises
+        :class:`ApiConnectionError` when the connection drops or stays silent ``read_timeout_seconds``
+        (the server sends a keep-alive every 15 s): reconnect with the last ``seq`` seen."""
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
+        timeout = httpx.Timeout(
+            self._http.timeout.connect or DEFAULT_TIMEOUT_SECONDS, read=read_timeout_seconds
+        )
+        path = f"{self._deployment_path(org, deployment_id)}/logs"
+        try:
+            with self._http.stream(
+                "GET", path, params={"follow": "true", "after": str(after)}, headers=headers, timeout=timeout
+            ) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _error_from(response)
+                yield from sse.parse(response.iter_lines())
+        except httpx.TimeoutException as exc:
+            raise ApiConnectionError(
+                f"the log stream of deployment {deployment_id} stayed silent {read_timeout_seconds:g} s"
+            ) from exc
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ApiConnectionError(
+                f"the log stream of deployment {deployment_id} broke off: {reason}"
+            ) from exc
 
     # -- usage ----------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import TextIO
 import click
 
 from orchestrator.cli.octl import completion, keys, output
+from orchestrator.cli.octl.follow import FollowError, LogFollower
 from orchestrator.cli.octl.inputs import InputError
 from orchestrator.cli.octl.log_render import DEFAULT_WIDTH, LogRenderer
 from orchestrator.cli.octl.session import OperationFailure, Session, UsageFailure, org_option, pass_session
@@ -121,22 +122,39 @@ def keys_options(func: click.decorators.FC) -> click.decorators.FC:
     help="Print the log's lines as the runner wrote them (its JSON lines, Terraform's -json lines) instead "
     "of the text Terraform prints.",
 )
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Follow the log while the deployment runs (its phases on stderr) until it ends; exits 1 if it "
+    "did not succeed.",
+)
 @org_option
 @pass_session
 def logs(
-    session: Session, deployment_id: uuid.UUID, key: str | None, keys_dir: Path | None, raw: bool
+    session: Session,
+    deployment_id: uuid.UUID,
+    key: str | None,
+    keys_dir: Path | None,
+    raw: bool,
+    follow: bool,
 ) -> None:
     """Print the runner logs of a deployment, as Terraform prints them.
 
     The logs are encrypted by the runner to a key only the deployer holds; they are decrypted here
     with the key `octl deploy` saved (or --key), so the key never leaves this machine. Without a key,
     on a terminal it says how to decrypt (exit 2); piped it prints the logs as stored (base64 age
-    ciphertext) and says so on stderr.
+    ciphertext) and says so on stderr. With -f it follows the log live, chunk by chunk, while the
+    deployment runs, and ends with its status.
     """
     deployment = str(deployment_id)
     found = find_logs_key(deployment, key, keys_dir)
-    if found.identity is None and _is_terminal(sys.stdout):
+    if found.identity is None and (follow or _is_terminal(sys.stdout)):
         raise UsageFailure(how_to_decrypt(deployment, found.looked_for))
+    if follow:
+        assert found.identity is not None
+        follow_log(session, deployment, found.identity, raw=raw)
+        return
     ciphertext = session.client().get_deployment_logs(session.org(), deployment)
     if found.identity is None:
         output.warning(
@@ -146,3 +164,37 @@ def logs(
         click.echo(ciphertext, nl=not ciphertext.endswith("\n"))
         return
     print_log(decrypt_logs(deployment, ciphertext, found.identity), raw=raw)
+
+
+def follow_log(session: Session, deployment_id: str, identity: str, *, raw: bool) -> None:
+    """``logs -f``: the log on stdout as it comes, the phases and the end on stderr."""
+    renderer = renderer_for(sys.stdout)
+
+    def text(chunk: str, _phase: str | None) -> None:
+        shown = chunk if raw else renderer.text(chunk)
+        if shown:
+            click.echo(shown, nl=False)
+
+    follower = LogFollower(
+        client=session.client(),
+        org=session.org(),
+        deployment_id=deployment_id,
+        identity=identity,
+        on_text=text,
+        on_phase=lambda phase, _at: output.note(f"Phase: {phase}"),
+        on_gap=lambda first, last: output.warning(
+            f"log chunks {first}..{last} of deployment {deployment_id} never reached the server: "
+            "lines are missing here"
+        ),
+        on_reconnect=lambda reason: output.note(
+            f"{reason}; following again after chunk {follower.last_seq}..."
+        ),
+    )
+    try:
+        end = follower.run()
+    except FollowError as exc:
+        raise OperationFailure(str(exc)) from exc
+    message = f"Deployment {deployment_id} {end.status}: {end.status_message}".rstrip(": ")
+    if end.status != "succeeded":
+        raise OperationFailure(message)
+    output.success(message)
