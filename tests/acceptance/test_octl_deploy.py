@@ -170,7 +170,9 @@ def test_deploy__outputs_then_no_changes_then_logs_deployments_and_tf(platform: 
     table = _ok(octl("get", "deps"))
     assert 2 == len(deployments)
     assert {("deploy", "succeeded")} == {(d["mode"], d["status"]) for d in deployments}
-    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "CreatedAt"] == table.stdout.splitlines()[0].split()
+    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "Phase", "CreatedAt"] == table.stdout.splitlines()[
+        0
+    ].split()
     assert {d["id"] for d in deployments} == {line.split()[0] for line in table.stdout.splitlines()[1:]}
     first_id = re.search(r"Deployment ([0-9a-f-]{36}) created", first.stderr).group(1)  # type: ignore[union-attr]
     metrics = json.loads(_ok(octl("get", "deployment", first_id, "-o", "json")).stdout)["metrics"]

@@ -119,7 +119,7 @@ def test_lists__piped_every_column_whole_as_upstream(octl: Octl, platform: dict[
     piped = octl("get", "deployments")
 
     lines = _rows(piped.stdout)
-    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "CreatedAt"] == lines[0].split()
+    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "Phase", "CreatedAt"] == lines[0].split()
     assert {PROJECT} == {line.split()[1] for line in lines[1:]}
     assert all(re.search(r"\d{4}-\d\d-\d\dT", line) for line in lines[1:])
 

@@ -87,10 +87,11 @@ class LogFollower:
         if kind == log_stream.SSE_CHUNK:
             self._chunk(payload)
         elif kind == log_stream.SSE_PHASE:
-            phase = str(payload.get("phase"))
             started_at = payload.get("started_at")
-            self.phases.append((phase, started_at if isinstance(started_at, str) else None))
-            self.on_phase(phase, started_at if isinstance(started_at, str) else None)
+            start = (str(payload.get("phase")), started_at if isinstance(started_at, str) else None)
+            if start not in self.phases:  # a resumed stream sends every phase again
+                self.phases.append(start)
+                self.on_phase(*start)
         elif kind == log_stream.SSE_WHOLE_LOG:
             try:
                 text = age.decrypt_b64(str(payload.get("ciphertext") or "").strip(), self.identity)
