@@ -29,9 +29,10 @@ from orchestrator.protocol import log_stream
 from tests.support.octl import OCTL_EXECUTABLE, ORG, OctlProcess, Ran, on_terminal
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import Proxy, ServerProcess
-from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest
+from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
 
-pytestmark = [pytest.mark.slow]
+# Each test on one of the databases, the must-show test (the follow across a restart) on both.
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 #: What the module's provisioner prints; its code holds only ``$((40+2))``, so the marker is in the log
 #: alone (the module's code is stored, and not secret).
@@ -92,14 +93,19 @@ def _slow_module(stack: Stack, command: str) -> None:
 
 @pytest.fixture
 def live(database_url: str, tmp_path: Path) -> Iterator[Live]:
-    server = ServerProcess(database_url, tmp_path / "data")
+    # No warm runners: a warm runner is started ahead with the server's own environment, so it would run
+    # the installed runner rather than the tree under test's (PYTHONPATH, below).
+    server = ServerProcess(database_url, tmp_path / "data", PO_LOCAL_WARM_RUNNERS="0")
     server.start()
     try:
-        stack = build_stack(server.url, tmp_path)
+        # The runner of the tree under test (a local run inherits no PYTHONPATH of the server's).
+        tree = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+        stack = build_stack(server.url, tmp_path, runner=runner_body(tmp_path / "terraformrc", **tree))
         _slow_module(stack, f"{MARKER_COMMAND}; sleep {SLOW_SECONDS}")
         token = str(stack.client.headers["Authorization"]).removeprefix("Bearer ")
         octl = OctlProcess(base_url=server.url, token=token, config_path=tmp_path / "octl.yaml")
         yield Live(server=server, stack=stack, octl=octl, tmp_path=tmp_path)
+        stack.client.close()
     finally:
         server.stop()
 
@@ -153,6 +159,9 @@ class Follower:
         exit_code = self.process.wait(timeout_seconds)
         for thread in self.threads:
             thread.join(10)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
         return Ran(exit_code=exit_code, stdout="".join(self.lines), stderr="".join(self.stderr))
 
 
@@ -161,6 +170,7 @@ def _executing(live: Live, deployment_id: str) -> dict[str, Any]:
         return client.get_deployment(ORG, deployment_id)
 
 
+@pytest.mark.spread(False)
 def test_logs_follow__live_across_a_server_restart_and_a_dropped_connection(live: Live) -> None:
     """The plan reaches followers while the apply runs; one follower goes through a server restart (kill
     -9), another through a connection cut twice; both print every chunk once, in order; the stored bytes
@@ -256,8 +266,9 @@ def test_deploy__phases_and_progress_live_on_a_terminal_plain_lines_piped(live: 
 
     assert 0 == on_tty.exit_code, on_tty.output
     # The live line, redrawn: its phase and counts as they changed (the provisioner holds the apply).
-    assert ": plan" in on_tty.output
-    assert ": apply, 2 planned, 0 applied" in on_tty.output
+    assert "Phase plan (" in on_tty.output
+    assert "Phase apply, 2 planned, 0 applied (" in on_tty.output
+    assert "to complete:" not in on_tty.output  # the long piped form would wrap at 80 columns
     assert "succeeded after" in on_tty.output
     assert 0 == piped.exit_code, piped.output
     # Piped: one plain line per phase, in order.
