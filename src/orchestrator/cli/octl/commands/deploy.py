@@ -367,6 +367,8 @@ def watch(
         deployment = wait(session, org, deployment_id, started, reread=reread)
         if show_logs and not printed:
             _show_logs(session, org, deployment_id, identity)
+    elif show_logs and not printed:
+        output.note(f"Deployment {deployment_id} has no runner logs (its runner sent none).")
     return deployment
 
 
