@@ -100,7 +100,9 @@ def live(database_url: str, tmp_path: Path) -> Iterator[Live]:
     try:
         # The runner of the tree under test (a local run inherits no PYTHONPATH of the server's).
         tree = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
-        stack = build_stack(server.url, tmp_path, runner=runner_body(tmp_path / "terraformrc", **tree))
+        runner = runner_body(tmp_path / "terraformrc")
+        runner["runner_configuration"]["job"]["environment"].update(tree)
+        stack = build_stack(server.url, tmp_path, runner=runner)
         _slow_module(stack, f"{MARKER_COMMAND}; sleep {SLOW_SECONDS}")
         token = str(stack.client.headers["Authorization"]).removeprefix("Bearer ")
         octl = OctlProcess(base_url=server.url, token=token, config_path=tmp_path / "octl.yaml")
