@@ -230,6 +230,23 @@ def test_logs_follow__rendered_with_phases_and_the_end(live: Live) -> None:
     assert followed.stdout == again.stdout
 
 
+def test_logs__while_it_runs_prints_the_log_so_far(live: Live) -> None:
+    """No "has no logs" while a deployment runs: `octl logs` prints what its runner streamed so far."""
+    deployment_id = live.deploy_no_wait("so-far")
+    follower = Follower.start(live.octl, deployment_id)
+    assert follower.first_plan.wait(60), "".join(follower.stderr)
+
+    so_far = live.octl("logs", deployment_id)
+    status = _executing(live, deployment_id)["status"]
+    follower.wait()
+
+    assert 0 == so_far.exit_code, so_far.stderr
+    assert "executing" == status
+    assert ": Plan to create\n" in so_far.stdout
+    assert "Apply complete!" not in so_far.stdout
+    assert f"has no whole log yet: `octl logs -f {deployment_id}` follows it." in so_far.stderr
+
+
 def test_logs_follow__failed_deployment_exits_1_with_terraforms_error(live: Live) -> None:
     _slow_module(live.stack, "exit 3")
     deployment_id = live.deploy_no_wait("failing")

@@ -25,6 +25,7 @@ from orchestrator.cli.octl.follow import FollowError, LogFollower
 from orchestrator.cli.octl.inputs import InputError
 from orchestrator.cli.octl.log_render import DEFAULT_WIDTH, LogRenderer
 from orchestrator.cli.octl.session import OperationFailure, Session, UsageFailure, org_option, pass_session
+from orchestrator.client.api import ApiError
 from orchestrator.protocol import age
 
 
@@ -67,11 +68,15 @@ def decrypt_logs(deployment_id: str, ciphertext: str, identity: str) -> str:
     try:
         plain = age.decrypt_b64(ciphertext.strip(), identity)
     except age.AgeDecryptError as exc:
-        raise OperationFailure(
-            f"the logs of deployment {deployment_id} do not decrypt with this key: it is not the logs key "
-            "of this deployment"
-        ) from exc
+        raise OperationFailure(wrong_key(deployment_id)) from exc
     return plain.decode("utf-8", errors="replace")
+
+
+def wrong_key(deployment_id: str) -> str:
+    return (
+        f"the logs of deployment {deployment_id} do not decrypt with this key: it is not the logs key "
+        "of this deployment"
+    )
 
 
 def renderer_for(stream: TextIO) -> LogRenderer:
@@ -155,7 +160,19 @@ def logs(
         assert found.identity is not None
         follow_log(session, deployment, found.identity, raw=raw)
         return
-    ciphertext = session.client().get_deployment_logs(session.org(), deployment)
+    client, org = session.client(), session.org()
+    try:
+        ciphertext = client.get_deployment_logs(org, deployment)
+    except ApiError as exc:
+        # No whole log yet (the deployment runs): what its runner streamed so far.
+        if (
+            exc.status != 404
+            or found.identity is None
+            or not _print_chunks(session, deployment, found.identity, raw)
+        ):
+            raise
+        output.note(f"Deployment {deployment} has no whole log yet: `octl logs -f {deployment}` follows it.")
+        return
     if found.identity is None:
         output.warning(
             "printing the logs as stored (base64 age ciphertext): "
@@ -164,6 +181,35 @@ def logs(
         click.echo(ciphertext, nl=not ciphertext.endswith("\n"))
         return
     print_log(decrypt_logs(deployment, ciphertext, found.identity), raw=raw)
+
+
+def _print_chunks(session: Session, deployment_id: str, identity: str, raw: bool) -> bool:
+    """The live log's chunks stored so far, decrypted and printed; False when there are none."""
+    from orchestrator.protocol import log_stream
+
+    client, org, after = session.client(), session.org(), 0
+    renderer = renderer_for(sys.stdout)
+    try:
+        page = client.get_deployment_log_chunks(org, deployment_id, after=after)
+    except ApiError:
+        return False
+    if not page.get("items"):
+        return False
+    while True:
+        for item in page["items"]:
+            try:
+                chunk = log_stream.decrypt_chunk(
+                    item["ciphertext"], identity, deployment_id=deployment_id, seq=item["seq"]
+                )
+            except age.AgeDecryptError as exc:
+                raise OperationFailure(wrong_key(deployment_id)) from exc
+            shown = chunk.text if raw else renderer.text(chunk.text)
+            if shown:
+                click.echo(shown, nl=False)
+            after = int(item["seq"])
+        if after >= int(page.get("last_seq") or 0) or not page["items"]:
+            return True
+        page = client.get_deployment_log_chunks(org, deployment_id, after=after)
 
 
 def follow_log(session: Session, deployment_id: str, identity: str, *, raw: bool) -> None:
