@@ -1,6 +1,6 @@
 """``octl``'s log renderer on the runner's own lines (written by the runner's real logger), upstream's Go
 runner's lines, plain text, colours and widths. Terraform's lines are rendered from the real engine in
-tests/integration/test_octl_log_render.py."""
+tests/integration/test_octl_log_render_engine.py."""
 
 from __future__ import annotations
 
