@@ -6,6 +6,7 @@
     ├── ForbiddenError           authenticated, but the role does not allow it: a 403
     ├── NotFoundError            nothing of that id in the caller's organization: a 404
     ├── ConflictError            the request conflicts with stored state: a 409
+    ├── GoneError                what was asked for existed and will never be there again: a 410
     ├── PayloadTooLargeError     a body over its size limit: a 413
     ├── ServiceUnavailableError  an operational fault: a dependency of the server failed (a 503)
     │   ├── DatabaseUnavailableError   the database cannot be reached or written (transient)
@@ -73,6 +74,12 @@ class ConflictError(OrchestratorError):
     """The request conflicts with the current state."""
 
     code = "API-409"
+
+
+class GoneError(OrchestratorError):
+    """It is gone for good."""
+
+    code = "API-410"
 
 
 class PayloadTooLargeError(OrchestratorError):

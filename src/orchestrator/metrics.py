@@ -159,12 +159,28 @@ DB_POOL_WAIT: Final = Histogram(
 RETENTION_DELETED: Final = Counter(
     "po_retention_deleted",
     "What the retention worker deleted, by kind: object (a bundle or logs blob), outputs (a deployment's "
-    "encrypted outputs).",
+    "encrypted outputs), log_chunks (chunks of live logs).",
     ["kind"],
     registry=REGISTRY,
 )
 DATABASE_GAUGE_ERRORS: Final = Counter(
     "po_metrics_database_errors",
     "Scrapes whose database gauges could not be read (the gauges then keep their last values).",
+    registry=REGISTRY,
+)
+
+LOG_CHUNKS_RECEIVED: Final = Counter(
+    "po_log_chunks_received",
+    "Live log chunks runners sent that were stored (a repeat of a stored chunk is not counted).",
+    registry=REGISTRY,
+)
+LOG_CHUNK_BYTES_RECEIVED: Final = Counter(
+    "po_log_chunk_bytes_received",
+    "Bytes of ciphertext of the live log chunks stored.",
+    registry=REGISTRY,
+)
+LOG_FOLLOWERS: Final = Gauge(
+    "po_log_followers",
+    "Followers of live logs (GET .../logs?follow=true) this process serves now.",
     registry=REGISTRY,
 )

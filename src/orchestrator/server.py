@@ -27,6 +27,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from orchestrator import console, data_dir, deployment_tokens
 from orchestrator.api import (
+    deployment_logs,
     deployments,
     docs,
     health,
@@ -729,6 +730,7 @@ def create_app(
         modules.router,
         module_rules.router,
         deployments.router,
+        deployment_logs.router,
         state_versions.router,
         usage.router,
         gateway_deployments.router,

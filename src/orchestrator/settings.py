@@ -132,12 +132,13 @@ class ServerSettings(BaseSettings):
         default=5.0, gt=0, description="How often launched runners are checked on."
     )
     dispatch_lease_seconds: float = Field(
-        default=60.0,
-        ge=5,
+        default=15.0,
+        ge=3,
         le=3600,
         description="A deployment a server's dispatcher works on (its launch, a status check) is leased to "
-        "that server this long: when the server dies (kill -9, a lost host), another replica on the same "
-        "database takes it over once the lease has run out. Keep it well above a launch's duration.",
+        "that server this long, renewed every third of it while the work goes on: when the server dies "
+        "(kill -9, a lost host), another replica on the same database takes the work over once the lease has "
+        "run out, at most this long after the server's last renewal.",
     )
     cancel_grace_seconds: float = Field(
         default=30.0,

@@ -170,25 +170,41 @@ def test_deploy__outputs_then_no_changes_then_logs_deployments_and_tf(platform: 
     table = _ok(octl("get", "deps"))
     assert 2 == len(deployments)
     assert {("deploy", "succeeded")} == {(d["mode"], d["status"]) for d in deployments}
-    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "CreatedAt"] == table.stdout.splitlines()[0].split()
+    assert ["Id", "ProjectId", "EnvId", "Mode", "Status", "Phase", "CreatedAt"] == table.stdout.splitlines()[
+        0
+    ].split()
     assert {d["id"] for d in deployments} == {line.split()[0] for line in table.stdout.splitlines()[1:]}
     first_id = re.search(r"Deployment ([0-9a-f-]{36}) created", first.stderr).group(1)  # type: ignore[union-attr]
     metrics = json.loads(_ok(octl("get", "deployment", first_id, "-o", "json")).stdout)["metrics"]
     assert {"num_tf_resources_added": 2, "num_tf_resources_changed": 0}.items() <= metrics.items()
 
     logs_key = LOGS_KEY.search(first.stderr).group(1)  # type: ignore[union-attr]
-    logs = _ok(octl("logs", first_id, "--key", logs_key))
+    logs = _ok(octl("logs", first_id))  # with the key `octl deploy` saved
+    raw = _ok(octl("logs", first_id, "--raw", "--key", logs_key))
     wrong = octl("logs", first_id, "--key", age.generate_identity()[0])
-    cipher = _ok(octl("logs", first_id))
-    assert "terraform_data.second" in logs.stdout
+    cipher = _ok(octl("logs", first_id, "--keys-dir", str(platform.tmp_path / "elsewhere")))
+    # As Terraform prints it, the runner's lines short: no JSON line left.
+    assert "terraform_data.first: Creating...\n" in logs.stdout
+    assert re.search(
+        r"^module\.\S+\.terraform_data\.second: Creation complete after \d+s \[id=[0-9a-f-]{36}\]$",
+        logs.stdout,
+        re.M,
+    )
+    assert "\nApply complete! Resources: 2 added, 0 changed, 0 destroyed.\n" in logs.stdout
+    assert '\nOutputs:\n\napp = {\n  "greeting" = "hello world"\n}\n' in logs.stdout
+    assert "[runner] executing apply\n" in logs.stdout
+    assert not [line for line in logs.stdout.splitlines() if line.startswith("{")]
     assert 1 == wrong.exit_code
     assert (
         f"Error: the logs of deployment {first_id} do not decrypt with this key: it is not the logs key "
         "of this deployment\n"
     ) == wrong.stderr
+    # No key: piped, the ciphertext as stored (upstream's behaviour), and a warning saying how to decrypt.
     assert base64.b64decode(cipher.stdout).startswith(b"age-encryption.org/v1\n")
+    assert cipher.stderr.startswith("Warning: printing the logs as stored (base64 age ciphertext): ")
+    assert "pass --key AGE-SECRET-KEY-1... or --key @FILE" in cipher.stderr
     with platform.client() as client:
-        assert logs.stdout.rstrip("\n") == client.get_deployment_logs(
+        assert raw.stdout.rstrip("\n") == client.get_deployment_logs(
             ORG, first_id, decrypt_key=logs_key
         ).rstrip("\n")
 
@@ -263,7 +279,10 @@ def test_deploy__failure_exits_1_with_the_status_message_and_shows_logs(platform
         r"Error: deployment [0-9a-f-]{36} failed after \d+s: runner failed with code ", result.stderr
     )
     assert "Runner logs:" in result.stderr
-    assert "/this/file/does/not/exist" in result.stderr
+    # Terraform's error box, not its JSON line.
+    assert "│ Error: Invalid function argument\n" in result.stderr
+    assert "│   on modules/" in result.stderr
+    assert 'value = file("/this/file/does/not/exist")' in result.stderr
     assert "" == result.stdout
 
 

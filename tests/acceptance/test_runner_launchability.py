@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from orchestrator.domain.deployments import before_start_message
 from tests.support.launchability import RUNNERS
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import ServerProcess
@@ -130,7 +131,8 @@ def test_deployment_on_it__fails_with_the_message_get_shows(server: ServerProces
 
     assert {"launchable": False, "message": KUBERNETES} == shown
     assert "failed" == finished["status"]
-    assert f"runner 'local': {KUBERNETES}" == finished["status_message"]
+    # GET's message, and that no runner was started (issue 22).
+    assert before_start_message(f"runner 'local': {KUBERNETES}", "queued") == finished["status_message"]
     assert {"error": "RUNNER_UNAVAILABLE", "message": finished["status_message"]} == finished["error"]
     assert finished.get("launched_at") is None  # nothing was started
     # Failed with a message, no traceback: the server logged none.

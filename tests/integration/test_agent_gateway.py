@@ -409,6 +409,8 @@ async def test_reject__dead_letters_the_command_and_fails_the_deployment(agent: 
     assert 204 == rejected.status_code
     assert ("failed", "COMMAND_REJECTED") == (deployment["status"], deployment["error"]["error"])
     assert "no such image" in deployment["status_message"]
+    # No runner was started (issue 22): its phases end with launching (the command's creation).
+    assert deployment["status_message"].endswith("(it failed before its runner started, while launching)")
     assert ("rejected", "no such image") == (command.state, command.reason)
     assert 204 == after.status_code
 
@@ -437,6 +439,7 @@ async def test_expiry__a_command_nobody_picked_up_fails_its_deployment(agent: Ag
 
     assert ("failed", "COMMAND_EXPIRED") == (deployment["status"], deployment["error"]["error"])
     assert "did not pick up" in deployment["status_message"]
+    assert deployment["status_message"].endswith("(it failed before its runner started, while launching)")
     assert "expired" == command.state
     assert 204 == after.status_code
 

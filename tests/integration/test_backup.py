@@ -26,12 +26,17 @@ from orchestrator.secretbox import KEY_FILE_NAME
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
+from orchestrator.store import log_chunks as chunk_store
+from orchestrator.store import phases as phase_store
 from tests.support.agent_gateway import AgentHarness
+from tests.support.deployments import insert_deployment
 from tests.support.emulators import MOTO_CREDENTIALS, emulator_or_skip, start_moto
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 from tests.support.postgres import PostgresServer
 
 _BURST_PREFIX = "burst"
+#: A live log chunk: what a runner sends (age ciphertext).
+CHUNK = b"age-encryption.org/v1\n-> X25519 stand-in\n"
 
 
 def _elsewhere(
@@ -81,16 +86,39 @@ def _burst(url: str, stop: threading.Event, written: list[str]) -> None:
     asyncio.run(run())
 
 
-async def _populate(app: FastAPI, org: Org, settings: ServerSettings) -> None:
+async def _populate(app: FastAPI, org: Org, settings: ServerSettings) -> str:
+    """Runners, an object, and a deployment with its phases and a live log chunk (issue 22); its id."""
     harness = await AgentHarness.create(app, org)
     await harness.aclose()
     await FileBlobStore(settings.data_dir / "objects").put("bundles/one.tar.gz", b"bundle bytes")
+    env = (
+        await org.admin.post(
+            f"/orgs/{org.id}/projects/shop/envs", json={"id": "dev", "env_type_id": "development"}
+        )
+    ).json()
+    deployment_id = await insert_deployment(app, org.id, env, status="executing")
+    now = datetime.now(UTC)
+    async with app.state.services.engine.begin() as conn:
+        for phase in ("queued", "launching", "plan"):
+            await phase_store.append(
+                conn, deployment_id=uuid.UUID(deployment_id), org_id=org.id, phase=phase, now=now
+            )
+        await chunk_store.insert(
+            conn,
+            deployment_id=uuid.UUID(deployment_id),
+            org_id=org.id,
+            seq=1,
+            phase="plan",
+            ciphertext=CHUNK,
+            now=now,
+        )
+    return deployment_id
 
 
 async def test_backup_during_a_burst__restores_elsewhere_consistent(
     app: FastAPI, org: Org, settings: ServerSettings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    await _populate(app, org, settings)
+    deployment_id = await _populate(app, org, settings)
     stop, written = threading.Event(), list[str]()
     burst = threading.Thread(target=_burst, args=(settings.resolved_database_url, stop, written))
     burst.start()
@@ -128,6 +156,10 @@ async def test_backup_during_a_burst__restores_elsewhere_consistent(
         response = await client.get(f"/orgs/{org.id}/runners")
         assert 200 == response.status_code, response.text
         assert {"agent1", "local1"} <= {runner["id"] for runner in response.json()["items"]}
+        deployment = (await client.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+        logs = (await client.get(f"/orgs/{org.id}/deployments/{deployment_id}/logs")).json()
+    assert ["queued", "launching", "plan"] == [p["phase"] for p in deployment["phases"]]
+    assert [base64.b64encode(CHUNK).decode()] == [item["ciphertext"] for item in logs["items"]]
 
 
 async def test_include_key__restores_onto_a_bare_data_dir(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 import yaml
 from fastapi import FastAPI
 
@@ -100,3 +101,34 @@ async def test_claims__expired_lease_is_taken_over(app: FastAPI, org: Org) -> No
     assert [] == while_leased
     assert [first[0].id] == [d.id for d in after_expiry]
     assert "other" == after_expiry[0].dispatch_owner
+
+
+async def test_renew_leases__extends_its_own_live_leases_only(app: FastAPI, org: Org) -> None:
+    await make_pending(app, org, 3)
+    engine = app.state.services.engine
+    now = datetime.now(UTC)
+    lease = timedelta(seconds=30)
+    async with engine.begin() as conn:
+        mine = await store.claim_pending(conn, owner="me", now=now, lease=lease, limit=1)
+        theirs = await store.claim_pending(conn, owner="them", now=now, lease=lease, limit=1)
+        lapsed = await store.claim_pending(
+            conn, owner="me", now=now - timedelta(seconds=60), lease=lease, limit=1
+        )
+
+    later = now + timedelta(seconds=20)
+    async with engine.begin() as conn:
+        renewed = await store.renew_leases(conn, owner="me", now=later, lease=lease)
+        until = {
+            row.id: row.dispatch_lease_until
+            for row in await conn.execute(sa.select(deployments.c.id, deployments.c.dispatch_lease_until))
+        }
+
+    assert 1 == renewed
+    assert later + lease == _utc(until[mine[0].id])
+    assert now + lease == _utc(until[theirs[0].id])
+    # A lease that ran out stays out: another server may have taken the deployment over.
+    assert now - timedelta(seconds=30) == _utc(until[lapsed[0].id])
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

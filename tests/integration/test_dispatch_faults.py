@@ -8,6 +8,7 @@ real classes behind its ``launcher_for`` seam. Time passing is simulated by movi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from fastapi import FastAPI
 from structlog.testing import capture_logs
 
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
-from orchestrator.domain.deployments import TIMEOUT_MESSAGE
+from orchestrator.domain.deployments import TIMEOUT_MESSAGE, before_start_message
 from orchestrator.errors import DatabaseUnavailableError
 from orchestrator.launchers.base import Launcher, RunState, RunStatus
 from orchestrator.launchers.local import LocalLauncher
@@ -29,6 +30,7 @@ from orchestrator.protocol.launch import RunSpec
 from orchestrator.secretbox import SecretBox
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
+from orchestrator.store import deployments as store
 from orchestrator.store.schema import deployments, runners
 from tests.support.deployments import insert_deployment
 from tests.support.orgs import Org
@@ -282,7 +284,8 @@ async def test_check__pending_deployment_past_its_timeout_fails(app: FastAPI, or
     final = await row(app, deployment_id)
 
     assert [] == launcher.launched
-    assert ("failed", TIMEOUT_MESSAGE) == (final.status, final.status_message)
+    # Upstream's message, and that no runner was ever started (issue 22).
+    assert ("failed", before_start_message(TIMEOUT_MESSAGE, "queued")) == (final.status, final.status_message)
 
 
 async def test_round__one_failing_check_does_not_stop_the_others(app: FastAPI, org: Org) -> None:
@@ -301,3 +304,59 @@ async def test_round__one_failing_check_does_not_stop_the_others(app: FastAPI, o
     assert ["executing", "failed"] == [r.status for r in rows]
     assert TIMEOUT_MESSAGE == rows[1].status_message
     assert rows[0].dispatch_owner is None
+
+
+class BlockedLauncher(RecordingLauncher):
+    """A launch that takes as long as the test says (``go``): longer than the dispatcher's lease."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def launch(self, spec: RunSpec) -> str:
+        self.entered.set()
+        await self.go.wait()
+        return await super().launch(spec)
+
+
+async def test_lease__renewed_while_a_launch_outlasts_it_then_released(app: FastAPI, org: Org) -> None:
+    await make_runner(org, "vm1")
+    pending = await make_pending(app, org, "vm1", "dev")
+    launcher = BlockedLauncher()
+    dispatch = dispatcher(app, launcher)
+    dispatch.settings = DispatchSettings(lease_seconds=3.0, poll_interval_seconds=0.2)
+    stop = asyncio.Event()
+    running = asyncio.create_task(dispatch.run(stop))
+    try:
+        await asyncio.wait_for(launcher.entered.wait(), 30)
+        claimed = await row(app, pending)
+        # Three lease lengths into the launch: the lease still holds, renewed by the heartbeat.
+        await asyncio.sleep(9)
+        sampled = datetime.now(UTC)
+        held = await row(app, pending)
+        async with app.state.services.engine.begin() as conn:
+            taken = await store.claim_pending(
+                conn, owner="another-replica", now=datetime.now(UTC), lease=timedelta(seconds=3), limit=5
+            )
+        launcher.go.set()
+        for _ in range(100):
+            launched = await row(app, pending)
+            if launched.dispatch_state == "launched":
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        launcher.go.set()
+        stop.set()
+        await asyncio.wait_for(running, 30)
+
+    assert (dispatch.owner, dispatch.owner) == (claimed.dispatch_owner, held.dispatch_owner)
+    assert held.dispatch_lease_until > claimed.dispatch_lease_until
+    assert held.dispatch_lease_until > sampled
+    assert [] == taken
+    assert ("launched", None, None) == (
+        launched.dispatch_state,
+        launched.dispatch_owner,
+        launched.dispatch_lease_until,
+    )
+    assert [pending] == launcher.launched

@@ -779,3 +779,34 @@ async def test_wakeups__a_replaced_runners_waiting_claim_answers_register_again_
         answer.status_code,
         answer.json()["message"],
     )
+
+
+async def test_phases__claimed_launching_queued_again_when_the_lease_ran_out_before_it_began(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    """Issue 22: a claim records ``launching``; a claim lost before the runner began queues it again."""
+    await managed_env(org, "dev")
+    deployment_id = await deploy(org, "dev")
+    queued = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+    await claim(runner_client, await registered(runner_client, "managed-0"))
+    claimed = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+    await _worker(app, datetime.now(UTC) + timedelta(seconds=61)).run_once()
+    await claim(runner_client, await registered(runner_client, "managed-1"))
+    again = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+
+    assert ["queued"] == [p["phase"] for p in queued["phases"]]
+    assert ["queued", "launching"] == [p["phase"] for p in claimed["phases"]]
+    assert ["queued", "launching", "queued", "launching"] == [p["phase"] for p in again["phases"]]
+
+
+async def test_phases__a_deployment_no_managed_runner_claimed_failed_before_its_runner_started(
+    app: FastAPI, org: Org
+) -> None:
+    await managed_env(org, "dev")
+    deployment_id = await deploy(org, "dev")
+
+    await _worker(app, datetime.now(UTC) + timedelta(hours=2)).run_once()
+    got = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+
+    assert ("failed", ["queued"]) == (got["status"], [p["phase"] for p in got["phases"]])
+    assert got["status_message"].endswith("(it failed before its runner started, while queued)")

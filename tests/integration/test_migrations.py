@@ -159,3 +159,81 @@ async def test_migration_0013__state_versions_written_before_get_who_wrote_them(
     assert [(1, "token-1", "terraform", None, None, None), (2, None, "terraform", None, None, None)] == [
         tuple(row) for row in rows
     ]
+
+
+async def test_migration_0014__deployments_kept_get_the_phases_their_rows_tell(database_url: str) -> None:
+    """0014 adds the live log (chunks, phases); the deployments kept so far get ``queued`` when created and
+    ``launching`` when launched, if they were; a downgrade drops both tables again."""
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from alembic import command
+
+    from orchestrator.store.schema import deployments
+
+    def downgrade(connection: sa.Connection) -> None:
+        command.downgrade(migrate.alembic_config(connection), "0013")
+
+    engine = db.create_engine(database_url)
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    launched = created + timedelta(seconds=3)
+    ran, never = uuid.uuid4(), uuid.uuid4()
+    try:
+        await migrate.upgrade(engine)
+        async with engine.begin() as conn:
+            await conn.run_sync(downgrade)
+            tables = await conn.run_sync(lambda sync: set(sa.inspect(sync).get_table_names()))
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("INSERT INTO orgs VALUES ('o', :u, 'active', 'x', :t, :t)"), _org_params()
+            )
+            for deployment_id, launched_at in ((ran, launched), (never, None)):
+                await conn.execute(
+                    deployments.insert().values(
+                        id=deployment_id,
+                        org_id="o",
+                        project_id="p",
+                        env_id="e",
+                        env_uuid=uuid.uuid4(),
+                        runner_id="r",
+                        mode="deploy",
+                        plan_only=False,
+                        status="failed",
+                        status_message="",
+                        manifest={},
+                        tf="",
+                        graph=[],
+                        bundle_key="b",
+                        runner_log_level="info",
+                        request_digest="0" * 64,
+                        created_by="token-1",
+                        created_at=created,
+                        updated_at=created,
+                        launched_at=launched_at,
+                        metrics={},
+                        dispatch_state="done",
+                        dispatch_attempts=1,
+                        timeout_at=created,
+                    )
+                )
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT deployment_id, position, org_id, phase FROM deployment_phases"
+                        " ORDER BY phase DESC, position"
+                    )
+                )
+            ).all()
+            from orchestrator.store import phases
+
+            ran_phases = await phases.of(conn, ran)
+    finally:
+        await engine.dispose()
+
+    assert not {"deployment_log_chunks", "deployment_phases"} & tables
+    assert sorted([(ran.hex, 1, "queued"), (never.hex, 1, "queued"), (ran.hex, 2, "launching")]) == sorted(
+        (uuid.UUID(str(row[0])).hex, row[1], row[3]) for row in rows
+    )
+    assert [("queued", created), ("launching", launched)] == [(p.phase, p.started_at) for p in ran_phases]

@@ -160,6 +160,34 @@ async def test_openapi__state_versions(document: dict[str, Any]) -> None:
     assert ["terraform", "rollback"] == fields["kind"]["examples"]
 
 
+async def test_openapi__live_log(document: dict[str, Any]) -> None:
+    """Issue 22: the live log's page or event stream (410 once removed), the runner's chunk upload (409
+    for other bytes under a stored number, 410 after the end), and the phases of deployments."""
+    paths, schemas = document["paths"], document["components"]["schemas"]
+    logs = paths["/orgs/{org_id}/deployments/{deployment_id}/logs"]["get"]
+    chunk = paths[
+        "/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}/environments/{env_uuid}/deployments/"
+        "{deployment_id}/log-chunks/{seq}"
+    ]["put"]
+
+    assert {"200", "400", "401", "404", "410", "503"} == set(logs["responses"])
+    assert ["application/json", "text/event-stream"] == sorted(logs["responses"]["200"]["content"])
+    event = logs["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    assert ["phase", "chunk", "log", "end"] == event["properties"]["event"]["enum"]
+    assert {"after", "limit", "follow", "Last-Event-ID"} <= {p["name"] for p in logs["parameters"]}
+    assert {"items", "last_seq", "complete", "status", "whole_log"} == set(
+        schemas["LogPageOut"]["properties"]
+    )
+    assert {"seq", "phase", "received_at", "ciphertext"} == set(schemas["LogChunkOut"]["properties"])
+    assert {"202", "400", "401", "404", "409", "410", "413", "503"} == set(chunk["responses"])
+    assert [{"DeploymentToken": []}] == chunk["security"]
+    [phase] = [p for p in chunk["parameters"] if p["name"] == "X-Log-Phase"]
+    assert ["apply", "destroy", "init", "plan", "reporting"] == phase["schema"]["enum"]
+    for name in ("DeploymentOut", "DeploymentSummaryOut"):
+        assert {"phase", "phases"} <= set(schemas[name]["properties"])
+    assert {"phase", "started_at"} == set(schemas["PhaseOut"]["required"])
+
+
 async def test_openapi__deployment_statuses_include_cancelled(document: dict[str, Any]) -> None:
     """The status stays a string for upstream's clients; its values are named, cancelled among them, and
     the list's ``by_status[]`` filter takes them."""

@@ -1,8 +1,9 @@
 """Upgrades from every earlier released schema, with data in it, on both databases: the database is
 migrated to revision R, rows of every kind that R has are written as R's orchestrator wrote them
 (organizations, tokens, a runner with sealed secrets, an environment, a deployment, a sealed state
-version, an agent command, managed runners, the key check), then it is upgraded to the head: every row
-is there, the sealed values still open with the server key, and the API answers them."""
+version, an agent command, managed runners, the key check, and from 0014 on a live log chunk), then it is
+upgraded to the head: every row is there, the sealed values still open with the server key, and the API
+answers them (a deployment from before 0014 with the phases its row tells)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ ENV_UUID = uuid.UUID("00000000-0000-0000-0000-00000000e001")
 DEPLOYMENT_ID = uuid.UUID("00000000-0000-0000-0000-00000000d001")
 SECRETS = {"token": "s3cret"}
 STATE = json.dumps({"version": 4, "serial": 1, "lineage": "l", "resources": []}).encode()
+#: A live log chunk (issue 22; migration 0014): age ciphertext, as bytes.
+CHUNK = b"age-encryption.org/v1\n-> X25519 stand-in\n"
 
 
 def _earlier_revisions() -> list[str]:
@@ -128,6 +131,7 @@ def _rows(box: SecretBox) -> list[tuple[str, dict[str, Any]]]:
                 "dispatch_state": "done",
                 "dispatch_attempts": 1,
                 "timeout_at": NOW,
+                "launched_at": NOW,
                 "completed_at": NOW,
                 **stamps,
             },
@@ -162,6 +166,18 @@ def _rows(box: SecretBox) -> list[tuple[str, dict[str, Any]]]:
             },
         ),
         ("agent_presence", {"org_id": "o", "runner_id": "r", "last_seen_at": NOW}),
+        (
+            "deployment_log_chunks",
+            {
+                "deployment_id": DEPLOYMENT_ID,
+                "seq": 1,
+                "org_id": "o",
+                "phase": "plan",
+                "received_at": NOW,
+                "size": len(CHUNK),
+                "ciphertext": CHUNK,
+            },
+        ),
         ("key_checks", {"id": "server", "check_value": key_check_value(KEY), "created_at": NOW}),
         (
             "managed_runners",
@@ -261,6 +277,12 @@ async def test_upgrade_with_data__from_every_earlier_schema_to_head(
         if "deployments" in written:
             deployment = await client.get(f"/orgs/o/deployments/{DEPLOYMENT_ID}")
             assert 200 == deployment.status_code, deployment.text
+            # Migration 0014 gives the deployments kept so far the phases their rows tell.
+            assert ["queued", "launching"] == [p["phase"] for p in deployment.json()["phases"]]
+            logs = await client.get(f"/orgs/o/deployments/{DEPLOYMENT_ID}/logs")
+            assert 200 == logs.status_code, logs.text
+            expected = [base64.b64encode(CHUNK).decode()] if "deployment_log_chunks" in written else []
+            assert expected == [item["ciphertext"] for item in logs.json()["items"]]
         if "tf_states" in written:
             versions = await client.get("/orgs/o/projects/shop/envs/dev/state-versions")
             assert 200 == versions.status_code, versions.text

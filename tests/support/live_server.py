@@ -12,16 +12,18 @@ is called with the base URL once the port is bound::
         ...
 
 The server runs the app's lifespan (migrations, database) in its own event loop; leaving the block
-asks it to exit and joins the thread.
+asks it to exit and joins the thread. ``serve_in_loop`` serves an app whose lifespan runs already, in the
+test's own event loop (streamed answers, the app's services at hand).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -94,3 +96,33 @@ def _wait_healthy(base_url: str, thread: threading.Thread, failure: list[BaseExc
     raise LiveServerError(
         f"the server at {base_url} did not answer /healthz within {STARTUP_TIMEOUT_SECONDS} s"
     )
+
+
+@asynccontextmanager
+async def serve_in_loop(app: Any) -> AsyncIterator[str]:
+    """Serve ``app``, whose lifespan the caller already runs (the ``app`` fixture), on a free port of
+    127.0.0.1 in the running event loop, until the block ends; yields the base URL. Unlike ASGI transports,
+    which hand over an answer once it is complete, its answers stream (server-sent events); and the test
+    shares the app's event loop, so it may use the app's services meanwhile. Close streaming clients before
+    the block ends: the server waits for open requests."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, http="h11", ws="none")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while not server.started:
+            if task.done():
+                task.result()
+                raise LiveServerError("the server exited during start-up")
+            if time.monotonic() > deadline:
+                raise LiveServerError("the server did not start")
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, STARTUP_TIMEOUT_SECONDS)
+        sock.close()

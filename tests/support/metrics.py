@@ -46,3 +46,12 @@ def scrape(url: str) -> Scrape:
     assert 200 == response.status_code, response.text
     assert response.headers["content-type"].startswith("text/plain"), response.headers["content-type"]
     return parse(response.text)
+
+
+def scrape_registry() -> Scrape:
+    """This process's own metrics (the in-process app's), as ``/metrics`` would answer them."""
+    from prometheus_client import generate_latest
+
+    from orchestrator.metrics import REGISTRY
+
+    return parse(generate_latest(REGISTRY).decode())

@@ -6,9 +6,14 @@ The server is the real app under uvicorn (``serve_in_thread``), built once its p
 
 from __future__ import annotations
 
+import fcntl
 import os
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,6 +101,58 @@ class OctlProcess(Octl):
             timeout=self.timeout_seconds,
         )
         return Ran(exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+
+
+def on_terminal(
+    octl: Octl, *args: str, columns: int = 80, timeout_seconds: float = 120.0, **env: str | None
+) -> Ran:
+    """The installed ``octl`` with a pseudo-terminal of ``columns`` columns as its stdin, stdout and stderr
+    (both streams are in ``stdout``, its line ends made ``\\n``); colours off (NO_COLOR)."""
+    main, secondary = os.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    environ = {
+        **os.environ,
+        "PO_API_URL": octl.base_url,
+        "PO_AUTH_TOKEN": octl.token,
+        "PO_ORG_ID": ORG,
+        "OCTL_CONFIG": str(octl.config_path),
+        "OCTL_KEYS_DIR": str(octl.config_path.parent / "keys"),
+        "NO_COLOR": "1",
+        "TERM": "xterm",
+    }
+    environ.pop("COLUMNS", None)
+    environ.pop("LINES", None)
+    for name, value in {**octl.env, **env}.items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    process = subprocess.Popen(
+        [str(OCTL_EXECUTABLE), *args], stdin=secondary, stdout=secondary, stderr=secondary, env=environ
+    )
+    os.close(secondary)
+    seen = b""
+    deadline = time.monotonic() + timeout_seconds
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the process ended and closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif process.poll() is not None:
+                break
+        exit_code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(main)
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    return Ran(exit_code=exit_code, stdout=text, stderr=text)
 
 
 @contextmanager

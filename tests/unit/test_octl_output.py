@@ -1,10 +1,12 @@
-"""``octl``'s tables at 80 columns: ids and status words whole, other columns wrapped; ``-o wide``."""
+"""``octl``'s tables at 80 columns: one line a row, ids whole, times relative, free text shortened, the
+rest left out; ``-o wide``: every column whole."""
 
 from __future__ import annotations
 
 import io
 import re
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,8 @@ from rich.console import Console
 
 from orchestrator.cli.octl import main, output
 from orchestrator.cli.octl.commands.deployments import DEPLOYMENT_SUMMARY
-from orchestrator.cli.octl.commands.module_rules import MODULE_RULE
+from orchestrator.cli.octl.commands.envs import ENV
+from orchestrator.cli.octl.commands.runners import RUNNER_SUMMARY
 
 DEPLOYMENTS = [
     {
@@ -38,25 +41,74 @@ def _terminal(monkeypatch: pytest.MonkeyPatch) -> tuple[Console, io.StringIO]:
     return Console(file=buffer, force_terminal=True, color_system=None, highlight=False), buffer
 
 
-def test_table__at_80_columns_ids_and_statuses_stay_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+NOW = datetime(2026, 12, 3, 2, 30, tzinfo=UTC)
+
+
+def _rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_table__at_80_columns_one_line_a_row_ids_whole_and_relative_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     console, buffer = _terminal(monkeypatch)
     assert 80 == console.width
 
-    output.table(DEPLOYMENTS, DEPLOYMENT_SUMMARY, console=console)
+    output.table(DEPLOYMENTS, DEPLOYMENT_SUMMARY, console=console, now=NOW)
 
-    lines = buffer.getvalue().splitlines()
+    lines = _rows(buffer.getvalue())
+    assert 1 + len(DEPLOYMENTS) == len(lines), buffer.getvalue()
     assert all(len(line) <= 80 for line in lines), buffer.getvalue()
-    for deployment in DEPLOYMENTS:
-        row = next(line for line in lines if deployment["id"] in line)
-        assert deployment["status"] in row.split()
-    # The long project name wrapped over lines instead of being cut: every character is there.
-    assert _printed(buffer.getvalue()) == _expected(DEPLOYMENTS, DEPLOYMENT_SUMMARY, wide=False)
+    assert ["Id", "Status", "Created"] == [h for h in lines[0].split() if h in ("Id", "Status", "Created")]
+    for deployment, line in zip(DEPLOYMENTS, lines[1:], strict=True):
+        assert line.startswith(deployment["id"] + " ")
+        assert deployment["status"] in line.split()
+        assert "22m ago" in line
+    # Left out rather than wrapped or cut: -o wide shows them.
     assert "CompletedAt" not in buffer.getvalue()
+    assert "…" not in buffer.getvalue()
+
+
+def test_table__free_text_is_shortened_ids_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    console, buffer = _terminal(monkeypatch)
+    runners = [
+        {
+            "id": "kubernetes-agent-production-eu",
+            "description": "Runs the production deployments of the EU clusters through the agent",
+            "runner_configuration": {"type": "kubernetes-agent"},
+            "created_at": "2026-09-01T00:00:00+00:00",
+        }
+    ]
+
+    output.table(runners, RUNNER_SUMMARY, console=console, now=NOW)
+
+    lines = _rows(buffer.getvalue())
+    assert 2 == len(lines) and all(len(line) <= 80 for line in lines), buffer.getvalue()
+    assert lines[1].startswith("kubernetes-agent-production-eu  Runs the")
+    assert "…" in lines[1]
+    assert "kubernetes-agent" in lines[1].split()
+    # Past 60 days a relative time says less than the date.
+    assert "2026-09-01" in lines[1]
+
+
+def test_table__wide_shows_every_column_whole_one_line_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    console, buffer = _terminal(monkeypatch)
+
+    output.table(DEPLOYMENTS, DEPLOYMENT_SUMMARY, wide=True, console=console, now=NOW)
+
+    text = buffer.getvalue()
+    lines = _rows(text)
+    assert 1 + len(DEPLOYMENTS) == len(lines)
+    assert _printed(text) == _expected(DEPLOYMENTS, DEPLOYMENT_SUMMARY, wide=True)
+    for deployment, line in zip(DEPLOYMENTS, lines[1:], strict=True):
+        assert line.startswith(deployment["id"] + " ")
+        assert deployment["created_at"] in line.split()
+        assert deployment["status_message"] in line
 
 
 def _printed(text: str) -> int:
-    """The characters a table shows, without blanks and its rule."""
-    return sum(1 for char in text if not char.isspace() and char != "─")
+    """The characters a table shows, without blanks."""
+    return sum(1 for char in text if not char.isspace())
 
 
 def _expected(rows: list[dict[str, str]], columns: tuple[output.Column, ...], *, wide: bool) -> int:
@@ -65,40 +117,23 @@ def _expected(rows: list[dict[str, str]], columns: tuple[output.Column, ...], *,
     return sum(len(cell.replace(" ", "")) for cell in cells)
 
 
-def test_table__wide_adds_its_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_table__ids_wider_than_the_terminal_grow_the_table_rather_than_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     console, buffer = _terminal(monkeypatch)
-
-    output.table(DEPLOYMENTS, DEPLOYMENT_SUMMARY, wide=True, console=console)
-
-    text = buffer.getvalue()
-    assert _printed(text) == _expected(DEPLOYMENTS, DEPLOYMENT_SUMMARY, wide=True)
-    for deployment in DEPLOYMENTS:
-        row = next(line for line in text.splitlines() if deployment["id"] in line)
-        assert deployment["status"] in row.split()
-
-
-def test_table__too_many_columns_grow_wider_rather_than_cut_an_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    console, buffer = _terminal(monkeypatch)
-    rules = [
+    envs = [
         {
-            "id": str(uuid.uuid4()),
-            "module_id": "postgres-on-aws-rds",
-            "resource_type": "postgres",
-            "resource_class": "default",
-            "resource_id": "shared.main-db",
-            "project_id": "shop",
-            "env_type_id": "development",
-            "env_id": "dev",
-            "created_at": "2026-12-03T02:07:50.123456+00:00",
+            "project_id": "a-project-whose-id-is-as-long-as-ids-get-here-50ch",
+            "id": "an-environment-with-an-id-that-is-long-as-well-50c",
+            "status": "active",
         }
-        for _ in range(2)
     ]
 
-    output.table(rules, MODULE_RULE, console=console)
+    output.table(envs, ENV, console=console, now=NOW)
 
-    text = buffer.getvalue()
-    for rule in rules:
-        assert rule["id"] in text
+    lines = _rows(buffer.getvalue())
+    assert 2 == len(lines)
+    assert lines[1].split()[:2] == [envs[0]["project_id"], envs[0]["id"]]
 
 
 def test_emit__an_object_without_columns_is_a_key_value_table(

@@ -20,8 +20,9 @@ from orchestrator.api.context import DEPLOY, MANAGE, READ, Principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
 from orchestrator.dispatch import cancel, creation, errored_states
 from orchestrator.domain.deployments import Deployment, Mode, Status, is_final
-from orchestrator.errors import InvalidInputError, NotFoundError
+from orchestrator.errors import GoneError, InvalidInputError, NotFoundError
 from orchestrator.store import deployments as store
+from orchestrator.store import phases as phase_store
 from orchestrator.web.errors import error_body
 from orchestrator.web.services import Services, services, transaction
 
@@ -65,6 +66,21 @@ class DeploymentMetrics(BaseModel):
     num_tf_resources_changed: int | None = schemas.optional()
 
 
+class PhaseOut(BaseModel):
+    """A phase the deployment entered, and when."""
+
+    phase: str = Field(
+        description="queued, launching (recorded by the orchestrator), init, plan, apply or destroy, "
+        "reporting (named by the runner's log chunks).",
+        examples=["queued", "launching", "init", "plan", "apply", "destroy", "reporting"],
+    )
+    started_at: datetime
+
+    @classmethod
+    def of(cls, start: phase_store.PhaseStart) -> PhaseOut:
+        return cls(phase=start.phase, started_at=start.started_at)
+
+
 class DeploymentSummaryOut(BaseModel):
     org_id: str
     project_id: str
@@ -86,9 +102,18 @@ class DeploymentSummaryOut(BaseModel):
     runner_id: str
     #: When the runner was launched (absent until then).
     launched_at: datetime | None = schemas.optional()
+    phase: str | None = schemas.optional(
+        description="The deployment's latest phase (`phases[-1].phase`). Phases are not secret; its log is."
+    )
+    phases: list[PhaseOut] = Field(
+        default_factory=list,
+        description="The phases the deployment went through, oldest first (a deployment that failed before "
+        "its runner started ends with queued or launching; a runner that streams no live log reports no "
+        "phases of its own).",
+    )
 
     @classmethod
-    def fields_of(cls, d: Deployment) -> dict[str, Any]:
+    def fields_of(cls, d: Deployment, phases: list[phase_store.PhaseStart]) -> dict[str, Any]:
         return {
             "org_id": d.org_id,
             "project_id": d.project_id,
@@ -105,11 +130,13 @@ class DeploymentSummaryOut(BaseModel):
             "metrics": DeploymentMetrics(**d.metrics),
             "runner_id": d.runner_id,
             "launched_at": d.launched_at,
+            "phase": phases[-1].phase if phases else None,
+            "phases": [PhaseOut.of(start) for start in phases],
         }
 
     @classmethod
-    def of(cls, d: Deployment) -> DeploymentSummaryOut:
-        return cls(**cls.fields_of(d))
+    def of(cls, d: Deployment, phases: list[phase_store.PhaseStart]) -> DeploymentSummaryOut:
+        return cls(**cls.fields_of(d, phases))
 
 
 class DeploymentOut(DeploymentSummaryOut):
@@ -121,7 +148,13 @@ class DeploymentOut(DeploymentSummaryOut):
     has_outputs: bool = False
 
     @classmethod
-    def of(cls, d: Deployment, *, outputs_retention: timedelta | None = None) -> DeploymentOut:
+    def of(
+        cls,
+        d: Deployment,
+        phases: list[phase_store.PhaseStart],
+        *,
+        outputs_retention: timedelta | None = None,
+    ) -> DeploymentOut:
         """``outputs_retention``: outputs finished longer ago count as gone (default: as stored)."""
         missing = (
             None
@@ -129,7 +162,7 @@ class DeploymentOut(DeploymentSummaryOut):
             else outputs_missing(d, now=datetime.now(UTC), retention=outputs_retention)
         )
         return cls(
-            **cls.fields_of(d),
+            **cls.fields_of(d, phases),
             manifest=d.manifest,
             error=d.error,
             has_logs=d.logs_key is not None,
@@ -195,7 +228,7 @@ async def create_deployment(
     # 201 for a repeat with the same Idempotency-Key too (the deployment it made), as upstream answers:
     # its clients read a 200 as a dry run's answer.
     return JSONResponse(
-        _out(svc, outcome.deployment).model_dump(mode="json"),
+        (await _out(svc, outcome.deployment)).model_dump(mode="json"),
         status_code=201,
     )
 
@@ -227,7 +260,8 @@ async def list_deployments(
             after=page.after,
             limit=page.limit,
         )
-    return page_out(result, DeploymentSummaryOut.of)
+        phases = await phase_store.of_many(conn, [d.id for d in result.items])
+    return page_out(result, lambda d: DeploymentSummaryOut.of(d, phases.get(d.id, [])))
 
 
 async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployment:
@@ -242,7 +276,7 @@ async def _get(svc: Services, org_id: str, deployment_id: uuid.UUID) -> Deployme
 async def get_deployment(
     org_id: str, deployment_id: uuid.UUID, _: Principal = READ, svc: Services = Depends(services)
 ) -> DeploymentOut:
-    return _out(svc, await _get(svc, org_id, deployment_id))
+    return await _out(svc, await _get(svc, org_id, deployment_id))
 
 
 @router.get(
@@ -261,7 +295,7 @@ async def wait_for_complete(
     while True:
         deployment = await _get(svc, org_id, deployment_id)
         if is_final(deployment.status):
-            return JSONResponse(_out(svc, deployment).model_dump(mode="json"))
+            return JSONResponse((await _out(svc, deployment)).model_dump(mode="json"))
         remaining = deadline - asyncio.get_running_loop().time()
         # A stopping server answers at once rather than hold its shutdown: the client calls again.
         if remaining <= 0 or svc.notifier.closed:
@@ -294,7 +328,8 @@ async def cancel_deployment(
     else:
         svc.wake_dispatcher()
     return JSONResponse(
-        _out(svc, outcome.deployment).model_dump(mode="json"), status_code=200 if outcome.final else 202
+        (await _out(svc, outcome.deployment)).model_dump(mode="json"),
+        status_code=200 if outcome.final else 202,
     )
 
 
@@ -325,8 +360,10 @@ def _outputs_retention(svc: Services) -> timedelta:
     return timedelta(seconds=svc.settings.outputs_retention_seconds)
 
 
-def _out(svc: Services, deployment: Deployment) -> DeploymentOut:
-    return DeploymentOut.of(deployment, outputs_retention=_outputs_retention(svc))
+async def _out(svc: Services, deployment: Deployment) -> DeploymentOut:
+    async with svc.reader.connect() as conn:
+        phases = await phase_store.of(conn, deployment.id)
+    return DeploymentOut.of(deployment, phases, outputs_retention=_outputs_retention(svc))
 
 
 #: Upstream's message (pinned by its integration tests) once the outputs' retention has passed.
@@ -352,17 +389,14 @@ def outputs_missing(deployment: Deployment, *, now: datetime, retention: timedel
     return None
 
 
-def _objects_removed(svc: Services, deployment_id: uuid.UUID, removed_at: datetime) -> JSONResponse:
-    """410: the deployment's logs (and bundle) were deleted by the retention worker."""
+def logs_removed(svc: Services, deployment_id: uuid.UUID, removed_at: datetime) -> GoneError:
+    """410: the deployment's logs (whole log, live log chunks) and bundle were deleted by the retention
+    worker."""
     days = f"{svc.settings.object_retention_days:g}"
-    return JSONResponse(
-        error_body(
-            "API-410",
-            f"the logs of deployment '{deployment_id}' were removed on {removed_at.isoformat()} after the "
-            f"retention period: deployment logs and bundles are kept {days} days after the deployment "
-            "finished (PO_OBJECT_RETENTION_DAYS), and only while its environment exists",
-        ),
-        status_code=410,
+    return GoneError(
+        f"the logs of deployment '{deployment_id}' were removed on {removed_at.isoformat()} after the "
+        f"retention period: deployment logs and bundles are kept {days} days after the deployment "
+        "finished (PO_OBJECT_RETENTION_DAYS), and only while its environment exists"
     )
 
 
@@ -385,7 +419,7 @@ async def get_logs(
         async with svc.reader.connect() as conn:
             removed_at = await store.objects_deleted_at(conn, org_id, deployment_id)
         if removed_at is not None:
-            return _objects_removed(svc, deployment_id, removed_at)
+            raise logs_removed(svc, deployment_id, removed_at)
         raise NotFoundError(f"deployment '{deployment_id}' has no logs")
     headers = {
         "Content-Disposition": f'attachment; filename="{deployment_id}.log"',

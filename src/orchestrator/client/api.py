@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from orchestrator.client import sse
 from orchestrator.client.errors import (
     AuthError,
     ClientError,
@@ -36,6 +37,9 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_WAIT_SECONDS = 30
 #: Extra time the HTTP request of a long poll gets beyond the server's own wait.
 LONG_POLL_MARGIN_SECONDS = 15.0
+#: A followed log stream that sends nothing this long (three of the server's 15 s keep-alives) is taken
+#: for dropped.
+FOLLOW_READ_TIMEOUT_SECONDS = 45.0
 #: Tries of a deployment POST that carries an Idempotency-Key when the connection fails; the same key
 #: makes a repeat safe (the server answers the deployment the first try created).
 CREATE_ATTEMPTS = 3
@@ -202,22 +206,30 @@ class ApiClient:
     def _delete(self, path: str, *, params: Mapping[str, str] | None = None) -> None:
         self._send("DELETE", path, params=params)
 
-    def _pages(self, path: str, params: Params | None = None) -> Iterator[JsonObject]:
-        query: dict[str, str | Sequence[str] | None] = {**(params or {}), "per_page": str(self.page_size)}
+    def _pages(
+        self, path: str, params: Params | None = None, limit: int | None = None
+    ) -> Iterator[JsonObject]:
+        per_page = self.page_size if limit is None else max(1, min(self.page_size, limit))
+        query: dict[str, str | Sequence[str] | None] = {**(params or {}), "per_page": str(per_page)}
+        left = limit
         while True:
             page = self._object("GET", path, params=query)
             items = page.get("items")
             if not isinstance(items, list):
                 raise ApiError(200, "API-000", f"the API answered a list without items at {path}")
+            if left is not None:
+                items = items[:left]
+                left -= len(items)
             yield from items
             token = page.get("next_page_token")
-            if not token:
+            if not token or left == 0:
                 return
             query["page"] = str(token)
 
-    def _list(self, path: str, params: Params | None = None) -> list[JsonObject]:
-        """Every item of a paged list, in the server's order; ``None`` parameters are left out."""
-        return list(self._pages(path, params))
+    def _list(self, path: str, params: Params | None = None, limit: int | None = None) -> list[JsonObject]:
+        """Every item of a paged list (the first ``limit`` with one), in the server's order; ``None``
+        parameters are left out."""
+        return list(self._pages(path, params, limit))
 
     # -- organizations --------------------------------------------------------------------------------
 
@@ -250,10 +262,12 @@ class ApiClient:
     def get_runner(self, org: str, runner_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}")
 
-    def list_runners(self, org: str, *, include_managed: bool = False) -> list[JsonObject]:
+    def list_runners(
+        self, org: str, *, include_managed: bool = False, limit: int | None = None
+    ) -> list[JsonObject]:
         """The runners; with ``include_managed`` the managed pool too (ours: upstream ignores it)."""
         params = {"include_managed": "true"} if include_managed else None
-        return self._list(f"/orgs/{_segment(org)}/runners", params)
+        return self._list(f"/orgs/{_segment(org)}/runners", params, limit)
 
     def update_runner(self, org: str, runner_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/runners/{_segment(runner_id)}", body=patch)
@@ -300,8 +314,8 @@ class ApiClient:
     def get_project(self, org: str, project_id: str) -> JsonObject:
         return self._object("GET", f"/orgs/{_segment(org)}/projects/{_segment(project_id)}")
 
-    def list_projects(self, org: str) -> list[JsonObject]:
-        return self._list(f"/orgs/{_segment(org)}/projects")
+    def list_projects(self, org: str, *, limit: int | None = None) -> list[JsonObject]:
+        return self._list(f"/orgs/{_segment(org)}/projects", limit=limit)
 
     def update_project(self, org: str, project_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", f"/orgs/{_segment(org)}/projects/{_segment(project_id)}", body=patch)
@@ -342,11 +356,16 @@ class ApiClient:
         return self._object("GET", self._env_path(org, project_id, env_id))
 
     def list_envs(
-        self, org: str, project_id: str | None = None, *, env_type_id: str | None = None
+        self,
+        org: str,
+        project_id: str | None = None,
+        *,
+        env_type_id: str | None = None,
+        limit: int | None = None,
     ) -> list[JsonObject]:
         """The environments of one project, or of the whole organization when ``project_id`` is None."""
         path = self._env_path(org, project_id) if project_id is not None else f"/orgs/{_segment(org)}/envs"
-        return self._list(path, {"byEnvTypeId": env_type_id})
+        return self._list(path, {"byEnvTypeId": env_type_id}, limit)
 
     def update_env(self, org: str, project_id: str, env_id: str, patch: JsonObject) -> JsonObject:
         return self._object("PATCH", self._env_path(org, project_id, env_id), body=patch)
@@ -577,8 +596,9 @@ class ApiClient:
         env_id: str | None = None,
         modes: Sequence[str] = (),
         statuses: Sequence[str] = (),
+        limit: int | None = None,
     ) -> list[JsonObject]:
-        """Deployments, newest first; several ``modes`` or ``statuses`` match any of them."""
+        """Deployments, newest first (the newest ``limit``); several ``modes`` or ``statuses`` match any."""
         return self._list(
             f"/orgs/{_segment(org)}/deployments",
             {
@@ -587,6 +607,7 @@ class ApiClient:
                 "by_mode[]": list(modes) or None,
                 "by_status[]": list(statuses) or None,
             },
+            limit,
         )
 
     def wait_for_deployment(
@@ -631,6 +652,49 @@ class ApiClient:
             f"{self._deployment_path(org, deployment_id)}/actions/get-logs",
             headers={"DecryptKey": decrypt_key} if decrypt_key else None,
         ).text
+
+    def get_deployment_log_chunks(
+        self, org: str, deployment_id: str, *, after: int = 0, limit: int | None = None
+    ) -> JsonObject:
+        """The live log's chunks after ``after``: ``{items: [LogChunk...], last_seq, complete, status,
+        whole_log}`` (ciphertext only)."""
+        params = {"after": str(after), "limit": None if limit is None else str(limit)}
+        return self._object("GET", f"{self._deployment_path(org, deployment_id)}/logs", params=params)
+
+    def follow_deployment_logs(
+        self,
+        org: str,
+        deployment_id: str,
+        *,
+        after: int = 0,
+        read_timeout_seconds: float = FOLLOW_READ_TIMEOUT_SECONDS,
+    ) -> Iterator[sse.ServerSentEvent]:
+        """The live log as server-sent events (``chunk``, ``phase``, ``log``, ``end``), from the chunk after
+        ``after`` (sent as ``Last-Event-ID`` too). The stream ends after ``end``, or raises
+        :class:`ApiConnectionError` when the connection drops or stays silent ``read_timeout_seconds``
+        (the server sends a keep-alive every 15 s): reconnect with the last ``seq`` seen."""
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
+        timeout = httpx.Timeout(
+            self._http.timeout.connect or DEFAULT_TIMEOUT_SECONDS, read=read_timeout_seconds
+        )
+        path = f"{self._deployment_path(org, deployment_id)}/logs"
+        try:
+            with self._http.stream(
+                "GET", path, params={"follow": "true", "after": str(after)}, headers=headers, timeout=timeout
+            ) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _error_from(response)
+                yield from sse.parse(response.iter_lines())
+        except httpx.TimeoutException as exc:
+            raise ApiConnectionError(
+                f"the log stream of deployment {deployment_id} stayed silent {read_timeout_seconds:g} s"
+            ) from exc
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ApiConnectionError(
+                f"the log stream of deployment {deployment_id} broke off: {reason}"
+            ) from exc
 
     # -- usage ----------------------------------------------------------------------------------------
 

@@ -183,7 +183,12 @@ async def expire(conn: AsyncConnection, command: AgentCommand, *, now: datetime)
     if deployment is None:
         return None
     failed = await results_policy.fail(
-        conn, deployment, expired_message(command), now=now, code=protocol.COMMAND_EXPIRED_CODE
+        conn,
+        deployment,
+        expired_message(command),
+        now=now,
+        code=protocol.COMMAND_EXPIRED_CODE,
+        before_start=command.type == protocol.CommandType.CREATE_JOB,
     )
     return deployment if failed else None
 
@@ -339,7 +344,10 @@ async def reject(
     if deployment is None:
         return None
     message = f"the runner agent rejected the command: {reason}"
-    failed = await results_policy.fail(conn, deployment, message, now=now, code="COMMAND_REJECTED")
+    # A rejected create-job: the agent started no runner.
+    failed = await results_policy.fail(
+        conn, deployment, message, now=now, code="COMMAND_REJECTED", before_start=True
+    )
     return deployment if failed else None
 
 

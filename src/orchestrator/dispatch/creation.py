@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator import compiler, metrics
 from orchestrator.blobs import BlobStore
-from orchestrator.dispatch import bundles, env_catalogue, gauges, links
+from orchestrator.dispatch import bundles, env_catalogue, gauges, links, live_logs
 from orchestrator.domain import provider_secrets
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -31,6 +31,7 @@ from orchestrator.domain.entities import Environment, Runner
 from orchestrator.domain.managed import MANAGED_RUNNER_ID
 from orchestrator.domain.module_rules import Placement
 from orchestrator.errors import ConflictError, InvalidInputError, NotFoundError
+from orchestrator.protocol.log_stream import Phase
 from orchestrator.secretbox import SecretBox
 from orchestrator.store import deployments as store
 from orchestrator.store import projects as project_store
@@ -283,6 +284,7 @@ async def create(
             **_managed(runner.id, env.required_tags),
         },
     )
+    await live_logs.record_phase(conn, deployment, Phase.QUEUED, now=now)
     metrics.DEPLOYMENTS_CREATED.labels(runner.type).inc()
     return Created(deployment=deployment, new=True)
 
@@ -352,5 +354,6 @@ async def create_destroy(
             ),
         },
     )
+    await live_logs.record_phase(conn, deployment, Phase.QUEUED, now=now)
     metrics.DEPLOYMENTS_CREATED.labels(await gauges.runner_type(conn, deployment)).inc()
     return deployment

@@ -23,6 +23,7 @@ deployment id, and never stops the round for the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -39,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from orchestrator import deployment_tokens, metrics
 from orchestrator.blobs import BlobStore
 from orchestrator.dispatch import agent_commands as agent_policy
-from orchestrator.dispatch import errored_states
+from orchestrator.dispatch import errored_states, live_logs
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -66,7 +67,9 @@ from orchestrator.launchers.base import (
     UnsavedState,
     launched,
 )
+from orchestrator.notify import sleep_unless_stopped
 from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.log_stream import Phase
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.secretbox import SecretBox
 from orchestrator.store import agent_commands as command_store
@@ -140,7 +143,7 @@ class DispatchSettings:
     check_interval_seconds: float = 5.0
     #: How long a run may be gone without results before its deployment fails (results may be in flight).
     exit_grace_seconds: float = 5.0
-    lease_seconds: float = 60.0
+    lease_seconds: float = 15.0
     launch_attempts: int = 5
     batch_size: int = 20
     #: How long a stopped run's runner gets after SIGTERM before SIGKILL (PO_CANCEL_GRACE_SECONDS).
@@ -169,6 +172,8 @@ class Dispatcher:
     _round: _Round = field(init=False, default_factory=_Round)
     #: (org, runner) -> (handle prefix, limit) of runners whose launcher bounds its runs, as last seen.
     _bounded: dict[tuple[str, str], tuple[str, int]] = field(init=False, default_factory=dict)
+    #: Steps (launches, checks) running now: the heartbeat renews leases only while there are some.
+    _in_flight: int = field(init=False, default=0)
 
     def wake(self) -> None:
         """Look for work now (a deployment was just committed)."""
@@ -176,16 +181,39 @@ class Dispatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until ``stop`` is set; errors are logged and the loop goes on."""
-        while not stop.is_set():
+        heartbeat = asyncio.create_task(self._heartbeat(stop), name="dispatch-lease-heartbeat")
+        try:
+            while not stop.is_set():
+                try:
+                    await self.run_once()
+                except Exception:
+                    log.exception("dispatch round failed", owner=self.owner)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval_seconds)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """While steps are in flight, renew this server's leases every third of a lease: a step may take
+        longer than a lease (a slow launch), and a dead server's leases run out one lease after its last
+        heartbeat, so the lease can stay short and a replica takes over soon."""
+        interval = self.settings.lease_seconds / 3
+        while not await sleep_unless_stopped(stop, interval):
+            if not self._in_flight:
+                continue
             try:
-                await self.run_once()
+                now = datetime.now(UTC)
+                async with self.engine.begin() as conn:
+                    await store.renew_leases(
+                        conn, owner=self.owner, now=now, lease=timedelta(seconds=self.settings.lease_seconds)
+                    )
             except Exception:
-                log.exception("dispatch round failed", owner=self.owner)
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll_interval_seconds)
-            except TimeoutError:
-                pass
-            self._wake.clear()
+                log.exception("dispatch lease heartbeat failed", owner=self.owner)
 
     async def run_once(self) -> None:
         now = datetime.now(UTC)
@@ -225,19 +253,26 @@ class Dispatcher:
         the next round takes the deployment up again (a database that was down is back by then)."""
         # Each step runs in its own task (gather): the ids are bound for its lines, the launcher's included.
         structlog.contextvars.bind_contextvars(**deployment.log_context())
+        self._in_flight += 1
         try:
             await step(deployment)
         except Exception:
             log.exception("dispatch step failed", step=step.__name__)
+        finally:
+            self._in_flight -= 1
 
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:
             await store.release(conn, deployment.id, owner=self.owner, now=datetime.now(UTC), **values)
 
-    async def _fail(self, deployment: Deployment, message: str, *, code: str) -> None:
+    async def _fail(
+        self, deployment: Deployment, message: str, *, code: str, before_start: bool = False
+    ) -> None:
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
-            await results_policy.fail(conn, deployment, message, now=now, code=code)
+            await results_policy.fail(
+                conn, deployment, message, now=now, code=code, before_start=before_start
+            )
             await store.release(conn, deployment.id, owner=self.owner, now=now)
             await command_store.cancel_for_deployment(
                 conn, deployment.id, now=now, reason=f"the deployment failed ({code})"
@@ -314,6 +349,7 @@ class Dispatcher:
         try:
             async with self.engine.begin() as conn:
                 await agent_policy.enqueue(conn, envelope, now=now)
+                await live_logs.record_phase(conn, deployment, Phase.LAUNCHING, now=now)
                 released = await store.release(
                     conn,
                     deployment.id,
@@ -374,7 +410,7 @@ class Dispatcher:
             return
         if deployment.timeout_at <= datetime.now(UTC):
             metrics.LAUNCH_FAILURES.labels("timeout").inc()
-            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT")
+            await self._fail(deployment, TIMEOUT_MESSAGE, code="TIMEOUT", before_start=True)
             return
         attempts = deployment.dispatch_attempts + 1
         # A runner whose runs are bounded (seen at an earlier launch) takes its slot before anything is
@@ -387,7 +423,7 @@ class Dispatcher:
             found = await self._spec(deployment)
             if isinstance(found, str):
                 metrics.LAUNCH_FAILURES.labels("runner_unavailable").inc()
-                await self._fail(deployment, found, code="RUNNER_UNAVAILABLE")
+                await self._fail(deployment, found, code="RUNNER_UNAVAILABLE", before_start=True)
                 return
             if found.launcher is None:
                 await self._enqueue(deployment, found)
@@ -399,12 +435,18 @@ class Dispatcher:
                 self._bounded[runner_key] = bounded
                 if known is None and not await self._take_slot(deployment, *bounded):
                     return
+            # Recorded before the launch: the runner's own phases may arrive before the launch returns.
+            async with self.engine.begin() as conn:
+                await live_logs.record_phase(conn, deployment, Phase.LAUNCHING, now=datetime.now(UTC))
             started = launched(await found.launcher.launch(found.spec))
         except LaunchError as exc:
             if not exc.retryable or attempts >= self.settings.launch_attempts:
                 metrics.LAUNCH_FAILURES.labels("launch_error").inc()
                 await self._fail(
-                    deployment, f"the runner could not be launched: {exc.message}", code="LAUNCH_FAILED"
+                    deployment,
+                    f"the runner could not be launched: {exc.message}",
+                    code="LAUNCH_FAILED",
+                    before_start=True,
                 )
                 return
             metrics.LAUNCH_FAILURES.labels("launch_error_retried").inc()
@@ -428,6 +470,7 @@ class Dispatcher:
                 deployment,
                 f"the runner could not be launched: {describe(exc, error_id=error_id)}",
                 code="LAUNCH_FAILED",
+                before_start=True,
             )
             return
         now = datetime.now(UTC)

@@ -29,6 +29,7 @@ from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator import deployment_tokens
+from orchestrator.dispatch import live_logs
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import (
     EXECUTING_MESSAGE,
@@ -46,6 +47,7 @@ from orchestrator.domain.managed import (
 )
 from orchestrator.errors import ConflictError, UnauthenticatedError
 from orchestrator.protocol.launch import RunSpec
+from orchestrator.protocol.log_stream import Phase
 from orchestrator.protocol.results import RunnerMode
 from orchestrator.store import deployments as deployment_store
 from orchestrator.store import managed_runners as store
@@ -206,7 +208,10 @@ async def claim(
             "tell finished first"
         )
     await store.seen(conn, record.id, now=now)
-    return await store.claim(conn, record, now=now, lease=lease)
+    claimed = await store.claim(conn, record, now=now, lease=lease)
+    if claimed is not None:
+        await live_logs.record_phase(conn, claimed, Phase.LAUNCHING, now=now)
+    return claimed
 
 
 async def finished(
@@ -246,6 +251,7 @@ async def _lose_claim(
         return outcome
     if record.claim_used_at is None:
         if await store.requeue(conn, deployment_id, now=now):
+            await live_logs.record_phase(conn, deployment, Phase.QUEUED, now=now)
             outcome.requeued.append(str(deployment_id))
             log.info(
                 "managed claim lost before it began: queued again",
@@ -273,7 +279,9 @@ async def time_out_queued(conn: AsyncConnection, *, now: datetime, limit: int = 
     """Fail queued deployments no managed runner claimed before their timeout."""
     failed = []
     for deployment in await store.queued_timed_out(conn, now=now, limit=limit):
-        if await results_policy.fail(conn, deployment, TIMEOUT_MESSAGE, now=now, code="TIMEOUT"):
+        if await results_policy.fail(
+            conn, deployment, TIMEOUT_MESSAGE, now=now, code="TIMEOUT", before_start=True
+        ):
             failed.append(str(deployment.id))
     return failed
 

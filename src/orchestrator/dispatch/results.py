@@ -11,10 +11,17 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.dispatch import environments, gauges
-from orchestrator.domain.deployments import Deployment, Mode, Status, with_launch_note
+from orchestrator.domain.deployments import (
+    Deployment,
+    Mode,
+    Status,
+    before_start_message,
+    with_launch_note,
+)
 from orchestrator.errors import ConflictError, NotFoundError
 from orchestrator.protocol.results import DeploymentResults, ResultStatus
 from orchestrator.store import deployments as store
+from orchestrator.store import phases as phase_store
 from orchestrator.store import projects as project_store
 from orchestrator.store import states as state_store
 
@@ -110,10 +117,21 @@ async def apply_results(
 
 
 async def fail(
-    conn: AsyncConnection, deployment: Deployment, message: str, *, now: datetime, code: str
+    conn: AsyncConnection,
+    deployment: Deployment,
+    message: str,
+    *,
+    now: datetime,
+    code: str,
+    before_start: bool = False,
 ) -> bool:
     """Fail an executing deployment for a reason the orchestrator observed (timeout, lost runner, ...);
-    one whose cancel was asked for ends ``cancelled``."""
+    one whose cancel was asked for ends ``cancelled``. ``before_start``: no runner was started for it (its
+    launch failed, or no agent or managed runner took it up), which its message says, naming the phase
+    it failed in (its phases keep ``queued``/``launching``)."""
+    if before_start:
+        phase = await phase_store.latest(conn, deployment.id)
+        message = before_start_message(message, phase or "queued")
     ended = await store.complete(
         conn,
         deployment.id,

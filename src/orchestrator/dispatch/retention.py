@@ -1,5 +1,6 @@
 """Retention of deployment objects: bundles and logs are deleted from the object store
-``PO_OBJECT_RETENTION_DAYS`` after their deployment finished, and once their environment is deleted.
+``PO_OBJECT_RETENTION_DAYS`` after their deployment finished, and once their environment is deleted; the
+live log's chunks (database rows) with them, never earlier.
 
 Every replica runs the worker (every ``PO_CLEANUP_INTERVAL_SECONDS``). A round reads a batch of due
 deployments, deletes their objects (no transaction is open meanwhile: object stores are remote, and on
@@ -32,6 +33,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.notify import sleep_unless_stopped
 from orchestrator.store import db
 from orchestrator.store import deployments as store
+from orchestrator.store import log_chunks as chunk_store
 
 log = structlog.get_logger(__name__)
 
@@ -123,4 +125,9 @@ class RetentionWorker:
             log.warning("deleting deployment objects failed", deployment_id=str(item.id), error=str(exc))
             return False
         async with self.engine.begin() as conn:
-            return await store.mark_objects_deleted(conn, item.id, now=now)
+            marked = await store.mark_objects_deleted(conn, item.id, now=now)
+            # The live log goes with the whole log: its chunks, in the same transaction.
+            chunks = await chunk_store.delete_for(conn, item.id)
+        if chunks:
+            metrics.RETENTION_DELETED.labels("log_chunks").inc(chunks)
+        return marked

@@ -68,6 +68,15 @@ def cancelled_message(detail: str) -> str:
 
 TIMEOUT_MESSAGE = "deployment timeout - runner did not complete within expected time"
 
+#: Said after the message of a deployment that failed before its runner started (its phases end with
+#: queued or launching: no runner was started, or none picked it up).
+BEFORE_START_NOTE = "it failed before its runner started"
+
+
+def before_start_message(message: str, phase: str) -> str:
+    """The message of a deployment that failed before its runner started, while ``phase``."""
+    return f"{message} ({BEFORE_START_NOTE}, while {phase})"
+
 
 #: The length of the status message column.
 MAX_STATUS_MESSAGE = 4000

@@ -14,16 +14,19 @@ token whose deployment ended too long ago (or is gone) is answered 401, saying s
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Depends, Request, Response, Security
+from fastapi import APIRouter, Depends, Path, Request, Response, Security
 from fastapi.responses import JSONResponse
 
-from orchestrator import deployment_tokens
-from orchestrator.dispatch import bundles, errored_states
+from orchestrator import deployment_tokens, metrics
+from orchestrator.dispatch import bundles, errored_states, live_logs
 from orchestrator.dispatch import results as results_policy
 from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.domain.managed import MANAGED_RUNNER_ID
@@ -34,6 +37,7 @@ from orchestrator.errors import (
     PayloadTooLargeError,
     UnauthenticatedError,
 )
+from orchestrator.protocol import log_stream
 from orchestrator.protocol import results as protocol
 from orchestrator.store import deployments as store
 from orchestrator.store import managed_runners as managed_store
@@ -42,6 +46,12 @@ from orchestrator.web.services import Services, services, transaction
 
 #: How long after its deployment ended a token may still hand over the state Terraform could not save.
 ERRORED_STATE_GRACE_SECONDS = 24 * 3600.0
+#: How long after its deployment ended a token is still told why its chunk is refused (410) rather than 401.
+CHUNK_TOKEN_GRACE_SECONDS = 24 * 3600.0
+#: The largest chunk number (the column is a 32-bit integer).
+MAX_CHUNK_SEQ = 2**31 - 1
+#: Binary age files begin with this line: a chunk must be age ciphertext, never anything else.
+AGE_HEADER = b"age-encryption.org/v1\n"
 
 router = APIRouter(
     prefix="/runner-gateway/v1/orgs/{org_id}/runners/{runner_id}",
@@ -213,7 +223,102 @@ async def put_logs(
     if not recorded:
         await svc.blobs.delete(key)
         raise ConflictError(_logs_stored(deployment_id))
+    # A follower of a deployment that streamed nothing hands the whole log over; a final one's follow ends.
+    svc.notifier.notify(live_logs.follow_key(deployment_id))
     return Response(status_code=202)
+
+
+@router.put(
+    "/environments/{env_uuid}/deployments/{deployment_id}/log-chunks/{seq}",
+    status_code=202,
+    response_class=Response,  # no body
+    openapi_extra={
+        **openapi.raw_body(
+            "text/plain",
+            {"type": "string"},
+            "One chunk of the live log: the age ciphertext of a chunk "
+            "(`protocol.log_stream.ChunkPlaintext`), in standard base64.",
+        ),
+        "parameters": [
+            {
+                "name": log_stream.PHASE_HEADER,
+                "in": "header",
+                "required": True,
+                "description": "The chunk's phase, in clear (it is recorded in the deployment's phases).",
+                "schema": {
+                    "type": "string",
+                    "enum": sorted(phase.value for phase in log_stream.RUNNER_PHASES),
+                },
+            }
+        ],
+    },
+    responses={
+        202: {"description": "Stored; or this chunk was stored with the same bytes before (a retry)."},
+        409: {"description": "A chunk of this number is stored with other bytes."},
+        410: {"description": "The deployment ended more than 300 s ago: it takes no chunks any more."},
+    },
+)
+async def put_log_chunk(
+    org_id: str,
+    runner_id: str,
+    env_uuid: uuid.UUID,
+    deployment_id: uuid.UUID,
+    seq: Annotated[int, Path(ge=1, le=MAX_CHUNK_SEQ, description="The chunk's number: 1, 2, ...")],
+    request: Request,
+    svc: Services = Depends(services),
+) -> Response:
+    """A chunk of the deployment's live log, sent while it runs (issue 22; ``protocol.log_stream``)."""
+    deployment = await _authorize(
+        svc, request, org_id, runner_id, deployment_id, grace_seconds=CHUNK_TOKEN_GRACE_SECONDS
+    )
+    if deployment.env_uuid != env_uuid:
+        raise NotFoundError(f"deployment '{deployment_id}' not found in environment '{env_uuid}'")
+    phase = _chunk_phase(request.headers.get(log_stream.PHASE_HEADER))
+    live_logs.ensure_open(deployment, now=datetime.now(UTC))
+    body = await read_limited(request, log_stream.MAX_CHUNK_UPLOAD_BYTES, "the log chunk")
+    ciphertext = _chunk_ciphertext(body)
+    async with transaction(svc) as conn:
+        stored = await live_logs.receive_chunk(
+            conn, deployment, seq=seq, phase=phase, ciphertext=ciphertext, now=datetime.now(UTC)
+        )
+    if stored:
+        metrics.LOG_CHUNKS_RECEIVED.inc()
+        metrics.LOG_CHUNK_BYTES_RECEIVED.inc(len(ciphertext))
+        # Followers in this process read it now; those of other replicas at their next poll.
+        svc.notifier.notify(live_logs.follow_key(deployment_id))
+    return Response(status_code=202)
+
+
+def _chunk_phase(value: str | None) -> log_stream.Phase:
+    names = ", ".join(sorted(phase.value for phase in log_stream.RUNNER_PHASES))
+    if value is None or not value.strip():
+        raise InvalidInputError(
+            f"{log_stream.PHASE_HEADER}: the header is required: the chunk's phase ({names})"
+        )
+    try:
+        phase = log_stream.Phase(value.strip())
+    except ValueError:
+        phase = None
+    if phase not in log_stream.RUNNER_PHASES:
+        raise InvalidInputError(
+            f"{log_stream.PHASE_HEADER}: {value.strip()[:40]!r} is not a phase a runner sends: one of {names}"
+        )
+    assert phase is not None
+    return phase
+
+
+def _chunk_ciphertext(body: bytes) -> bytes:
+    """The chunk's age ciphertext from its base64 body; 400 for anything else (a chunk is only ever
+    stored as ciphertext)."""
+    try:
+        data = base64.b64decode(body.strip(), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInputError("body: the log chunk is not standard base64") from exc
+    if not data.startswith(AGE_HEADER):
+        raise InvalidInputError(
+            "body: the log chunk is not age ciphertext (encrypt it to the deployment's logs recipient)"
+        )
+    return data
 
 
 def _logs_stored(deployment_id: uuid.UUID) -> str:

@@ -9,7 +9,9 @@ Wire contract (every part is a compatibility promise, like the rest of ``protoco
   ``reporting``. The orchestrator records ``queued`` (created) and ``launching`` (the dispatcher or an agent
   command starts a run); the runner's chunks carry the others.
 - **A chunk** is up to ``MAX_CHUNK_TEXT_BYTES`` of log text (whole lines, UTF-8), cut every
-  ``FLUSH_SECONDS`` or when that size is reached, whichever comes first, and at every phase change. Its
+  ``FLUSH_SECONDS`` or when that size is reached, whichever comes first, and at every phase change. A line
+  longer than a chunk is split: its pieces end their chunks without a newline and the next chunk goes on
+  with it (the chunks' texts, joined in order, are the log). Its
   plaintext is the JSON object ``ChunkPlaintext`` (sequence number, phase and deployment id inside the
   ciphertext, so a chunk cannot be replayed into another deployment or reordered unseen), age-encrypted
   to the deployment's ``encrypted_logs_recipient``: every chunk decrypts on its own.
@@ -17,11 +19,16 @@ Wire contract (every part is a compatibility promise, like the rest of ``protoco
   (the phase in clear, for the phase history), body: the age ciphertext in standard base64
   (``text/plain``). Sequence numbers start at 1 and rise by one. Answers: ``202`` stored; ``202`` again
   for the same ``seq`` with the same bytes (a retry: stored once); ``409`` for a ``seq`` already stored
-  with other bytes; ``413`` over ``MAX_CHUNK_UPLOAD_BYTES``; ``404`` for a deployment that is not this
-  token's; ``410`` once the deployment has ended and ``CHUNK_GRACE_SECONDS`` passed. A runner retries a
+  with other bytes; ``413`` over ``MAX_CHUNK_UPLOAD_BYTES``; ``400`` for a token that is not the
+  deployment's (as every gateway route answers it), ``404`` for a deployment of another runner or
+  environment; ``400`` naming ``X-Log-Phase`` for a phase not in ``RUNNER_PHASES``, or the body for one
+  that is not base64 of an age file; ``410`` once the deployment has ended and ``CHUNK_GRACE_SECONDS``
+  passed. A runner retries a
   chunk until it is stored, in order, and never sends chunk ``n + 1`` before ``n`` is stored.
 - **Reading** (the API, ``GET /orgs/{org}/deployments/{id}/logs``): ``LogChunk`` items, ciphertext as
-  stored; ``?after=<seq>`` resumes; ``?follow=true`` answers ``text/event-stream`` (see ``SSE_*``).
+  stored; ``?after=<seq>`` resumes; ``?follow=true`` answers ``text/event-stream`` (see ``SSE_*``). A page
+  holds at most ``limit`` chunks and a bounded size of ciphertext: its ``last_seq`` is the highest number
+  stored, so a reader fetches on with ``after`` = its last item's ``seq`` while that is below ``last_seq``.
 """
 
 from __future__ import annotations
@@ -84,7 +91,8 @@ class ChunkPlaintext(BaseModel):
     deployment_id: str
     seq: int = Field(ge=1)
     phase: Phase
-    #: Whole lines, each ending in a newline: the runner's JSON lines and Terraform's ``-json`` lines.
+    #: Whole lines, each ending in a newline: the runner's JSON lines and Terraform's ``-json`` lines; but
+    #: a line too long for one chunk is split, its pieces ending their chunks without a newline.
     text: str
 
 

@@ -67,6 +67,11 @@ def planned(lines: Iterable[str]) -> bool:
     )
 
 
+def is_plan_summary(line: str) -> bool:
+    """Whether ``line`` is a plan's change summary (in an ``apply`` or ``destroy``: planning is over)."""
+    return '"change_summary"' in line and planned([line])
+
+
 def last_error_diagnostic(lines: Iterable[str], *, action: str) -> results.ResultError | None:
     """The last error diagnostic as ``TF_DIAGNOSTIC_ERROR``, with where it points in ``details``.
 

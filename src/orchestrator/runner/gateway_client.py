@@ -12,6 +12,9 @@ fail the same way) and exits naming the cause on stderr, which the launcher repo
 no attempt waits past the window's end (a black-holed gateway: a connection or an answer that never comes),
 and those last tries wait :data:`LAST_TRY_SECONDS` each: a gateway never reached fails the deployment within
 about ``first_contact_seconds`` + 6 s, whatever ``RUNNER_HTTP_TIMEOUT_SECONDS`` is.
+Log chunks (:meth:`GatewayClient.put_log_chunk`) are tried once per call, under the same first contact
+rules: their sender (``runner.log_stream``) retries them itself. The client is shared by the run's main
+thread and that sender (httpx's client is thread-safe).
 Failures raise ``client.errors.ClientError``: ``AuthError`` when the deployment token is rejected.
 ``transport`` is httpx's seam, so tests can point the client at any server.
 """
@@ -29,7 +32,7 @@ from pydantic import SecretStr
 from orchestrator.client.errors import ClientError, UnavailableError
 from orchestrator.client.gateway import RunnerGateway, gateway_failure, gateway_transport_error
 from orchestrator.client.http import Backoff, Retry
-from orchestrator.protocol import results
+from orchestrator.protocol import log_stream, results
 
 T = TypeVar("T")
 
@@ -59,6 +62,13 @@ class ResultsReceipt(StrEnum):
     ACCEPTED = "accepted"
     #: 409: the gateway already has results for this deployment; nothing more to do.
     ALREADY_REPORTED = "already_reported"
+
+
+#: The answers to a log chunk ``PUT`` that :meth:`GatewayClient.put_log_chunk` returns (see
+#: ``protocol.log_stream``): stored (a retry of stored bytes too), other bytes stored for that ``seq``, over
+#: the upload limit, no such route or not this token's deployment (404; 405 from a gateway without the
+#: route), and the deployment ended.
+CHUNK_ANSWERS = frozenset({202, 409, 413, 404, 405, 410})
 
 
 class GatewayClient:
@@ -147,6 +157,40 @@ class GatewayClient:
             ok_statuses=frozenset({409}),
         )
 
+    def put_log_chunk(
+        self,
+        env_uuid: str,
+        deployment_id: str,
+        seq: int,
+        phase: log_stream.Phase,
+        encrypted_b64: bytes,
+        *,
+        timeout_seconds: float,
+    ) -> int:
+        """One attempt to upload chunk ``seq`` of the live log (base64 age ciphertext), waiting at most
+        ``timeout_seconds``: the gateway's status among :data:`CHUNK_ANSWERS`; ``ClientError`` for any other
+        answer or none (``retryable`` when another attempt may help)."""
+        path = self._gateway.path(log_stream.chunk_path, env_uuid, deployment_id, str(seq))
+        headers = self._headers() | {"Content-Type": "text/plain", log_stream.PHASE_HEADER: phase.value}
+
+        def put() -> int:
+            timeout = httpx.Timeout(min(timeout_seconds, self._attempt_seconds()))
+            try:
+                response = self._http.put(path, content=encrypted_b64, headers=headers, timeout=timeout)
+            except httpx.TransportError as exc:
+                raise gateway_transport_error("PUT", path, exc) from exc
+            self._reached = True
+            if response.status_code in CHUNK_ANSWERS:
+                return response.status_code
+            raise gateway_failure("PUT", path, response, auth_hint=TOKEN_HINT)
+
+        return self._call(put, retry=Retry(attempts=1, backoff=self._retry.backoff, clock=self._retry.clock))
+
+    @property
+    def unreachable(self) -> bool:
+        """The gateway was never reached within the first contact window (each request is tried once)."""
+        return self._unreachable
+
     def upload_errored_state(
         self, env_uuid: str, deployment_id: str, state: bytes, *, retry_seconds: float
     ) -> results.ErroredStateReceipt:
@@ -193,11 +237,15 @@ class GatewayClient:
 
         return self._call(send, deadline=deadline)
 
-    def _call(self, request: Callable[[], T], *, deadline: float | None = None) -> T:
-        """``request`` under the retry policy; before the gateway answered once, connection failures for
-        ``first_contact_seconds`` at most; after that window passed without an answer, once."""
+    def _call(
+        self, request: Callable[[], T], *, deadline: float | None = None, retry: Retry | None = None
+    ) -> T:
+        """``request`` under the retry policy (``retry``, else the client's); before the gateway answered
+        once, connection failures for ``first_contact_seconds`` at most; after that window passed without
+        an answer, once."""
+        policy = retry or self._retry
         if self._unreachable:
-            return self._retry.call(_final(request))
+            return policy.call(_final(request))
         if self._window_end is None:
             self._window_end = self._retry.clock() + self._first_contact_seconds
         window_end = self._window_end
@@ -222,19 +270,22 @@ class GatewayClient:
                     self._unreachable = True
                 raise
 
-        return self._retry.call(first_contact, deadline=deadline)
+        return policy.call(first_contact, deadline=deadline)
 
     def _attempt_timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self._attempt_seconds())
+
+    def _attempt_seconds(self) -> float:
         """How long the next attempt may wait (connecting, for an answer, between two chunks): the client's
         timeout once the gateway answered; until then no longer than the first contact window lasts; after
         the window passed without an answer, :data:`LAST_TRY_SECONDS`."""
         if self._reached:
-            return httpx.Timeout(self._timeout_seconds)
+            return self._timeout_seconds
         if self._unreachable:
-            return httpx.Timeout(min(self._timeout_seconds, LAST_TRY_SECONDS))
+            return min(self._timeout_seconds, LAST_TRY_SECONDS)
         window_end = self._window_end if self._window_end is not None else self._retry.clock()
         remaining = window_end - self._retry.clock()
-        return httpx.Timeout(min(self._timeout_seconds, max(MIN_TRY_SECONDS, remaining)))
+        return min(self._timeout_seconds, max(MIN_TRY_SECONDS, remaining))
 
     def _headers(self) -> dict[str, str]:
         return {results.DEPLOYMENT_TOKEN_HEADER: self._token.get_secret_value()}

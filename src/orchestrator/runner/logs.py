@@ -2,6 +2,8 @@
 
 Upstream keeps the first 10 MiB; so do we. The cap counts UTF-8 bytes of the plain text; a notice
 "log truncated at <cap>" is always kept within it, so the uploaded text says it is incomplete.
+A listener (the live log stream, ``runner.log_stream``) gets every line after redaction, the cap
+notwithstanding.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TextIO
@@ -39,6 +41,7 @@ class LogBuffer:
         self._size = 0
         self._notice = f"[po-runner] log truncated at {format_size(max_bytes)}\n".encode()
         self.truncated = False
+        self._listener: Callable[[str], None] | None = None
 
     def write_line(self, line: str) -> None:
         """Add one line (a trailing newline is added)."""
@@ -46,6 +49,29 @@ class LogBuffer:
         with self._lock:
             self._echo_text(text)
             self._keep(text.encode("utf-8", errors="replace"))
+            self._tell(text)
+
+    def attach(self, listener: Callable[[str], None]) -> None:
+        """From now on, call ``listener`` with every line (redacted, ending in a newline), in order, under
+        this buffer's lock (it must not write to this buffer); first with the lines kept so far. A listener
+        that raises is detached."""
+        with self._lock:
+            self._listener = listener
+            kept = b"".join(self._chunks).decode("utf-8", errors="replace")
+            for line in kept.split("\n")[:-1]:
+                self._tell(line + "\n")
+
+    def detach(self) -> None:
+        with self._lock:
+            self._listener = None
+
+    def _tell(self, text: str) -> None:
+        if self._listener is None:
+            return
+        try:
+            self._listener(text)
+        except Exception:  # A broken listener must not break the run: the log is kept all the same.
+            self._listener = None
 
     def getvalue(self) -> bytes:
         """The kept text, ending with the truncation notice when the cap was hit."""

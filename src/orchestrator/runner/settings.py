@@ -72,6 +72,23 @@ class RunnerSettings(BaseSettings):
         le=results.RUNNER_LOG_BUFFER_BYTES,
         description="Cap on the logs kept for upload (plain text, before encryption).",
     )
+    runner_log_stream_max_bytes: int = Field(
+        default=256 << 20,
+        ge=0,
+        le=1 << 40,
+        description="Cap on the log text streamed live to the gateway while the deployment runs, in "
+        "encrypted chunks (to the ENCRYPTING_LOGS_KEY recipient); past it a last chunk says the stream was "
+        "truncated. "
+        "0: no live stream. The whole log uploaded at the end is capped by RUNNER_LOGS_MAX_BYTES.",
+    )
+    runner_log_stream_drain_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="At the end of the run, before the results: how long the runner waits for each live log "
+        "chunk not yet delivered (a gateway outage) before it gives up on the rest (3 s at most after "
+        "SIGTERM/SIGINT or when the gateway was never reached).",
+    )
     runner_http_timeout_seconds: float = Field(
         default=40.0, gt=0, description="Timeout of one gateway request."
     )

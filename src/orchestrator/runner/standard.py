@@ -7,6 +7,10 @@
     → save an errored.tfstate Terraform left (``runner.state``) → upload the encrypted logs
     → POST the results (always, failures included)
 
+Meanwhile the log is streamed (``runner.log_stream``), in the phases ``init`` (from the start), ``plan``,
+``apply`` or ``destroy`` (after the plan's change summary: ``apply`` and ``destroy`` plan first), then
+``reporting``; the stream's last chunk is delivered before the logs and the results.
+
 Every failure becomes ``DeploymentResults(status=failure, error=...)``: ``RUNNER`` for the runner's own
 steps, ``TF_DIAGNOSTIC_ERROR`` when the engine left an error diagnostic, ``IAC_COMMAND_ERROR`` otherwise.
 """
@@ -30,7 +34,8 @@ from orchestrator import errors
 from orchestrator.client.errors import ClientError
 from orchestrator.client.gateway import RunnerGateway
 from orchestrator.protocol import age, results
-from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, logs, state
+from orchestrator.protocol.log_stream import Phase
+from orchestrator.runner import bundle, diagnostics, engine, gateway_client, iac, log_stream, logs, state
 from orchestrator.runner.settings import RunnerSettings
 
 #: Where the Job spec mounts its emptyDir; used when writable and IAC_CODE_DIR is not set.
@@ -150,10 +155,62 @@ def run_standard(
         ),
         first_contact_seconds=settings.runner_gateway_connect_seconds,
     ) as gateway:
-        body = _execute(settings, gateway=gateway, sink=sink, log=log, environ=environ, stop=stop)
-        # Logs first: once the results arrive the deployment is complete, and its logs should be there.
-        _upload_logs(settings, gateway=gateway, sink=sink, log=log)
-        return _report(settings, gateway=gateway, log=log, body=body)
+        stream = _open_stream(settings, gateway=gateway, sink=sink, log=log)
+        try:
+            body = _execute(
+                settings, gateway=gateway, sink=sink, log=log, environ=environ, stop=stop, stream=stream
+            )
+            stream.set_phase(Phase.REPORTING)
+            log.info("reporting the deployment", status=body.status.value)
+            # The stream first, then the whole log: once the results arrive the deployment is complete, and
+            # its logs should be there.
+            stream.finish(drain_seconds=_drain_seconds(settings, gateway=gateway, stop=stop))
+            _upload_logs(settings, gateway=gateway, sink=sink, log=log)
+            return _report(settings, gateway=gateway, log=log, body=body)
+        finally:
+            stream.close()
+
+
+def _open_stream(
+    settings: RunnerSettings,
+    *,
+    gateway: gateway_client.GatewayClient,
+    sink: logs.LogBuffer,
+    log: logs.RunnerLogger,
+) -> log_stream.Stream:
+    """The live log stream, when the deployment has a logs recipient (without one, nothing is streamed
+    nor uploaded) and ``RUNNER_LOG_STREAM_MAX_BYTES`` is not 0."""
+    recipient, env_uuid = settings.encrypting_logs_key, settings.deployment_env_uuid
+    if recipient is None or env_uuid is None:
+        return log_stream.Stream()
+    if settings.runner_log_stream_max_bytes == 0:
+        log.info("live log streaming is off (RUNNER_LOG_STREAM_MAX_BYTES=0)")
+        return log_stream.Stream()
+    try:
+        age.check_recipient(recipient)
+    except age.AgeKeyError:
+        return log_stream.Stream()  # The run fails on it before anything is applied (_check_keys).
+    stream = log_stream.LogStream(
+        gateway=gateway,
+        env_uuid=env_uuid,
+        deployment_id=settings.deployment_id,
+        recipient=recipient,
+        log=log,
+        max_bytes=settings.runner_log_stream_max_bytes,
+        backoff=gateway_client.runner_retry(backoff_seconds=settings.runner_http_backoff_seconds).backoff,
+    )
+    stream.open(sink)
+    return stream
+
+
+def _drain_seconds(
+    settings: RunnerSettings, *, gateway: gateway_client.GatewayClient, stop: StopSignals | None
+) -> float:
+    """How long the end of the run waits for each undelivered chunk: as a last try when the runner was
+    stopped by a signal (the results come first) or the gateway was never reached."""
+    if gateway.unreachable or (stop is not None and stop.received is not None):
+        return min(settings.runner_log_stream_drain_seconds, gateway_client.LAST_TRY_SECONDS)
+    return settings.runner_log_stream_drain_seconds
 
 
 def _execute(
@@ -164,12 +221,20 @@ def _execute(
     log: logs.RunnerLogger,
     environ: Mapping[str, str],
     stop: StopSignals | None = None,
+    stream: log_stream.Stream | None = None,
 ) -> results.DeploymentResults:
     stop = stop or StopSignals()
     rescued: list[str] = []
     try:
         with stop.armed(), _code_dir(settings.iac_code_dir) as code_dir:
-            deployment = _Deployment(settings, gateway=gateway, sink=sink, log=log, environ=environ)
+            deployment = _Deployment(
+                settings,
+                gateway=gateway,
+                sink=sink,
+                log=log,
+                environ=environ,
+                stream=stream or log_stream.Stream(),
+            )
             try:
                 body = deployment.run(code_dir)
             finally:
@@ -205,6 +270,7 @@ class _Deployment:
     sink: logs.LogBuffer
     log: logs.RunnerLogger
     environ: Mapping[str, str]
+    stream: log_stream.Stream
     started_at: datetime = field(init=False, default_factory=lambda: datetime.now(UTC))
     cli: iac.IacCli | None = field(init=False, default=None)
 
@@ -267,7 +333,10 @@ class _Deployment:
             self.log.info("IaC engine", engine=cli.engine.display_name)
         self._checked(cli, "init", "-no-color", "-input=false", "-json")
         mode = self.settings.mode
+        # `plan` until the plan's change summary; `apply` and `destroy` plan first.
+        self.stream.set_phase(Phase.PLAN)
         if mode is results.RunnerMode.DESTROY:
+            self.stream.switch_after(diagnostics.is_plan_summary, Phase.DESTROY)
             self.log.info("executing destroy")
             destroyed = self._checked(cli, "destroy", "-auto-approve", "-no-color", "-input=false", "-json")
             summary = self._summary(destroyed)
@@ -287,6 +356,7 @@ class _Deployment:
                 counts=_counts(self._summary(planned), num_resources=num_resources),
             )
 
+        self.stream.switch_after(diagnostics.is_plan_summary, Phase.APPLY)
         self.log.info("executing apply")
         # No separate `plan -out` + `apply PLAN`: `apply` without a plan file makes the same plan first
         # (under one state lock instead of two) and stops at its errors as `plan` did: one engine start

@@ -466,6 +466,17 @@ async def release(
     return result.rowcount > 0
 
 
+async def renew_leases(conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta) -> int:
+    """Extend ``owner``'s leases that still hold to ``now + lease`` (the dispatcher's heartbeat while it
+    works on them); how many. A lease that ran out stays out: another server may have taken it over."""
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.dispatch_owner == owner, deployments.c.dispatch_lease_until >= now)
+        .values(dispatch_lease_until=now + lease)
+    )
+    return result.rowcount
+
+
 async def lease_until(conn: AsyncConnection, deployment_id: uuid.UUID, until: datetime) -> None:
     """Hold a deployment back from claims until ``until`` (a launch backoff)."""
     await conn.execute(

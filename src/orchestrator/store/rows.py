@@ -1,6 +1,7 @@
 """Reading and writing rows: a row as the domain dataclass of its table, the row of an id in an
 organization (read, or updated), the timestamps of a new row, an insert that answers 409 on a taken key,
-an insert that tells whether its key was free, the first values of a column."""
+an insert that tells whether its key was free (in a savepoint, or one statement that skips a taken primary
+key), the first values of a column."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 import sqlalchemy.exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.store.errors import conflict_on_integrity
@@ -55,6 +57,15 @@ async def inserted(conn: AsyncConnection, insert: sa.Insert) -> bool:
     except sqlalchemy.exc.IntegrityError:
         return False
     return True
+
+
+async def insert_if_absent(conn: AsyncConnection, table: sa.Table, values: dict[str, Any]) -> bool:
+    """Insert ``values`` unless a row of the same primary key exists; whether it was inserted. One statement
+    (``ON CONFLICT DO NOTHING``), no savepoint: a clash leaves the transaction usable on PostgreSQL too."""
+    keys = [column.name for column in table.primary_key.columns]
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(table).values(values).on_conflict_do_nothing(index_elements=keys)
+    return (await conn.execute(stmt)).rowcount > 0
 
 
 async def org_row(conn: AsyncConnection, table: sa.Table, org_id: str, object_id: object) -> Row | None:

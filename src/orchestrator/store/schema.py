@@ -389,6 +389,41 @@ sa.Index(
     postgresql_where=deployments.c.objects_deleted_at.is_(None),
 )
 
+# The live log (issue 22): chunks of the runner's log as it sends them while the deployment runs, each the
+# age ciphertext (raw bytes, decoded from the upload's base64) of one ``protocol.log_stream.ChunkPlaintext``:
+# only ever ciphertext, never plaintext. Kept with the deployment's logs: deleted when the retention worker
+# deletes its objects (``objects_deleted_at``), or with the deployment's row.
+deployment_log_chunks = sa.Table(
+    "deployment_log_chunks",
+    metadata,
+    sa.Column(
+        "deployment_id", sa.Uuid(), sa.ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True
+    ),
+    # 1, 2, ... in the order the runner sent them.
+    sa.Column("seq", sa.Integer(), primary_key=True),
+    sa.Column("org_id", sa.String(50), nullable=False),
+    # The phase the runner named in clear (X-Log-Phase): init, plan, apply, destroy, reporting.
+    sa.Column("phase", sa.String(20), nullable=False),
+    _ts("received_at"),
+    # Bytes of ciphertext.
+    sa.Column("size", sa.Integer(), nullable=False),
+    sa.Column("ciphertext", sa.LargeBinary(), nullable=False),
+)
+
+# A deployment's phases, in order (``position`` 1, 2, ...): queued and launching recorded by the orchestrator,
+# the others when a runner's chunk names a phase other than the latest. Not secret.
+deployment_phases = sa.Table(
+    "deployment_phases",
+    metadata,
+    sa.Column(
+        "deployment_id", sa.Uuid(), sa.ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("position", sa.Integer(), primary_key=True),
+    sa.Column("org_id", sa.String(50), nullable=False),
+    sa.Column("phase", sa.String(20), nullable=False),
+    _ts("started_at"),
+)
+
 # Terraform state kept by the orchestrator itself (state storage type `orchestrator`): every version kept
 # (the newest PO_STATE_VERSIONS_KEPT of each environment); the newest is the current state.
 tf_states = sa.Table(

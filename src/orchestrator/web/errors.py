@@ -22,6 +22,7 @@ from orchestrator.domain.validation import describe_errors
 from orchestrator.errors import (
     ConflictError,
     ForbiddenError,
+    GoneError,
     InvalidInputError,
     NotFoundError,
     OrchestratorError,
@@ -40,6 +41,7 @@ STATUS: dict[type[OrchestratorError], int] = {
     ForbiddenError: 403,
     NotFoundError: 404,
     ConflictError: 409,
+    GoneError: 410,
     PayloadTooLargeError: 413,
     ServiceUnavailableError: 503,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.octl import examples
-from orchestrator.cli.octl.commands import config, deploy, deployments, envs, states, terraform, verbs
+from orchestrator.cli.octl.commands import config, deploy, deployments, envs, logs, states, terraform, verbs
 from orchestrator.cli.octl.session import EXIT_CODES_HELP, OctlGroup, Session
 
 __all__ = ["main"]
@@ -83,7 +83,7 @@ main.add_command(envs.refresh_runner)
 main.add_command(deploy.deploy)
 main.add_command(deploy.rollback)
 main.add_command(deploy.outputs)
-main.add_command(deployments.logs)
+main.add_command(logs.logs)
 main.add_command(deployments.tf)
 main.add_command(deployments.cancel)
 main.add_command(states.state)

@@ -95,7 +95,8 @@ EXAMPLES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("get", "tokens"): ("octl get tokens",),
     ("get", "usage"): ("octl get usage", "octl get usage --from 2026-01-01 --to 2026-02-01 -o csv"),
     ("logs",): (
-        "octl logs " + U + " --key AGE-SECRET-KEY-1...",
+        "octl logs " + U + "                 # with the key `octl deploy` saved",
+        "octl logs " + U + " --raw | jq -c 'select(.type == \"diagnostic\")'",
         "octl logs " + U + " --key @keys/" + U + ".logs.key",
     ),
     ("refresh-runner",): ("octl refresh-runner shop dev --dry-run", "octl refresh-runner shop dev"),

@@ -2,10 +2,13 @@
 
 Data goes to stdout, messages to stderr, so ``octl get runners -o json | jq`` sees only data.
 
-A table on a terminal fits its width without cutting what a user copies: the object's id, any column of
-UUIDs and the status words are never wrapped or shortened (the table grows wider than the terminal
-rather); the other columns wrap. ``-o wide`` adds the columns marked ``wide``. Piped, a table is plain
-text with nothing cut or wrapped.
+A table on a terminal fits its width, one line a row: the columns a reader needs first (an object's
+id, which is never cut nor left out; then each table's columns by rank), times as "3m ago", free text
+(a description, a message) shortened with "…" where it would not fit; the columns that do not fit are
+left out. Only when the ids alone are wider than the terminal is the table wider. ``-o wide`` shows every
+column (those marked wide too) with every value whole and full timestamps, one line a row, however wide.
+Piped, a table is plain text with every value whole (as upstream's printer: scripts cut columns out of
+it), and ``-o json|yaml`` print the objects as the API answers them.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 import yaml
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -30,11 +33,11 @@ from rich.text import Text
 FORMATS = ("table", "wide", "json", "yaml")
 #: Width of a table when stdout is not a terminal: wide enough that no cell is ever cut or wrapped.
 PIPE_WIDTH = 10_000
-#: Headers of the columns that are never wrapped or shortened, whatever their values.
-WHOLE_HEADERS = ("Id", "Status")
-#: The narrowest a wrapping column gets before the table grows wider than the terminal instead.
-MIN_WRAPPED_WIDTH = 6
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+#: The narrowest free text is shortened to on a terminal (fewer characters say too little).
+MIN_SHORTENED_WIDTH = 12
+#: Blanks between two columns of a terminal table.
+GAP = 2
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d")
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,17 @@ class Column:
     value: Callable[[dict[str, Any]], Any]
     #: Shown only with ``-o wide``.
     wide: bool = False
+    #: Free text a terminal table may shorten with "…" (never an id, a status or a time).
+    shrink: bool = False
+    #: Kept on a terminal however narrow it is (the object's id; a column headed Id is one anyway).
+    key: bool = False
+    #: Where the terminal is too narrow for every column, lower ranks are kept first, then the order.
+    rank: int = 0
 
 
-def field(header: str, path: str, *, wide: bool = False) -> Column:
+def field(
+    header: str, path: str, *, wide: bool = False, shrink: bool = False, key: bool = False, rank: int = 0
+) -> Column:
     """A column showing the value at a dotted ``path`` of the object ("" when absent)."""
 
     def get(obj: dict[str, Any]) -> Any:
@@ -54,7 +65,7 @@ def field(header: str, path: str, *, wide: bool = False) -> Column:
             value = value.get(part) if isinstance(value, dict) else None
         return value
 
-    return Column(header, get, wide)
+    return Column(header, get, wide, shrink, key, rank)
 
 
 def _cell(value: Any) -> Text:
@@ -66,6 +77,33 @@ def _cell(value: Any) -> Text:
         return Text(json.dumps(value, separators=(",", ":")))
     # Text, not str: a value such as "[bold]" must print as itself, not as rich markup.
     return Text(str(value))
+
+
+def parse_time(value: str) -> datetime | None:
+    """An RFC 3339 timestamp as the API answers it, or None for anything else."""
+    if not _TIMESTAMP.match(value):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def relative_time(value: datetime, now: datetime) -> str:
+    """``12s ago``, ``3m ago``, ``5h ago``, ``9d ago``; the date itself past 60 days."""
+    seconds = int((now - value).total_seconds())
+    if seconds < 0:
+        return "just now"
+    for unit, size, limit in (
+        ("s", 1, 60),
+        ("m", 60, 3600),
+        ("h", 3600, 2 * 86400),
+        ("d", 86400, 60 * 86400),
+    ):
+        if seconds < limit:
+            return f"{seconds // size}{unit} ago"
+    return value.date().isoformat()
 
 
 class _Dumper(yaml.SafeDumper):
@@ -88,12 +126,8 @@ def to_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
-def _kept_whole(header: str, cells: Sequence[Text]) -> bool:
-    """Whether a column is never wrapped nor shortened: ids, status words, and any column of UUIDs."""
-    if header in WHOLE_HEADERS:
-        return True
-    values = [cell.plain for cell in cells if cell.plain]
-    return bool(values) and all(_UUID.match(value) for value in values)
+def _is_key(column: Column) -> bool:
+    return column.key or column.header == "Id"
 
 
 def table(
@@ -102,47 +136,98 @@ def table(
     *,
     wide: bool = False,
     console: Console | None = None,
+    now: datetime | None = None,
 ) -> None:
-    """Rows under a header; piped, it is plain text (no rule, colour, width limit or trailing blanks).
+    """Rows under a header: fitted to a terminal (see the module's docstring); piped, plain text (no
+    rule, colour, width limit or trailing blanks).
 
     ``wide``: with the columns marked wide. ``console``: where to print (a test's, of a given width).
+    ``now``: the time relative times count from (a test's).
     """
     console = console or Console(file=sys.stdout, highlight=False, soft_wrap=False)
-    piped = not console.is_terminal
     shown = [column for column in columns if wide or not column.wide]
-    cells = [[_cell(column.value(row)) for column in shown] for row in rows]
-    grid = Table(
-        box=None if piped else box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        header_style="" if piped else "bold",
-    )
-    needed = 2 * max(0, len(shown) - 1)
-    for index, column in enumerate(shown):
-        column_cells = [row[index] for row in cells]
-        if piped:
-            grid.add_column(column.header, no_wrap=True, overflow="ignore")
-        elif _kept_whole(column.header, column_cells):
-            width = max([len(column.header), *(cell.cell_len for cell in column_cells)])
-            grid.add_column(column.header, no_wrap=True, min_width=width, overflow="ignore")
-            needed += width
-        else:
-            grid.add_column(column.header, overflow="fold")
-            needed += MIN_WRAPPED_WIDTH
-    for row_cells in cells:
-        grid.add_row(*row_cells)
-    if not piped:
-        width = console.width
-        # Too narrow even with the other columns wrapped: wider than the terminal, never an id cut.
-        console.width = max(width, needed)
-        try:
-            console.print(grid)
-        finally:
-            console.width = width
+    cells = [[_cell(column.value(row)) for row in rows] for column in shown]
+    if wide or not console.is_terminal:
+        _print_whole(console, shown, cells)
+    else:
+        _print_fitted(console, shown, cells, now or datetime.now(UTC))
+
+
+def _print_whole(console: Console, shown: Sequence[Column], cells: Sequence[Sequence[Text]]) -> None:
+    """Every value whole, one line a row, however wide (piped: plain text without trailing blanks)."""
+    terminal = console.is_terminal
+    grid = Table(box=None, show_edge=False, pad_edge=False, header_style="bold" if terminal else "")
+    for column in shown:
+        grid.add_column(column.header, no_wrap=True, overflow="ignore")
+    for row in zip(*cells, strict=True):
+        grid.add_row(*row)
+    if terminal:
+        _print_at_least(console, grid, PIPE_WIDTH)
         return
     buffer = io.StringIO()
     Console(file=buffer, highlight=False, soft_wrap=False, width=PIPE_WIDTH, color_system=None).print(grid)
     click.echo("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()), nl=False)
+
+
+def _print_fitted(
+    console: Console, shown: Sequence[Column], cells: Sequence[Sequence[Text]], now: datetime
+) -> None:
+    """One line a row within the terminal's width: columns left out by rank, free text shortened."""
+    headers = [column.header for column in shown]
+    texts = [list(column_cells) for column_cells in cells]
+    for index, column_cells in enumerate(texts):
+        times = [parse_time(cell.plain) for cell in column_cells if cell.plain]
+        if times and all(times):
+            texts[index] = [
+                Text(relative_time(t, now)) if (t := parse_time(cell.plain)) else cell
+                for cell in column_cells
+            ]
+            if headers[index].endswith("At") and len(headers[index]) > 2:
+                headers[index] = headers[index][:-2]
+    natural = [
+        max([len(header), *(cell.cell_len for cell in column_cells)])
+        for header, column_cells in zip(headers, texts, strict=True)
+    ]
+    narrowest = [
+        min(width, max(len(header), MIN_SHORTENED_WIDTH)) if column.shrink else width
+        for column, header, width in zip(shown, headers, natural, strict=True)
+    ]
+    order = sorted(range(len(shown)), key=lambda i: (not _is_key(shown[i]), shown[i].rank, i))
+    kept: set[int] = set()
+    used = 0
+    for index in order:
+        needed = narrowest[index] + (GAP if kept else 0)
+        if _is_key(shown[index]) or used + needed <= console.width:
+            kept.add(index)
+            used += needed
+    widths = {index: narrowest[index] for index in kept}
+    spare = console.width - used
+    for index in sorted(kept):
+        grow = min(spare, natural[index] - widths[index])
+        if grow > 0:
+            widths[index] += grow
+            spare -= grow
+    grid = Table(box=None, show_edge=False, pad_edge=False, padding=(0, GAP // 2), header_style="bold")
+    for index in sorted(kept):
+        grid.add_column(
+            headers[index],
+            no_wrap=True,
+            width=widths[index],
+            overflow="ellipsis" if shown[index].shrink else "ignore",
+        )
+    for row in zip(*(texts[index] for index in sorted(kept)), strict=True):
+        grid.add_row(*row)
+    _print_at_least(console, grid, sum(widths.values()) + GAP * max(0, len(kept) - 1))
+
+
+def _print_at_least(console: Console, grid: Table, needed: int) -> None:
+    """Print ``grid`` at the console's width, or wider where it needs more (never an id cut)."""
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(grid)
+    finally:
+        console.width = width
 
 
 #: The table of an object that has no columns of its own (outputs, a dry run's answer): key and value.

@@ -7,7 +7,9 @@ Both create a deployment and, unless ``--no-wait``, wait for it and print its de
    if the connection fails, so a lost answer never starts a second deployment.
 3. The keys saved (``keys.default_directory`` or ``--save-keys DIR``; not with ``--no-save-keys``), so
    that ``octl outputs`` reads the outputs again after ``--no-wait`` or Ctrl-C.
-4. ``wait-for-complete`` long polls in a loop, with progress on stderr.
+4. Its live log followed (``GET .../logs?follow=true``), decrypted here: the phase and the resource
+   changes planned and applied so far on a progress line on stderr (``--show-logs``: the log itself);
+   where the log cannot be followed, ``wait-for-complete`` long polls in a loop.
 5. The status on stderr; the outputs, decrypted here, on stdout. A failed deployment exits 1.
 
 ``octl outputs DEPLOYMENT`` is steps 4 and 5 again, with the saved key (or ``--key``).
@@ -24,15 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import update_wrapper
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
 
-from orchestrator.cli.octl import keys, manifest, output
-from orchestrator.cli.octl.commands.deployments import decrypt_logs
+from orchestrator.cli.octl import completion, keys, manifest, output
+from orchestrator.cli.octl.commands.logs import decrypt_logs, print_log, renderer_for
+from orchestrator.cli.octl.follow import FollowError, LogFollower
 from orchestrator.cli.octl.inputs import InputError
-from orchestrator.cli.octl.progress import WaitProgress, format_duration
+from orchestrator.cli.octl.progress import DeployProgress, WaitProgress, format_duration
 from orchestrator.cli.octl.session import (
     OperationFailure,
     Session,
@@ -103,7 +106,11 @@ def run_options(func: F) -> F:
             show_default=True,
             help="How much the runner logs.",
         ),
-        click.option("--show-logs", is_flag=True, help="Print the runner logs (stderr) when it completes."),
+        click.option(
+            "--show-logs",
+            is_flag=True,
+            help="Print the runner logs (stderr) as they come, as Terraform prints them.",
+        ),
         click.option(
             "--save-keys",
             metavar="DIR",
@@ -140,8 +147,8 @@ def run_options(func: F) -> F:
 
 
 @click.command("deploy")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)
+@click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
 @click.argument("source", metavar="MANIFEST")
 @run_options
 @pass_session
@@ -176,9 +183,9 @@ def deploy(
 
 
 @click.command("rollback")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
-@click.argument("target_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)
+@click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
+@click.argument("target_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @run_options
 @pass_session
 def rollback(
@@ -254,9 +261,9 @@ def run(session: Session, body: JsonObject, options: RunOptions) -> None:
         )
         return
     output.note(f"Logs key: {logs_key.identity} (`octl logs {deployment_id} --key <key>`)")
-    deployment = wait(session, org, deployment_id, started, reread=reread)
-    if options.show_logs:
-        _show_logs(session, org, deployment_id, logs_key.identity)
+    deployment = watch(
+        session, org, deployment_id, started, logs_key.identity, show_logs=options.show_logs, reread=reread
+    )
     report(session, org, deployment, outputs_key.identity, started, options.out)
 
 
@@ -303,6 +310,77 @@ def _prepare_keys_dir(directory: Path) -> Path:
         raise UsageFailure(str(exc)) from exc
 
 
+def watch(
+    session: Session,
+    org: str,
+    deployment_id: str,
+    started: float,
+    identity: str,
+    *,
+    show_logs: bool,
+    reread: str = "",
+) -> JsonObject:
+    """The deployment once final, its live log followed meanwhile: its phases and resource changes on the
+    progress line (live on a terminal, a plain line per phase elsewhere), the log as Terraform prints it on
+    stderr with ``show_logs``. Where the log cannot be followed, it waits as :func:`wait` does."""
+    client = session.client()
+    progress = DeployProgress(deployment_id, console=Console(stderr=True), started=started)
+    renderer = renderer_for(sys.stderr)
+    printed: list[str] = []
+
+    def text(chunk: str, _phase: str | None) -> None:
+        progress.feed(chunk)
+        if not show_logs:
+            return
+        rendered = renderer.text(chunk)
+        if rendered:
+            if not printed:
+                progress.print("Runner logs:\n")
+            printed.append(rendered)
+            progress.print(rendered)
+
+    follower = LogFollower(
+        client=client,
+        org=org,
+        deployment_id=deployment_id,
+        identity=identity,
+        on_text=text,
+        on_phase=lambda phase, _at: progress.set_phase(phase),
+        on_gap=lambda first, last: progress.print(
+            f"Warning: log chunks {first}..{last} never reached the server: lines are missing here\n"
+        ),
+    )
+    try:
+        with progress:
+            progress.poll()
+            try:
+                follower.run()
+                deployment = client.get_deployment(org, deployment_id)
+            except (FollowError, ApiError, ApiConnectionError) as exc:
+                progress.print(
+                    f"Cannot follow the log of deployment {deployment_id} ({exc}); waiting for it.\n"
+                )
+                deployment = None
+    except KeyboardInterrupt:
+        _stopped_waiting(deployment_id, reread)
+    if deployment is None or deployment.get("status") not in FINAL_STATUSES:
+        deployment = wait(session, org, deployment_id, started, reread=reread)
+        if show_logs and not printed:
+            _show_logs(session, org, deployment_id, identity)
+    elif show_logs and not printed:
+        output.note(f"Deployment {deployment_id} has no runner logs (its runner sent none).")
+    return deployment
+
+
+def _stopped_waiting(deployment_id: str, reread: str) -> NoReturn:
+    then = f"; `{reread}` prints its outputs" if reread else ""
+    output.note(
+        f"\nStopped waiting; deployment {deployment_id} goes on: `octl get deployment {deployment_id}`"
+        f"{then}; `octl cancel {deployment_id}` stops it."
+    )
+    raise click.exceptions.Exit(130) from None
+
+
 def wait(session: Session, org: str, deployment_id: str, started: float, *, reread: str = "") -> JsonObject:
     """The deployment once final; connection failures are retried a few times (it runs on regardless).
     ``reread``: the command that reads the outputs again, told on Ctrl-C."""
@@ -330,12 +408,7 @@ def wait(session: Session, org: str, deployment_id: str, started: float, *, rere
                 if done is not None:
                     return done
     except KeyboardInterrupt:
-        then = f"; `{reread}` prints its outputs" if reread else ""
-        output.note(
-            f"\nStopped waiting; deployment {deployment_id} goes on: `octl get deployment {deployment_id}`"
-            f"{then}; `octl cancel {deployment_id}` stops it."
-        )
-        raise click.exceptions.Exit(130) from None
+        _stopped_waiting(deployment_id, reread)
 
 
 def _show_logs(session: Session, org: str, deployment_id: str, identity: str) -> None:
@@ -357,7 +430,7 @@ def _show_logs(session: Session, org: str, deployment_id: str, identity: str) ->
         output.note(f"Cannot show the runner logs: {exc.message}")
         return
     output.note("Runner logs:")
-    click.echo(text, err=True, nl=not text.endswith("\n"))
+    print_log(text, raw=False, err=True)
 
 
 def _resources_line(deployment: JsonObject) -> str | None:
@@ -407,7 +480,7 @@ def report(
 
 
 @click.command("outputs")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @click.option(
     "--key",
     metavar="AGE-SECRET-KEY-...|@FILE",

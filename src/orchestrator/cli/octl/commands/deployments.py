@@ -1,45 +1,65 @@
-"""``octl get deployments`` (alias ``deps``), ``get deployment`` (``dep``), ``octl tf``, ``octl logs``."""
+"""``octl get deployments`` (alias ``deps``), ``get deployment`` (``dep``), ``octl tf``, ``octl cancel``."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
+from typing import Any
 
 import click
 
-from orchestrator.cli.octl import keys, output
+from orchestrator.cli.octl import completion, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org
-from orchestrator.cli.octl.inputs import InputError
-from orchestrator.cli.octl.output import field
-from orchestrator.cli.octl.session import OperationFailure, Session, UsageFailure, org_option, pass_session
-from orchestrator.protocol import age
+from orchestrator.cli.octl.output import Column, field
+from orchestrator.cli.octl.progress import format_duration
+from orchestrator.cli.octl.session import OperationFailure, Session, org_option, pass_session
 
+#: The latest phase; "-" where there is none (a deployment made before phases were recorded), so that
+#: a piped table keeps one word per column.
+PHASE = Column("Phase", lambda d: d.get("phase") or "-", rank=3)
 DEPLOYMENT_SUMMARY = (
     field("Id", "id"),
-    field("ProjectId", "project_id"),
-    field("EnvId", "env_id"),
-    field("Mode", "mode"),
+    field("ProjectId", "project_id", rank=2),
+    field("EnvId", "env_id", rank=2),
+    field("Mode", "mode", rank=4),
     field("Status", "status"),
-    field("CreatedAt", "created_at"),
+    PHASE,
+    field("CreatedAt", "created_at", rank=1),
     field("CompletedAt", "completed_at", wide=True),
     field("RunnerId", "runner_id", wide=True),
-    field("StatusMessage", "status_message", wide=True),
+    field("StatusMessage", "status_message", wide=True, shrink=True),
 )
 DEPLOYMENT = (
-    *DEPLOYMENT_SUMMARY[:6],
+    *DEPLOYMENT_SUMMARY[:7],
     field("CompletedAt", "completed_at"),
     field("RunnerId", "runner_id"),
-    field("StatusMessage", "status_message"),
+    field("StatusMessage", "status_message", shrink=True),
 )
+#: ``get deployment``: the phases it went through, each with how long it took (to the next one, or to the
+#: deployment's end; nothing for the phase it is in).
+PHASE_HISTORY = (field("Phase", "phase"), field("StartedAt", "started_at"), field("Took", "took"))
 STATUSES = ("executing", "succeeded", "failed", "cancelled")
 #: Stored modes; a plan-only deployment is mode deploy with plan_only set, so plan_only is no filter.
 MODES = ("deploy", "rollback", "destroy")
 
 
 @verbs.get.command("deployments")
-@click.option("--project", "project_id", metavar="PROJECT", help="Only the deployments of this project.")
-@click.option("--env", "env_id", metavar="ENV", help="Only the deployments to this environment.")
+@click.option(
+    "--project",
+    "project_id",
+    metavar="PROJECT",
+    help="Only the deployments of this project.",
+    shell_complete=completion.projects,
+)
+@click.option(
+    "--env",
+    "env_id",
+    metavar="ENV",
+    help="Only the deployments to this environment.",
+    shell_complete=completion.envs,
+)
 @click.option(
     "--status",
     "statuses",
@@ -64,19 +84,47 @@ def get_deployments(
     deployments = session.client().list_deployments(
         org, project_id=project_id, env_id=env_id, statuses=statuses, modes=modes
     )
-    emit_list(deployments, out, DEPLOYMENT_SUMMARY, f"No deployments found in organization {org}.")
+    emit_list(deployments, out, summary_columns(deployments), f"No deployments found in organization {org}.")
+
+
+def summary_columns(deployments: list[dict[str, Any]]) -> tuple[output.Column, ...]:
+    """The list's columns: while one of them executes, its phase is what a reader looks for first
+    (kept before the age and the project on a narrow terminal)."""
+    if not any(d.get("status") == "executing" for d in deployments):
+        return DEPLOYMENT_SUMMARY
+    return tuple(replace(c, rank=0) if c is PHASE else c for c in DEPLOYMENT_SUMMARY)
 
 
 @verbs.get.command("deployment")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @reads_org
 def get_deployment(session: Session, deployment_id: uuid.UUID, out: str) -> None:
-    """Show a deployment (alias: dep; -o yaml or json for its manifest, metrics and error)."""
-    output.emit(session.client().get_deployment(session.org(), str(deployment_id)), out, DEPLOYMENT)
+    """Show a deployment and the phases it went through (alias: dep; -o yaml or json for its manifest,
+    metrics and error)."""
+    deployment = session.client().get_deployment(session.org(), str(deployment_id))
+    output.emit(deployment, out, DEPLOYMENT)
+    history = phase_history(deployment)
+    if history and out in ("table", "wide"):
+        click.echo()
+        output.table(history, PHASE_HISTORY, wide=out == "wide")
+
+
+def phase_history(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    """The deployment's phases with how long each took: until the next one started, the last one until
+    the deployment completed (nothing while it is in it)."""
+    phases = [p for p in deployment.get("phases") or [] if isinstance(p, dict)]
+    ends = [p.get("started_at") for p in phases[1:]] + [deployment.get("completed_at")]
+    rows = []
+    for phase, end in zip(phases, ends, strict=True):
+        start = output.parse_time(str(phase.get("started_at") or ""))
+        stop = output.parse_time(str(end or ""))
+        took = format_duration((stop - start).total_seconds()) if start and stop else ""
+        rows.append({"phase": phase.get("phase"), "started_at": phase.get("started_at"), "took": took})
+    return rows
 
 
 @click.command("tf")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @org_option
 @pass_session
 def tf(session: Session, deployment_id: uuid.UUID) -> None:
@@ -85,48 +133,8 @@ def tf(session: Session, deployment_id: uuid.UUID) -> None:
     click.echo(code, nl=not code.endswith("\n"))
 
 
-@click.command("logs")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
-@click.option(
-    "--key",
-    metavar="AGE-SECRET-KEY-...|@FILE",
-    help="The logs key `octl deploy` printed (or saved with --save-keys). Without it the logs are "
-    "printed as they are stored: base64 age ciphertext.",
-)
-@org_option
-@pass_session
-def logs(session: Session, deployment_id: uuid.UUID, key: str | None) -> None:
-    """Print the runner logs of a deployment.
-
-    The logs are encrypted by the runner to a key only the deployer holds; they are decrypted here,
-    so the key never leaves this machine.
-    """
-    try:
-        identity = keys.read_identity("--key", key) if key is not None else None
-    except InputError as exc:
-        raise UsageFailure(str(exc)) from exc
-    ciphertext = session.client().get_deployment_logs(session.org(), str(deployment_id))
-    if identity is None:
-        click.echo(ciphertext, nl=not ciphertext.endswith("\n"))
-        return
-    text = decrypt_logs(str(deployment_id), ciphertext, identity)
-    click.echo(text, nl=not text.endswith("\n"))
-
-
-def decrypt_logs(deployment_id: str, ciphertext: str, identity: str) -> str:
-    """The plain logs; a key that does not open them is the user's error (exit 1), named as such."""
-    try:
-        plain = age.decrypt_b64(ciphertext.strip(), identity)
-    except age.AgeDecryptError as exc:
-        raise OperationFailure(
-            f"the logs of deployment {deployment_id} do not decrypt with this key: it is not the logs key "
-            "of this deployment"
-        ) from exc
-    return plain.decode("utf-8", errors="replace")
-
-
 @click.command("cancel")
-@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID)
+@click.argument("deployment_id", metavar="DEPLOYMENT", type=click.UUID, shell_complete=completion.deployments)
 @click.option(
     "--no-wait", is_flag=True, help="Return once the cancel is accepted, without waiting for the run to stop."
 )

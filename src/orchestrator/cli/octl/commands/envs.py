@@ -11,7 +11,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from orchestrator.cli.octl import inputs, keys, output
+from orchestrator.cli.octl import completion, inputs, keys, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import F, emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
@@ -31,18 +31,25 @@ WAIT_POLL_SECONDS = 1.0
 _DEPLOYMENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 ENV = (
-    field("ProjectId", "project_id"),
+    field("ProjectId", "project_id", key=True),
     field("Id", "id"),
-    field("EnvTypeId", "env_type_id"),
-    field("RunnerId", "runner_id"),
+    field("EnvTypeId", "env_type_id", rank=3),
+    field("RunnerId", "runner_id", rank=2),
     field("Status", "status"),
-    field("CreatedAt", "created_at"),
+    field("CreatedAt", "created_at", rank=1),
 )
 
 
 def env_arguments(func: F) -> F:
     """The PROJECT and ENV arguments that name an environment (as ``project_id`` and ``env_id``)."""
-    return click.argument("project_id", metavar="PROJECT")(click.argument("env_id", metavar="ENV")(func))
+    env = click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
+    return click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)(env(func))
+
+
+def new_env_arguments(func: F) -> F:
+    """The PROJECT and ENV arguments of an environment to create (only PROJECT completes)."""
+    env = click.argument("env_id", metavar="ENV")
+    return click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)(env(func))
 
 
 def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
@@ -57,7 +64,7 @@ def _in_project(body: dict[str, Any], project_id: str) -> dict[str, Any]:
 
 
 @verbs.create.command("env")
-@env_arguments
+@new_env_arguments
 @writes_org
 def create_env(
     session: Session,
@@ -82,7 +89,7 @@ def get_env(session: Session, project_id: str, env_id: str, out: str) -> None:
 
 
 @verbs.get.command("envs")
-@click.argument("project_id", metavar="[PROJECT]", required=False)
+@click.argument("project_id", metavar="[PROJECT]", required=False, shell_complete=completion.projects)
 @click.option("--env-type", "env_type_id", metavar="ENV_TYPE", help="Only environments of this type.")
 @reads_org
 def get_envs(session: Session, project_id: str | None, env_type_id: str | None, out: str) -> None:

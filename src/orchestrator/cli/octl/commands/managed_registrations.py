@@ -17,7 +17,7 @@ from orchestrator.cli.octl.session import Session, pass_session
 REGISTRATION = (
     field("Id", "id"),
     field("Tags", "tags"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     field("CreatedAt", "created_at"),
 )
 

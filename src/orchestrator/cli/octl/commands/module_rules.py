@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.octl import output
+from orchestrator.cli.octl import completion, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org, writes_org
 from orchestrator.cli.octl.output import field
@@ -63,9 +63,19 @@ def get_module_rule(session: Session, rule_id: uuid.UUID, out: str) -> None:
 @verbs.get.command("module-rules")
 @click.option("--module", "module_id", metavar="MODULE", help="Only the rules of this module.")
 @click.option("--type", "resource_type", metavar="TYPE", help="Only the rules for this resource type.")
-@click.option("--project", "project_id", metavar="PROJECT", help="Only the rules effective in this project.")
 @click.option(
-    "--env", "env_id", metavar="ENV", help="Only the rules effective in this environment (with --project)."
+    "--project",
+    "project_id",
+    metavar="PROJECT",
+    help="Only the rules effective in this project.",
+    shell_complete=completion.projects,
+)
+@click.option(
+    "--env",
+    "env_id",
+    metavar="ENV",
+    help="Only the rules effective in this environment (with --project).",
+    shell_complete=completion.envs,
 )
 @reads_org
 def get_module_rules(

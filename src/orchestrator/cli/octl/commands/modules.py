@@ -20,16 +20,16 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 MODULE = (
     field("Id", "id"),
     field("ResourceType", "resource_type"),
-    field("ModuleSource", "module_source"),
+    field("ModuleSource", "module_source", shrink=True),
     field("VersionId", "version_id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     field("UpdatedAt", "updated_at"),
 )
 MODULE_VERSION = (
     field("VersionId", "version_id"),
     field("ResourceType", "resource_type"),
-    field("ModuleSource", "module_source"),
-    field("Description", "description"),
+    field("ModuleSource", "module_source", shrink=True),
+    field("Description", "description", shrink=True),
     field("CreatedAt", "created_at"),
 )
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl import completion, inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import field
@@ -14,11 +14,15 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 PROJECT = (
     field("Id", "id"),
-    field("DisplayName", "display_name"),
+    field("DisplayName", "display_name", shrink=True),
     field("Status", "status"),
     field("CreatedAt", "created_at"),
 )
-ENV_TYPE = (field("Id", "id"), field("DisplayName", "display_name"), field("CreatedAt", "created_at"))
+ENV_TYPE = (
+    field("Id", "id"),
+    field("DisplayName", "display_name", shrink=True),
+    field("CreatedAt", "created_at"),
+)
 
 
 @verbs.create.command("project")
@@ -38,7 +42,7 @@ def create_project(
 
 
 @verbs.get.command("project")
-@click.argument("project_id", metavar="ID")
+@click.argument("project_id", metavar="ID", shell_complete=completion.projects)
 @reads_org
 def get_project(session: Session, project_id: str, out: str) -> None:
     """Show project ID."""
@@ -54,7 +58,7 @@ def get_projects(session: Session, out: str) -> None:
 
 
 @verbs.update.command("project")
-@click.argument("project_id", metavar="ID")
+@click.argument("project_id", metavar="ID", shell_complete=completion.projects)
 @writes_org
 def update_project(
     session: Session,
@@ -70,7 +74,7 @@ def update_project(
 
 
 @verbs.delete.command("project")
-@click.argument("project_id", metavar="ID")
+@click.argument("project_id", metavar="ID", shell_complete=completion.projects)
 @click.option("--delete-rules", is_flag=True, help="Also delete the runner rules that name the project.")
 @org_option
 @pass_session

@@ -19,16 +19,16 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 PROVIDER_SUMMARY = (
     field("ProviderType", "provider_type"),
     field("Id", "id"),
-    field("Source", "source"),
-    field("Description", "description"),
+    field("Source", "source", shrink=True),
+    field("Description", "description", shrink=True),
     field("CreatedAt", "created_at"),
 )
 PROVIDER = (
     field("ProviderType", "provider_type"),
     field("Id", "id"),
-    field("Source", "source"),
+    field("Source", "source", shrink=True),
     field("VersionConstraint", "version_constraint"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     field("CreatedAt", "created_at"),
 )
 

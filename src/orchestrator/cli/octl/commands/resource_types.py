@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl import completion, inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import Column, field
@@ -15,7 +15,7 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 
 RESOURCE_TYPE = (
     field("Id", "id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     field("DeveloperAccessible", "is_developer_accessible"),
     field("BuiltIn", "built_in"),
     field("CreatedAt", "created_at"),
@@ -31,7 +31,7 @@ def _option(option: dict[str, object]) -> str:
 
 AVAILABLE_RESOURCE_TYPE = (
     field("Id", "id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     Column("Modules", lambda row: ", ".join(_option(o) for o in row.get("options") or [])),
 )
 
@@ -106,8 +106,8 @@ def delete_resource_type(session: Session, type_id: str) -> None:
 
 
 @verbs.get.command("available-resource-types")
-@click.argument("project_id", metavar="PROJECT")
-@click.argument("env_id", metavar="ENV")
+@click.argument("project_id", metavar="PROJECT", shell_complete=completion.projects)
+@click.argument("env_id", metavar="ENV", shell_complete=completion.envs)
 @click.option("--all", "include_all", is_flag=True, help="Also the types developers may not request.")
 @reads_org
 def get_available_resource_types(

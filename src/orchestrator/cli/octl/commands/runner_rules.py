@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.octl import output
+from orchestrator.cli.octl import completion, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org, writes_org
 from orchestrator.cli.octl.output import field
@@ -50,8 +50,20 @@ def get_runner_rule(session: Session, rule_id: uuid.UUID, out: str) -> None:
 
 
 @verbs.get.command("runner-rules")
-@click.option("--runner", "runner_id", metavar="RUNNER", help="Only the rules of this runner.")
-@click.option("--project", "project_id", metavar="PROJECT", help="Only the rules effective in this project.")
+@click.option(
+    "--runner",
+    "runner_id",
+    metavar="RUNNER",
+    help="Only the rules of this runner.",
+    shell_complete=completion.runners,
+)
+@click.option(
+    "--project",
+    "project_id",
+    metavar="PROJECT",
+    help="Only the rules effective in this project.",
+    shell_complete=completion.projects,
+)
 @click.option(
     "--env-type", "env_type_id", metavar="ENV_TYPE", help="Only the rules effective for this env type."
 )

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.octl import inputs, output
+from orchestrator.cli.octl import completion, inputs, output
 from orchestrator.cli.octl.commands import verbs
 from orchestrator.cli.octl.commands.common import emit_list, reads_org, require_changes, writes_org
 from orchestrator.cli.octl.output import Column, field
@@ -15,14 +15,14 @@ from orchestrator.cli.octl.session import Session, org_option, pass_session
 #: Upstream ``RunnerSummary`` columns (the list answers only the two ``type`` fields of the configurations).
 RUNNER_SUMMARY = (
     field("Id", "id"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True, rank=2),
     field("RunnerType", "runner_configuration.type"),
-    field("CreatedAt", "created_at"),
+    field("CreatedAt", "created_at", rank=1),
 )
 RUNNER = (
     field("Id", "id"),
-    field("OrgId", "org_id"),
-    field("Description", "description"),
+    field("OrgId", "org_id", rank=3),
+    field("Description", "description", shrink=True, rank=2),
     field("RunnerType", "runner_configuration.type"),
     field("StateStorageType", "state_storage_configuration.type"),
     field("CreatedAt", "created_at"),
@@ -55,7 +55,7 @@ def create_runner(
 
 
 @verbs.get.command("runner")
-@click.argument("runner_id", metavar="ID")
+@click.argument("runner_id", metavar="ID", shell_complete=completion.runners)
 @reads_org
 def get_runner(session: Session, runner_id: str, out: str) -> None:
     """Show runner ID (-o yaml or json for its whole configuration), and whether this orchestrator can
@@ -81,7 +81,7 @@ def get_runners(session: Session, out: str) -> None:
 
 
 @verbs.update.command("runner")
-@click.argument("runner_id", metavar="ID")
+@click.argument("runner_id", metavar="ID", shell_complete=completion.runners)
 @writes_org
 def update_runner(
     session: Session,
@@ -111,7 +111,7 @@ def _warn(runner: dict[str, object]) -> None:
 
 
 @verbs.delete.command("runner")
-@click.argument("runner_id", metavar="ID")
+@click.argument("runner_id", metavar="ID", shell_complete=completion.runners)
 @org_option
 @pass_session
 def delete_runner(session: Session, runner_id: str) -> None:

@@ -21,7 +21,7 @@ from orchestrator.cli.octl.session import (
 TOKEN = (
     field("Id", "id"),
     field("Role", "role"),
-    field("Description", "description"),
+    field("Description", "description", shrink=True),
     field("Prefix", "prefix"),
     field("CreatedAt", "created_at"),
     field("ExpiresAt", "expires_at"),
