@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from orchestrator.cli.octl.log_render import LogRenderer
+from orchestrator.protocol import age
 from tests.support import browser
 from tests.support.browser import PHONE, Tab, check_accessible, screenshot
 from tests.support.console_site import HOSTILE_DESCRIPTION, Site
+from tests.support.log_samples import sample_log
 
 try:
     from playwright.sync_api import expect
@@ -330,17 +333,52 @@ def test_console__readable_on_a_phone(tab: Tab, site: Site, axe: str) -> None:
     screenshot(page, "phone-deployment")
 
 
-def test_console__a_deployment_followed_to_its_end(tab: Tab, site: Site) -> None:
-    """Last of the module: the demo module stays slow afterwards."""
+def test_console__renders_a_log_as_octl_logs_does(tab: Tab, site: Site) -> None:
+    """The console's renderer (js/tflog.js) is a port of octl's: the same text for every kind of line,
+    and for the real log of a deployment."""
     page = tab.page
-    deployment_id, identity = site.start_slow_deployment("live", seconds=4)
+    page.goto(f"{site.url}/console/")
+    expect(page.get_by_role("heading", level=1, name="Sign in")).to_be_visible()
+    ciphertext = site.get(f"/orgs/acme/deployments/{site.deployment['id']}/actions/get-logs").text
+    real = age.decrypt_b64(ciphertext, site.deployment["_identity"]).decode()
+
+    for log in (sample_log(), real):
+        rendered = page.evaluate(
+            """async text => {
+                const module = await import(new URL('js/tflog.js', document.baseURI).href);
+                return new module.LogRenderer().text(text).map(piece => piece.text).join('');
+            }""",
+            log,
+        )
+
+        assert LogRenderer().text(log) == rendered
+
+
+def test_console__a_deployment_followed_live_to_success(tab: Tab, site: Site, axe: str) -> None:
+    """Last of the module: the demo module stays slow afterwards. The page follows the live log (the
+    API's server-sent events, decrypted chunk by chunk): the plan's lines show while the apply sleeps."""
+    page = tab.page
+    deployment_id, identity = site.start_slow_deployment("live", seconds=8)
     sign_in(tab, site)
     page.goto(f"{site.url}/console/#/deployments/{deployment_id}")
     page.get_by_label("Age identity").fill(identity)
     page.get_by_role("button", name="Decrypt").click()
+    log = page.locator("#log")
 
+    expect(log).to_contain_text("Plan: 2 to add, 0 to change, 0 to destroy.", timeout=60_000)
+
+    # Shown while the deployment still executes: the apply sleeps after the plan.
+    assert "executing" == site.get(f"/orgs/acme/deployments/{deployment_id}").json()["status"]
+    expect(page.locator("#log-state")).to_contain_text("Following live.")
+    screenshot(page, "deployment-live")
     summary = page.locator("#deployment-summary")
     expect(summary.locator(".badge")).to_have_text("succeeded", timeout=90_000)
-    expect(page.locator("#log")).to_contain_text("Apply complete! Resources: 2 added")
+    expect(log).to_contain_text("Apply complete! Resources: 2 added, 0 changed, 0 destroyed.")
+    expect(log).to_contain_text("terraform_data.bucket (local-exec): ")
+    for phase in ("Queued", "Launching", "Init", "Plan", "Apply", "Reporting"):
+        expect(page.locator(".timeline")).to_contain_text(phase)
     expect(page.locator("#outputs pre")).to_contain_text("https://slow.example.test/bucket-slow")
+    accessible(tab, axe)
+    streams = [sent for sent in tab.recorder.requests if "/logs?" in sent.url]
+    assert streams and all("follow=true" in sent.url for sent in streams)
     assert [] == tab.recorder.carrying(identity)

@@ -9,7 +9,7 @@ import { dl, fill, h } from "../dom.js";
 import * as format from "../format.js";
 import * as session from "../session.js";
 import { readEvents } from "../sse.js";
-import { renderText } from "../tflog.js";
+import { LogRenderer } from "../tflog.js";
 
 const PHASE_LABELS = {
   queued: "Queued",
@@ -85,14 +85,16 @@ class LogView {
     // role "log" (announcements off: a screen reader would read every line); focusable to scroll by keyboard.
     this.pre = h("pre", { class: "log", id: "log", role: "log", "aria-live": "off", tabindex: "0", "aria-label": "Deployment log" });
     this.count = 0;
+    // One renderer for the whole log, chunk after chunk: it keeps the blank lines between blocks.
+    this.renderer = new LogRenderer();
   }
 
   append(text) {
     const atEnd = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 4;
     const fragment = document.createDocumentFragment();
-    for (const line of renderText(text)) {
-      fragment.append(h("span", { class: `line level-${line.level}` }, line.text), "\n");
-      this.count += 1;
+    for (const piece of this.renderer.text(text)) {
+      fragment.append(h("span", { class: `level-${piece.level}` }, piece.text));
+      this.count += piece.text.split("\n").length - 1;
     }
     this.pre.append(fragment);
     if (atEnd) this.pre.scrollTop = this.pre.scrollHeight;
@@ -101,6 +103,7 @@ class LogView {
   clear() {
     fill(this.pre);
     this.count = 0;
+    this.renderer = new LogRenderer();
   }
 }
 
@@ -129,7 +132,8 @@ class Logs {
     const identity = session.ageIdentity();
     const live = this.live ? "Following live. " : "";
     if (!this.chunks.length && this.whole === null) {
-      this.status(`${live}No log yet.`);
+      this.status(this.ended ? "This deployment has no log (it was created without a logs recipient, or its runner sent none)."
+        : `${live}No log yet.`);
     } else if (!identity) {
       const what = this.whole !== null ? "the whole log" : `${this.chunks.length} encrypted log chunk(s)`;
       this.status(`${live}Received ${what}: give your age identity to read it.`);
@@ -195,7 +199,13 @@ class Logs {
       } catch (error) {
         if (signal.aborted) return;
         if (error instanceof api.ApiError && error.status === 404) {
+          // A server without the live log (an older orchestrator): the whole log once it ended.
           await this.wholeLogAfterEnd(signal);
+          return;
+        }
+        if (error instanceof api.ApiError && error.status >= 400 && error.status < 500) {
+          this.live = false;
+          this.status(error.message);
           return;
         }
         failures += 1;
@@ -211,6 +221,7 @@ class Logs {
           else if (event.event === "phase") this.onPhase(JSON.parse(event.data));
           else if (event.event === "end") {
             ended = true;
+            this.ended = true;
             this.live = false;
             this.decryptPending();
             this.onEnd(JSON.parse(event.data));
@@ -240,6 +251,7 @@ class Logs {
       }
     }
     this.live = false;
+    this.ended = true;
     if (signal.aborted) return;
     if (current !== this.deployment) this.onEnd({ status: current.status });
     try {
