@@ -354,15 +354,22 @@ def test_console__renders_a_log_as_octl_logs_does(tab: Tab, site: Site) -> None:
         assert LogRenderer().text(log) == rendered
 
 
-def test_console__a_deployment_followed_live_to_success(tab: Tab, site: Site, axe: str) -> None:
+def test_console__a_deployment_followed_live_to_success(
+    tab: Tab, site: Site, axe: str, tmp_path: Path
+) -> None:
     """Last of the module: the demo module stays slow afterwards. The page follows the live log (the
-    API's server-sent events, decrypted chunk by chunk): the plan's lines show while the apply sleeps."""
+    API's server-sent events, decrypted chunk by chunk): the plan's lines show while the apply sleeps.
+    The identity is read from a file, as age-keygen writes one."""
     page = tab.page
     deployment_id, identity = site.start_slow_deployment("live", seconds=8)
+    key_file = tmp_path / "deployment.key"
+    key_file.write_text(
+        f"# created: 2026-01-01T00:00:00Z\n# public key: {age.recipient_of(identity)}\n{identity}\n"
+    )
     sign_in(tab, site)
     page.goto(f"{site.url}/console/#/deployments/{deployment_id}")
-    page.get_by_label("Age identity").fill(identity)
-    page.get_by_role("button", name="Decrypt").click()
+    page.get_by_label("Or read it from a file").set_input_files(str(key_file))
+    expect(page.locator("#age-identity-state")).to_contain_text(age.recipient_of(identity))
     log = page.locator("#log")
 
     expect(log).to_contain_text("Plan: 2 to add, 0 to change, 0 to destroy.", timeout=60_000)

@@ -356,6 +356,8 @@ export async function page({ root, params, signal, announce }) {
     await showOutputs();
   };
   const logs = new Logs(deployment, view, logState, async (end) => {
+    // A deployment that had ended when the page was loaded is shown as it is: no second request.
+    if (deployment.status !== "executing") return;
     await refresh();
     announce(`Deployment ${end.status || deployment.status}.`);
   }, (phase) => {
