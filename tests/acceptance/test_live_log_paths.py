@@ -6,7 +6,9 @@ Each test runs a real ``orchestrator serve`` and a real deployment of the demo m
 releases it, through:
 
 - (a) a ``vm`` runner with ``connection: {type: agent}``: ``po-runner remote`` as a process, launching
-  ``po-runner standard`` locally (as tests/acceptance/test_agent_runner.py);
+  ``po-runner standard`` locally (as tests/acceptance/test_agent_runner.py); and a ``kubernetes-agent``
+  runner, whose Job the stand-in Kubernetes API's kubelet runs as a local process (as
+  test_kubernetes_agent_runner.py: a stand-in, not a cluster);
 - (b) the managed pool: ``po-runner managed`` as a process, claiming the deployment and running
   ``po-runner standard`` with the claim's environment (as tests/acceptance/test_managed_runners_e2e.py);
 - (c) a ``vm`` runner over SSH against a real ``sshd`` on loopback (as test_vm_ssh_runner.py).
@@ -16,8 +18,9 @@ chunk with the deployment's logs identity. The marker reaches it while the deplo
 run cannot end before the test saw it: it waits for the release), the chunks are numbered 1..n without
 gap or repeat, the phases come in order, and the stream ends with ``end`` and the deployment's status.
 Then the database's bytes (the SQLite files; every PostgreSQL table's rows as text) and every file of the
-data directory (the object store) are searched for the marker: it is nowhere; the grep finds a chunk's
-ciphertext there, so it looks where the chunks are.
+data directory (the object store) are searched for the marker: it is nowhere; the same grep finds a
+chunk's ciphertext in the database and the whole log's in the data directory, so it looks where they are.
+Each test runs its own server on a fresh database (the ``database_url`` fixture): about 7 s each.
 """
 
 from __future__ import annotations
