@@ -6,7 +6,6 @@ loopback (tests/support/sshd.py) as this test's user, and starts this checkout's
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,9 @@ from orchestrator.settings import ServerSettings
 from tests.support.demo_modules import make_slow
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import ServerProcess
-from tests.support.sshd import SshServer, new_key_pair, running_sshd
+from tests.support.sshd import SshServer, new_key_pair, running_sshd, vm_runner_body
 from tests.support.stack import build_stack, demo_manifest
 
-VENV_BIN = str(Path(sys.executable).parent)
 SECRET = "vm-ssh-job-secret-2718281828"
 
 
@@ -40,25 +38,7 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
 
 
 def vm_ssh_runner(sshd: SshServer, tmp_path: Path, **connection: Any) -> dict[str, Any]:
-    tf_config = tmp_path / "terraformrc"
-    tf_config.touch()
-    return {
-        "runner_configuration": {
-            "type": "vm",
-            "connection": sshd.connection(**connection),
-            "job": {
-                "work_dir": str(tmp_path / "vm-runs"),
-                "environment": {
-                    "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
-                    "IAC_BACKEND": "embedded",
-                    "TF_CLI_CONFIG_FILE": str(tf_config),
-                    "CHECKPOINT_DISABLE": "1",
-                },
-                "secrets": {"MY_SECRET": SECRET},
-            },
-        },
-        "state_storage_configuration": {"type": "orchestrator"},
-    }
+    return vm_runner_body(sshd, tmp_path, secrets={"MY_SECRET": SECRET}, **connection)
 
 
 @pytest.mark.slow

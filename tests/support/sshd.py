@@ -25,11 +25,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -38,13 +39,15 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from tests.support.postgres import free_port
 from tests.support.tools import tools_required
 
-__all__ = ["SshKeyPair", "SshServer", "new_key_pair", "running_sshd", "sshd_path"]
+__all__ = ["SshKeyPair", "SshServer", "new_key_pair", "running_sshd", "sshd_path", "vm_runner_body"]
 
 #: Where Debian's ``openssh-server`` puts the daemon.
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 #: The privilege separation directory sshd needs when it runs as root (the system service makes it).
 PRIVSEP_DIR = Path("/run/sshd")
 READY_TIMEOUT_SECONDS = 15.0
+#: This checkout's virtualenv: its ``po-runner`` is what the host runs.
+VENV_BIN = str(Path(sys.executable).parent)
 
 
 @dataclass(frozen=True)
@@ -203,3 +206,27 @@ def running_sshd(directory: Path) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+
+def vm_runner_body(
+    server: SshServer, tmp_path: Path, *, secrets: dict[str, str] | None = None, **connection: Any
+) -> dict[str, Any]:
+    """A ``vm`` runner over SSH to ``server`` running this checkout's ``po-runner`` with the embedded
+    engine, its runs in ``tmp_path/vm-runs``, its state in the orchestrator; ``connection`` overrides."""
+    tf_config = tmp_path / "terraformrc"
+    tf_config.touch()
+    job: dict[str, Any] = {
+        "work_dir": str(tmp_path / "vm-runs"),
+        "environment": {
+            "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+            "IAC_BACKEND": "embedded",
+            "TF_CLI_CONFIG_FILE": str(tf_config),
+            "CHECKPOINT_DISABLE": "1",
+        },
+    }
+    if secrets:
+        job["secrets"] = secrets
+    return {
+        "runner_configuration": {"type": "vm", "connection": server.connection(**connection), "job": job},
+        "state_storage_configuration": {"type": "orchestrator"},
+    }
