@@ -18,13 +18,12 @@ from fastapi import FastAPI
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store import db, migrate
+from tests.support.databases import DATABASES, TEMPLATE_DB
 from tests.support.log_lines import PRISTINE_LOGGER, logger_state, restore_logger
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client, make_org
 from tests.support.postgres import PostgresError, PostgresServer
 from tests.support.tools import tools_required
 
-DATABASES = [d.strip() for d in os.environ.get("PO_TEST_DATABASES", "sqlite").split(",") if d.strip()]
-_TEMPLATE_DB = "po_template"
 _counter = itertools.count()
 
 
@@ -131,8 +130,8 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         pytest.skip(str(exc))
     server.start(tmp_path_factory.mktemp("pg"))
     try:
-        server.create_database(_TEMPLATE_DB)
-        engine = db.create_engine(server.url(_TEMPLATE_DB))
+        server.create_database(TEMPLATE_DB)
+        engine = db.create_engine(server.url(TEMPLATE_DB))
 
         async def _migrate() -> None:
             await migrate.upgrade(engine)
@@ -152,7 +151,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgresql":
         server: PostgresServer = request.getfixturevalue("postgres_server")
         name = f"t{os.getpid()}_{next(_counter)}"
-        server.create_database(name, template=_TEMPLATE_DB)
+        server.create_database(name, template=TEMPLATE_DB)
         return server.url(name)
     raise ValueError(f"unknown database {request.param!r} in PO_TEST_DATABASES")
 

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from orchestrator import data_dir, deployment_tokens
+from orchestrator import console, data_dir, deployment_tokens
 from orchestrator.api import (
     deployment_logs,
     deployments,
@@ -106,7 +106,8 @@ API_DESCRIPTION = (
     "backend's basic auth or an agent JWT for the gateway) and the error answers it can give, all with the "
     "body `{error, message, details?}`. `/healthz`, `/readyz`, `/metrics`, `/runner-compatibility`, "
     "`/openapi.json`, "
-    "`/docs` and the OIDC issuer's documents (`/.well-known/openid-configuration`, `/.well-known/jwks`) "
+    "`/docs`, the web console (`/console/`, where `/` redirects) and the OIDC issuer's documents "
+    "(`/.well-known/openid-configuration`, `/.well-known/jwks`) "
     "need no credentials. Every answer, error answers included, carries `X-Request-ID`: the request's own "
     "when it sent a sane one (1 to 128 letters, digits and `._:+=@/-`), else a new one; the server's log "
     "lines about the request carry it as `request_id`."
@@ -748,6 +749,7 @@ def create_app(
     app.include_router(health.router)
 
     docs.install(app)
+    console.install(app)
     openapi.install(app, extra_paths=[(docs.DOCS_PATH, docs.PATH_ITEM)])
     # Last: OPTIONS, and 405 for the other methods, on every path the routes above serve.
     app.router.routes.append(methods.AllowedMethodsRoute(list(app.router.routes)))

@@ -57,7 +57,7 @@ async def test_openapi__declares_the_security_schemes(document: dict[str, Any]) 
 
 async def test_openapi__each_operation_names_its_credentials(document: dict[str, Any]) -> None:
     def scheme(path: str) -> str:
-        if path.startswith(("/orgs", "/managed-runner-registrations")):
+        if path.startswith(("/orgs", "/managed-runner-registrations", "/whoami")):
             return "ApiToken"
         if "/environments/{env_uuid}/state" in path:
             return "StateBasicAuth"

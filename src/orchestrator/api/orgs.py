@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Depends, Response
 from orchestrator.api import schemas
 from orchestrator.api.context import MANAGE, READ, Principal, hash_token, principal
 from orchestrator.api.paging import PageRequest, page_out, page_request
-from orchestrator.domain.roles import Role
+from orchestrator.domain.roles import Permission, Role, allows
 from orchestrator.errors import ForbiddenError, InvalidInputError, NotFoundError, found
 from orchestrator.store import managed_runners as managed_store
 from orchestrator.store import orgs as org_store
@@ -53,6 +53,19 @@ async def list_orgs(
     async with svc.reader.connect() as conn:
         result = await org_store.list_orgs(conn, only=caller.org_id, after=page.after, limit=page.limit)
     return page_out(result, schemas.OrganizationOut.of)
+
+
+@router.get("/whoami", response_model=schemas.WhoAmIOut, tags=["Token"])
+async def whoami(caller: Principal = Depends(principal)) -> schemas.WhoAmIOut:
+    """Ours: the caller's token, its organization (null for a platform-wide token) and role, and what the
+    role may do there. The web console reads it to show only the controls the token may use (the API
+    refuses the others all the same)."""
+    return schemas.WhoAmIOut(
+        token_id=caller.token_id,
+        org_id=caller.org_id,
+        role=str(caller.role),
+        permissions=[str(p) for p in Permission if allows(caller.role, p)],
+    )
 
 
 @router.get("/orgs/{org_id}", response_model=schemas.OrganizationOut)

@@ -118,6 +118,18 @@ class TokenCreated(TokenOut):
     token: str
 
 
+class WhoAmIOut(BaseModel):
+    token_id: str
+    #: None for a platform-wide token (a platform admin's): it reaches every organization.
+    org_id: str | None = Field(description="The token's organization; null for a platform-wide token.")
+    role: str = Field(examples=["platform-admin", "admin", "deployer", "viewer"])
+    permissions: list[str] = Field(
+        description="What the role may do in its organization (in every one for a platform admin): "
+        "`read`; `deploy` (deployments, environments); `manage` (runners, rules, the catalogue, tokens, "
+        "refresh_runner)."
+    )
+
+
 class EnvironmentTypeCreateBody(Body):
     id: Identifier
     display_name: Annotated[str, StringConstraints(max_length=60)] | None = None
