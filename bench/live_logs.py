@@ -496,8 +496,10 @@ async def latency_round(
                 for f in followed
             ]
             waiting = asyncio.create_task(all_ready.wait())
+            everything = asyncio.ensure_future(asyncio.gather(*tasks))
+            either: list[asyncio.Future[Any]] = [waiting, everything]
             await asyncio.wait(
-                [waiting, asyncio.gather(*tasks)],
+                either,
                 timeout=options.barrier_timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -506,7 +508,7 @@ async def latency_round(
             say(f"   {ready} of {len(followed)} provisioners ready: barrier released, marking")
             fcntl.flock(held, fcntl.LOCK_UN)
             async with asyncio.timeout(FOLLOW_TIMEOUT_S):
-                await asyncio.gather(*tasks)
+                await everything
     return analyse_latency(followed, ready, released)
 
 
@@ -525,9 +527,7 @@ def analyse_latency(followed: Sequence[Followed], ready: int, released: float) -
         "ready_at_release": ready,
         "marks_expected": expected,
         "marks_received": len(marks),
-        "marks_missing": sum(
-            (f.marks_expected or 0) - len(f.marks) for f in followed
-        ),
+        "marks_missing": sum((f.marks_expected or 0) - len(f.marks) for f in followed),
         "marks_repeated": sum(f.repeated_marks for f in followed),
         "deployments_without_marks": sum(1 for f in followed if not f.marks),
         # Mark printed -> decrypted by its follower; split at the gateway's receipt of its chunk.
@@ -622,6 +622,8 @@ class MemorySampler:
         self.server_peak_kib = 0
         self.server_last_kib = 0
         self.peaks: dict[str, int] = {"runner": 0, "engine": 0, "other": 0}
+        #: The server's VmRSS (monotonic time, KiB) since the last step.
+        self.timeline: list[tuple[float, int]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -634,14 +636,19 @@ class MemorySampler:
         self._stop.set()
         self._thread.join(10)
 
-    def step(self) -> dict[str, int]:
+    def step(self) -> dict[str, Any]:
         """The peaks since the last step, and start afresh."""
         self.sample()
         with self._lock:
-            taken = {"server_sampled_peak_kib": self.server_peak_kib, "server_rss_kib": self.server_last_kib}
+            taken: dict[str, Any] = {
+                "server_sampled_peak_kib": self.server_peak_kib,
+                "server_rss_kib": self.server_last_kib,
+            }
             taken |= {f"{kind}_peak_kib": value for kind, value in self.peaks.items()}
+            taken["server_rss_quarters_peak_kib"] = _quarters(self.timeline)
             self.server_peak_kib = self.server_last_kib
             self.peaks = dict.fromkeys(self.peaks, 0)
+            self.timeline = []
         return taken
 
     def _run(self) -> None:
@@ -668,10 +675,24 @@ class MemorySampler:
             kind = "runner" if len(chain) == 1 else "engine" if _is_engine(pid) else "other"
             found[kind] = max(found.get(kind, 0), _status(pid).get("VmHWM", 0))
         with self._lock:
+            self.timeline.append((time.monotonic(), server))
             self.server_last_kib = server
             self.server_peak_kib = max(self.server_peak_kib, server)
             for kind, value in found.items():
                 self.peaks[kind] = max(self.peaks[kind], value)
+
+
+def _quarters(timeline: Sequence[tuple[float, int]]) -> list[int]:
+    """The highest reading in each quarter of the time ``timeline`` spans: level once the log is under way,
+    the server's memory is bounded; rising to the end, it grows with the log."""
+    if len(timeline) < 2:
+        return []
+    start, span = timeline[0][0], timeline[-1][0] - timeline[0][0]
+    peaks = [0, 0, 0, 0]
+    for at, kib in timeline:
+        quarter = min(3, int(4 * (at - start) / span)) if span > 0 else 0
+        peaks[quarter] = max(peaks[quarter], kib)
+    return peaks
 
 
 def _is_engine(pid: int) -> bool:
@@ -772,7 +793,7 @@ def memory_part(database: str, tmp: Path, options: Options, keys: tuple[str, str
     steps = {"idle": idle, "trivial": trivial, "big": big}
 
     def peak(step: dict[str, Any]) -> int:
-        return max(step["server_vmhwm_kib"] or 0, step["server_sampled_peak_kib"])
+        return max(int(step["server_vmhwm_kib"] or 0), int(step["server_sampled_peak_kib"]))
 
     base = peak(idle)
     for step in steps.values():
@@ -867,13 +888,17 @@ def cost_part(database: str, tmp: Path, options: Options, keys: tuple[str, str])
                     extra_body={"encrypted_logs_recipient": keys[1]},
                 )
                 result.pop("example_deployment", None)
-                rounds.append({"streaming": mode, **result, "stored": stored_chunks(client, PROJECT_OF[mode], prefix)})
+                rounds.append(
+                    {"streaming": mode, **result, "stored": stored_chunks(client, PROJECT_OF[mode], prefix)}
+                )
     modes = {mode: _cost_mode([r for r in rounds if r["streaming"] == mode]) for mode in ("off", "on")}
     return {
         "options": {"burst": options.burst, "rounds": options.cost_rounds, "order": order},
         "rounds": rounds,
         "modes": modes,
-        "ratio_rate_on_off": _ratio(modes["on"]["deployments_per_minute"], modes["off"]["deployments_per_minute"]),
+        "ratio_rate_on_off": _ratio(
+            modes["on"]["deployments_per_minute"], modes["off"]["deployments_per_minute"]
+        ),
         "ratio_cpu_on_off": _ratio(modes["on"]["cpu_s_per_deployment"], modes["off"]["cpu_s_per_deployment"]),
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
@@ -936,7 +961,10 @@ def report(database: str, run: dict[str, Any]) -> str:
                 "missing marks",
             )
         ]
-        for key, label in (("alone", "1 alone (baseline)"), ("many", f"{lat['many']['deployments']} at once")):
+        for key, label in (
+            ("alone", "1 alone (baseline)"),
+            ("many", f"{lat['many']['deployments']} at once"),
+        ):
             r = lat[key]
             latency = r["latency_s"]
             rows.append(
@@ -954,19 +982,25 @@ def report(database: str, run: dict[str, Any]) -> str:
                     str(r["marks_missing"]),
                 )
             )
-            for part, name in (("marked_to_stored_s", "  written -> stored"), ("stored_to_follower_s", "  stored -> follower")):
+            for part, name in (
+                ("marked_to_stored_s", "  written -> stored"),
+                ("stored_to_follower_s", "  stored -> follower"),
+            ):
                 s = r[part]
-                rows.append((name, "", "", _s(s["p50"]), _s(s["p90"]), _s(s["p99"]), _s(s["max"]), "", "", "", ""))
+                rows.append(
+                    (name, "", "", _s(s["p50"]), _s(s["p90"]), _s(s["p99"]), _s(s["max"]), "", "", "", "")
+                )
         out.append(f"latency ({database})\n" + deploy.table(rows))
         many = lat["many"]
         met = all(
-            v is not None and v <= TARGET_LATENCY_S for v in (many["latency_s"]["p50"], many["latency_s"]["p99"])
+            v is not None and v <= TARGET_LATENCY_S
+            for v in (many["latency_s"]["p50"], many["latency_s"]["p99"])
         )
         out.append(
             f"{many['deployments']} at once: marking at once p50 {_s(many['marking_at_once']['p50'], 0)}, "
             f"max {_s(many['marking_at_once']['max'], 0)}; {many['succeeded']} succeeded; "
-            f"chunks {many['chunks']}, lost {many['lost']}, repeated {many['repeated']}; target p50 and p99 <= "
-            f"{TARGET_LATENCY_S} s: {'met' if met else 'NOT met'}"
+            f"chunks {many['chunks']}, lost {many['lost']}, repeated {many['repeated']}; "
+            f"target p50 and p99 <= {TARGET_LATENCY_S} s: {'met' if met else 'NOT met'}"
         )
     mem = run.get("memory")
     if mem:
@@ -976,6 +1010,7 @@ def report(database: str, run: dict[str, Any]) -> str:
                 "server peak",
                 "above idle",
                 "server RSS after",
+                "server RSS by quarter",
                 "runner peak",
                 "engine peak",
                 "log streamed",
@@ -988,10 +1023,15 @@ def report(database: str, run: dict[str, Any]) -> str:
             follow = step.get("follow") or {}
             rows.append(
                 (
-                    {"idle": "server idle", "trivial": "trivial deployment", "big": f"~{mem['options']['log_mib']:g} MiB log"}[key],
+                    {
+                        "idle": "server idle",
+                        "trivial": "trivial deployment",
+                        "big": f"~{mem['options']['log_mib']:g} MiB log",
+                    }[key],
                     _mib(step["server_peak_kib"]),
                     _s(step["server_peak_above_idle_mib"], 1),
                     _mib(step["server_rss_kib"]),
+                    " ".join(_mib(v) for v in step["server_rss_quarters_peak_kib"]) or "-",
                     _mib(step["runner_peak_kib"] or None),
                     _mib(step["engine_peak_kib"] or None),
                     "-" if not follow else f"{follow['text_bytes'] / MIB:.1f}",
@@ -1034,7 +1074,8 @@ def report(database: str, run: dict[str, Any]) -> str:
         rate, cpu = cost["ratio_rate_on_off"], cost["ratio_cpu_on_off"]
         met = rate is not None and cpu is not None and rate >= 1 - TARGET_COST and cpu <= 1 + TARGET_COST
         out.append(
-            f"cost ({database}, bursts of {cost['options']['burst']}, order {' '.join(cost['options']['order'])})\n"
+            f"cost ({database}, bursts of {cost['options']['burst']}, "
+            f"order {' '.join(cost['options']['order'])})\n"
             + deploy.table(rows)
             + f"\non / off: deployments per minute x{_s(rate)}, CPU per deployment x{_s(cpu)} "
             f"(target: at most {TARGET_COST:.0%} cost: {'met' if met else 'NOT met'})"
@@ -1045,34 +1086,51 @@ def report(database: str, run: dict[str, Any]) -> str:
 def problems(databases: Mapping[str, dict[str, Any]]) -> list[str]:
     found: list[str] = []
     for database, run in databases.items():
-        lat = run.get("latency")
+        lat = run.get("latency") or {}
         for key in ("alone", "many") if lat else ():
             r = lat[key]
             if r["lost"] or r["repeated"] or r["undecryptable"] or r["not_ended"]:
-                found.append(f"{database} latency {key}: chunks lost {r['lost']}, repeated {r['repeated']}, "
-                             f"undecryptable {r['undecryptable']}, follows not ended {r['not_ended']}")
+                found.append(
+                    f"{database} latency {key}: chunks lost {r['lost']}, repeated {r['repeated']}, "
+                    f"undecryptable {r['undecryptable']}, follows not ended {r['not_ended']}"
+                )
             if r["marks_missing"] or r["marks_repeated"] or r["deployments_without_marks"]:
-                found.append(f"{database} latency {key}: markers missing {r['marks_missing']}, repeated "
-                             f"{r['marks_repeated']}, deployments without any {r['deployments_without_marks']}")
+                found.append(
+                    f"{database} latency {key}: markers missing {r['marks_missing']}, repeated "
+                    f"{r['marks_repeated']}, deployments without any {r['deployments_without_marks']}"
+                )
             if r["succeeded"] != r["deployments"]:
-                found.append(f"{database} latency {key}: {r['deployments'] - r['succeeded']} not succeeded: "
-                             f"{r['failed'][:2]}")
+                found.append(
+                    f"{database} latency {key}: {r['deployments'] - r['succeeded']} not succeeded: "
+                    f"{r['failed'][:2]}"
+                )
         mem = run.get("memory")
         for key, step in (mem or {}).get("steps", {}).items():
-            if "follow" in step and (step["lost"] or step["repeated"] or step["not_ended"] or step["undecryptable"]
-                                     or step["follow"]["status"] != "succeeded"):
+            if "follow" in step and (
+                step["lost"]
+                or step["repeated"]
+                or step["not_ended"]
+                or step["undecryptable"]
+                or step["follow"]["status"] != "succeeded"
+            ):
                 found.append(f"{database} memory {key}: {step['follow']}")
         cost = run.get("cost")
         for r in (cost or {}).get("rounds", []):
             if r["create_errors"] or r["failed"] or r["not_completed"] or r["run_twice"]:
-                found.append(f"{database} cost ({r['streaming']}): create errors {r['create_errors']}, failed "
-                             f"{r['failed'][:2]}, not completed {r['not_completed']}, run twice {r['run_twice']}")
+                found.append(
+                    f"{database} cost ({r['streaming']}): create errors {r['create_errors']}, failed "
+                    f"{r['failed'][:2]}, not completed {r['not_completed']}, run twice {r['run_twice']}"
+                )
             stored = r["stored"]
             if r["streaming"] == "off" and stored["with_chunks"]:
-                found.append(f"{database} cost: {stored['with_chunks']} deployments streamed with streaming off")
+                found.append(
+                    f"{database} cost: {stored['with_chunks']} deployments streamed with streaming off"
+                )
             if r["streaming"] == "on" and stored["with_chunks"] != stored["deployments"]:
-                found.append(f"{database} cost: {stored['deployments'] - stored['with_chunks']} deployments "
-                             "streamed nothing with streaming on")
+                found.append(
+                    f"{database} cost: {stored['deployments'] - stored['with_chunks']} deployments "
+                    "streamed nothing with streaming on"
+                )
     return found
 
 
@@ -1096,7 +1154,9 @@ def parse_options(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="sqlite")
     parser.add_argument("--only", choices=["latency", "memory", "cost"], help="run one part only")
-    parser.add_argument("--followers", type=int, default=50, help="deployments streaming at once (default 50)")
+    parser.add_argument(
+        "--followers", type=int, default=50, help="deployments streaming at once (default 50)"
+    )
     parser.add_argument("--mark-seconds", type=float, default=10.0, help="how long each prints markers (10)")
     parser.add_argument("--mark-interval", type=float, default=0.2, help="seconds between markers (0.2)")
     parser.add_argument(
