@@ -87,6 +87,9 @@ MIB = 1 << 20
 JSON_LINE_OVERHEAD = 340
 MARK = re.compile(r'"output":"MARK (\d+\.\d+) (\d+)/(\d+)"')
 READY = '"output":"READY"'
+TIMESTAMP = re.compile(r'"@timestamp":"([^"]+)"')
+#: The gateway's chunk upload, as the request metrics name its route.
+CHUNK_ROUTE = "/log-chunks/{seq}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,8 +291,13 @@ def one_server(
 @dataclass
 class Mark:
     index: int
+    #: The time printed in the marker line (the provisioner's clock: this host's).
     marked_at: float
+    #: Terraform's ``@timestamp`` of the JSON line carrying it (when the engine wrote it out).
+    emitted_at: float
+    #: The chunk's ``received_at`` (the gateway stored it).
     stored_at: float
+    #: Decrypted by the follower.
     arrived_at: float
 
 
@@ -431,7 +439,14 @@ def _event(
                 if index in followed.marks:
                     followed.repeated_marks += 1
                 else:
-                    followed.marks[index] = Mark(index, float(found[1]), stored, arrived)
+                    emitted = TIMESTAMP.search(line)
+                    followed.marks[index] = Mark(
+                        index,
+                        float(found[1]),
+                        deploy.parse_time(emitted[1]) if emitted else math.nan,
+                        stored,
+                        arrived,
+                    )
 
 
 def chunk_problems(followed: Sequence[Followed]) -> dict[str, Any]:
@@ -457,6 +472,7 @@ def _env_targets(project: str, prefix: str, count: int) -> list[tuple[str, str]]
 
 async def latency_round(
     base_url: str,
+    server_pid: int,
     token: str,
     keys: tuple[str, str],
     targets: Sequence[tuple[str, str]],
@@ -504,12 +520,100 @@ async def latency_round(
                 return_when=asyncio.FIRST_COMPLETED,
             )
             waiting.cancel()
+            metrics_before = await scrape(client)
+            window = asyncio.create_task(cpu_window(server_pid, options.mark_seconds))
             released = time.time()
             say(f"   {ready} of {len(followed)} provisioners ready: barrier released, marking")
             fcntl.flock(held, fcntl.LOCK_UN)
             async with asyncio.timeout(FOLLOW_TIMEOUT_S):
                 await everything
-    return analyse_latency(followed, ready, released)
+            metrics_after = await scrape(client)
+    result = analyse_latency(followed, ready, released)
+    result["while_marking_cpus"] = await window
+    result["server_chunk_put_s"] = histogram_delta(
+        metrics_before,
+        metrics_after,
+        "po_http_request_duration_seconds",
+        lambda labels: labels.get("route", "").endswith(CHUNK_ROUTE) and labels.get("method") == "PUT",
+    )
+    result["server_writer_wait_s"] = histogram_delta(
+        metrics_before, metrics_after, "po_db_pool_wait_seconds", lambda labels: labels.get("pool") == "main"
+    )
+    return result
+
+
+async def cpu_window(server_pid: int, seconds: float) -> dict[str, float | None]:
+    """CPUs (seconds per second) the server and the whole machine were busy for ``seconds`` from now."""
+    fields = burst._stat(server_pid)
+    server_before = burst.self_cpu(fields) if fields else math.nan
+    machine_before, started = burst.machine_cpu()[0], time.monotonic()
+    await asyncio.sleep(seconds)
+    fields = burst._stat(server_pid)
+    server_after = burst.self_cpu(fields) if fields else math.nan
+    elapsed = time.monotonic() - started
+    server = (server_after - server_before) / elapsed
+    return {
+        "server": None if math.isnan(server) else round(server, 2),
+        "machine_busy": round((burst.machine_cpu()[0] - machine_before) / elapsed, 2),
+    }
+
+
+Sample = tuple[str, dict[str, str], float]
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+async def scrape(client: httpx.AsyncClient) -> list[Sample]:
+    """The server's ``GET /metrics`` (Prometheus' text format), as (name, labels, value)."""
+    response = await client.get("/metrics")
+    if response.status_code != 200:
+        return []
+    samples: list[Sample] = []
+    for line in response.text.splitlines():
+        found = _SAMPLE.match(line)
+        if found and not line.startswith("#"):
+            samples.append((found[1], dict(_LABEL.findall(found[2] or "")), float(found[3])))
+    return samples
+
+
+def histogram_delta(
+    before: Sequence[Sample], after: Sequence[Sample], name: str, match: Callable[[dict[str, str]], bool]
+) -> dict[str, Any]:
+    """What a histogram counted between two scrapes (the label sets ``match`` takes, summed): count, mean,
+    and the bucket bounds (``le``) under which half, 99 % and all of the observations fell."""
+
+    def totals(samples: Sequence[Sample]) -> tuple[dict[float, float], float, float]:
+        buckets: dict[float, float] = {}
+        count = total = 0.0
+        for metric, labels, value in samples:
+            if not match(labels):
+                continue
+            if metric == f"{name}_bucket":
+                bound = float(labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + value
+            elif metric == f"{name}_count":
+                count += value
+            elif metric == f"{name}_sum":
+                total += value
+        return buckets, count, total
+
+    (b0, c0, s0), (b1, c1, s1) = totals(before), totals(after)
+    count = c1 - c0
+    if count <= 0:
+        return {"count": 0, "mean": None, "p50_under": None, "p99_under": None, "max_under": None}
+    cumulative = sorted((bound, value - b0.get(bound, 0.0)) for bound, value in b1.items())
+
+    def under(fraction: float) -> float | None:
+        bound = next((b for b, c in cumulative if c >= fraction * count), None)
+        return None if bound is None or math.isinf(bound) else bound
+
+    return {
+        "count": int(count),
+        "mean": round((s1 - s0) / count, 4),
+        "p50_under": under(0.5),
+        "p99_under": under(0.99),
+        "max_under": under(1.0),
+    }
 
 
 def analyse_latency(followed: Sequence[Followed], ready: int, released: float) -> dict[str, Any]:
@@ -533,6 +637,13 @@ def analyse_latency(followed: Sequence[Followed], ready: int, released: float) -
         # Mark printed -> decrypted by its follower; split at the gateway's receipt of its chunk.
         "latency_s": burst.summary([m.arrived_at - m.marked_at for m in marks]),
         "marked_to_stored_s": burst.summary([m.stored_at - m.marked_at for m in marks]),
+        # ... split at Terraform's own stamp of the line: the engine, then the runner and the upload.
+        "marked_to_emitted_s": burst.summary(
+            [m.emitted_at - m.marked_at for m in marks if not math.isnan(m.emitted_at)]
+        ),
+        "emitted_to_stored_s": burst.summary(
+            [m.stored_at - m.emitted_at for m in marks if not math.isnan(m.emitted_at)]
+        ),
         "stored_to_follower_s": burst.summary([m.arrived_at - m.stored_at for m in marks]),
         # Deployments printing markers at the time of each marker (their first to last marker).
         "marking_at_once": burst.summary([float(n) for n in at_once]),
@@ -563,10 +674,14 @@ def latency_part(database: str, tmp: Path, options: Options, keys: tuple[str, st
             )
         say(f"-- {database} latency: baseline, one deployment alone, {marks} markers")
         alone = asyncio.run(
-            latency_round(server.base_url, token, keys, baseline_targets, barrier, options, "alone")
+            latency_round(
+                server.base_url, server.pid, token, keys, baseline_targets, barrier, options, "alone"
+            )
         )
         say(f"-- {database} latency: {options.followers} deployments at once, {marks} markers each")
-        many = asyncio.run(latency_round(server.base_url, token, keys, targets, barrier, options, "many"))
+        many = asyncio.run(
+            latency_round(server.base_url, server.pid, token, keys, targets, barrier, options, "many")
+        )
     return {
         "options": {
             "followers": options.followers,
@@ -938,6 +1053,10 @@ def _s(value: Any, digits: int = 2) -> str:
     return burst._s(value, digits)
 
 
+def _ms(seconds: Any) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
 def _mib(kib: Any) -> str:
     return "-" if kib is None else f"{kib / 1024:.1f}"
 
@@ -983,7 +1102,8 @@ def report(database: str, run: dict[str, Any]) -> str:
                 )
             )
             for part, name in (
-                ("marked_to_stored_s", "  written -> stored"),
+                ("marked_to_emitted_s", "  written -> Terraform's JSON line"),
+                ("emitted_to_stored_s", "  Terraform's line -> stored"),
                 ("stored_to_follower_s", "  stored -> follower"),
             ):
                 s = r[part]
@@ -1002,6 +1122,16 @@ def report(database: str, run: dict[str, Any]) -> str:
             f"chunks {many['chunks']}, lost {many['lost']}, repeated {many['repeated']}; "
             f"target p50 and p99 <= {TARGET_LATENCY_S} s: {'met' if met else 'NOT met'}"
         )
+        for key in ("alone", "many"):
+            r = lat[key]
+            put, wait, cpus = r["server_chunk_put_s"], r["server_writer_wait_s"], r["while_marking_cpus"]
+            out.append(
+                f"{r['deployments']} streaming, while marking: CPUs busy: server {_s(cpus['server'])}, "
+                f"machine {_s(cpus['machine_busy'])}; server's chunk PUTs {put['count']}, "
+                f"mean {_ms(put['mean'])} ms, p50 <= {_ms(put['p50_under'])} ms, "
+                f"p99 <= {_ms(put['p99_under'])} ms; writer lock wait mean {_ms(wait['mean'])} ms, "
+                f"p99 <= {_ms(wait['p99_under'])} ms"
+            )
     mem = run.get("memory")
     if mem:
         rows = [
