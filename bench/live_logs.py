@@ -82,6 +82,8 @@ SAMPLE_INTERVAL_S = 0.05
 FOLLOW_TIMEOUT_S = 1800.0
 MAX_RECONNECTS = 5
 MIB = 1 << 20
+#: Staggered starts spread over one chunk interval: the runners' time cuts fall evenly over it.
+STAGGER_SECONDS = log_stream.FLUSH_SECONDS
 #: What Terraform's `-json` line around one provisioner output line adds (measured: the line appears
 #: twice, in `@message` and `hook.output`, with about 330 bytes of JSON); to size the large log.
 JSON_LINE_OVERHEAD = 340
@@ -132,6 +134,7 @@ resource "terraform_data" "one" {{
   input = var.trigger
 
   provisioner "local-exec" {{
+    environment = {{ TRIGGER = var.trigger }}
     interpreter = [{json.dumps(sys.executable)}, "-u", "-c"]
     command     = <<EOT
 {script}
@@ -146,12 +149,18 @@ output "value" {{
 
 
 def marks_module(barrier: Path, marks: int, interval: float) -> str:
+    """Prints `READY`, waits for the barrier, then the markers. A deployment whose trigger is
+    `staggered-<n>` first waits a part of ``STAGGER_SECONDS`` of its own (n times the golden ratio, modulo
+    1), so that the starts of many spread evenly over one chunk interval; `aligned-<n>` starts at once."""
     # `READY` is spelt in two pieces: the provisioner's own "Executing: ..." line holds this source.
     return _provisioner_module(
-        f"""import fcntl, time
+        f"""import fcntl, os, time
 print("RE" + "ADY", flush=True)
 with open({str(barrier)!r}) as barrier:
     fcntl.flock(barrier, fcntl.LOCK_SH)
+tag, n = os.environ["TRIGGER"].rsplit("-", 1)
+if tag == "staggered":
+    time.sleep((int(n) * 0.6180339887) % 1.0 * {STAGGER_SECONDS})
 for i in range({marks}):
     print("MARK %.3f %d/%d" % (time.time(), i, {marks}), flush=True)
     time.sleep({interval})"""
@@ -660,7 +669,8 @@ def latency_part(database: str, tmp: Path, options: Options, keys: tuple[str, st
     barrier = tmp / "barrier"
     marks = max(1, round(options.mark_seconds / options.mark_interval))
     baseline_targets = _env_targets(PROJECT, "alone", 1)
-    targets = _env_targets(PROJECT, "f", options.followers)
+    staggered = _env_targets(PROJECT, "s", options.followers)
+    aligned = _env_targets(PROJECT, "a", options.followers)
     load_before = os.getloadavg()
     with one_server(tmp, database, options, "latency", local_run_limit=limit) as (server, _, bootstrap):
         with httpx.Client(base_url=server.base_url, timeout=60) as client:
@@ -670,7 +680,7 @@ def latency_part(database: str, tmp: Path, options: Options, keys: tuple[str, st
                 modules={RESOURCE_TYPE: marks_module(barrier, marks, options.mark_interval)},
                 runners={RUNNER_ON: engine_env(tmp)},
                 projects={PROJECT: RUNNER_ON},
-                envs=[*baseline_targets, *targets],
+                envs=[*baseline_targets, *staggered, *aligned],
             )
         say(f"-- {database} latency: baseline, one deployment alone, {marks} markers")
         alone = asyncio.run(
@@ -678,10 +688,15 @@ def latency_part(database: str, tmp: Path, options: Options, keys: tuple[str, st
                 server.base_url, server.pid, token, keys, baseline_targets, barrier, options, "alone"
             )
         )
-        say(f"-- {database} latency: {options.followers} deployments at once, {marks} markers each")
-        many = asyncio.run(
-            latency_round(server.base_url, server.pid, token, keys, targets, barrier, options, "many")
-        )
+        rounds = {}
+        for tag, targets in (("staggered", staggered), ("aligned", aligned)):
+            say(
+                f"-- {database} latency: {options.followers} deployments at once ({tag} starts), "
+                f"{marks} markers each"
+            )
+            rounds[tag] = asyncio.run(
+                latency_round(server.base_url, server.pid, token, keys, targets, barrier, options, tag)
+            )
     return {
         "options": {
             "followers": options.followers,
@@ -690,9 +705,14 @@ def latency_part(database: str, tmp: Path, options: Options, keys: tuple[str, st
             "local_run_limit": limit,
         },
         "alone": alone,
-        "many": many,
-        "ratio_p50": _ratio(many["latency_s"]["p50"], alone["latency_s"]["p50"]),
-        "ratio_p99": _ratio(many["latency_s"]["p99"], alone["latency_s"]["p99"]),
+        **rounds,
+        "ratios": {
+            tag: {
+                "p50": _ratio(r["latency_s"]["p50"], alone["latency_s"]["p50"]),
+                "p99": _ratio(r["latency_s"]["p99"], alone["latency_s"]["p99"]),
+            }
+            for tag, r in rounds.items()
+        },
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
     }
@@ -1080,12 +1100,15 @@ def report(database: str, run: dict[str, Any]) -> str:
                 "missing marks",
             )
         ]
-        for key, label in (
-            ("alone", "1 alone (baseline)"),
-            ("many", f"{lat['many']['deployments']} at once"),
-        ):
+        labels = {
+            "alone": "1 alone (baseline)",
+            "staggered": f"{lat['staggered']['deployments']} at once, starts spread over 1 s",
+            "aligned": f"{lat['aligned']['deployments']} at once, aligned starts",
+        }
+        for key, label in labels.items():
             r = lat[key]
             latency = r["latency_s"]
+            ratio = lat["ratios"].get(key, {"p50": 1.0, "p99": 1.0})
             rows.append(
                 (
                     f"{label}: written -> follower",
@@ -1095,7 +1118,7 @@ def report(database: str, run: dict[str, Any]) -> str:
                     _s(latency["p90"]),
                     _s(latency["p99"]),
                     _s(latency["max"]),
-                    "1.00 / 1.00" if key == "alone" else f"{_s(lat['ratio_p50'])} / {_s(lat['ratio_p99'])}",
+                    f"{_s(ratio['p50'])} / {_s(ratio['p99'])}",
                     str(r["lost"]),
                     str(r["repeated"]),
                     str(r["marks_missing"]),
@@ -1111,22 +1134,23 @@ def report(database: str, run: dict[str, Any]) -> str:
                     (name, "", "", _s(s["p50"]), _s(s["p90"]), _s(s["p99"]), _s(s["max"]), "", "", "", "")
                 )
         out.append(f"latency ({database})\n" + deploy.table(rows))
-        many = lat["many"]
-        met = all(
-            v is not None and v <= TARGET_LATENCY_S
-            for v in (many["latency_s"]["p50"], many["latency_s"]["p99"])
-        )
-        out.append(
-            f"{many['deployments']} at once: marking at once p50 {_s(many['marking_at_once']['p50'], 0)}, "
-            f"max {_s(many['marking_at_once']['max'], 0)}; {many['succeeded']} succeeded; "
-            f"chunks {many['chunks']}, lost {many['lost']}, repeated {many['repeated']}; "
-            f"target p50 and p99 <= {TARGET_LATENCY_S} s: {'met' if met else 'NOT met'}"
-        )
-        for key in ("alone", "many"):
+        for key in ("staggered", "aligned"):
+            r = lat[key]
+            met = all(
+                v is not None and v <= TARGET_LATENCY_S
+                for v in (r["latency_s"]["p50"], r["latency_s"]["p99"])
+            )
+            out.append(
+                f"{labels[key]}: marking at once p50 {_s(r['marking_at_once']['p50'], 0)}, "
+                f"max {_s(r['marking_at_once']['max'], 0)}; {r['succeeded']} succeeded; "
+                f"chunks {r['chunks']}, lost {r['lost']}, repeated {r['repeated']}; "
+                f"target p50 and p99 <= {TARGET_LATENCY_S} s: {'met' if met else 'NOT met'}"
+            )
+        for key in labels:
             r = lat[key]
             put, wait, cpus = r["server_chunk_put_s"], r["server_writer_wait_s"], r["while_marking_cpus"]
             out.append(
-                f"{r['deployments']} streaming, while marking: CPUs busy: server {_s(cpus['server'])}, "
+                f"{labels[key]}, while marking: CPUs busy: server {_s(cpus['server'])}, "
                 f"machine {_s(cpus['machine_busy'])}; server's chunk PUTs {put['count']}, "
                 f"mean {_ms(put['mean'])} ms, p50 <= {_ms(put['p50_under'])} ms, "
                 f"p99 <= {_ms(put['p99_under'])} ms; writer lock wait mean {_ms(wait['mean'])} ms, "
@@ -1217,7 +1241,7 @@ def problems(databases: Mapping[str, dict[str, Any]]) -> list[str]:
     found: list[str] = []
     for database, run in databases.items():
         lat = run.get("latency") or {}
-        for key in ("alone", "many") if lat else ():
+        for key in ("alone", "staggered", "aligned") if lat else ():
             r = lat[key]
             if r["lost"] or r["repeated"] or r["undecryptable"] or r["not_ended"]:
                 found.append(
