@@ -17,9 +17,13 @@ chunk numbers rise by one (no chunk lost or repeated) and end at the `end` event
    `terraform_data` whose `local-exec` provisioner (a Python one-liner, so that printing costs no fork)
    prints `READY`, waits on a barrier (a file lock this process holds), then `MARK <epoch seconds> i/n`
    every `--mark-interval` for `--mark-seconds`. One follower per deployment; once every follower has
-   seen `READY` the barrier is released, so all of them stream at once. Per marker line: its arrival at
-   the follower (decrypted) minus the time in it, split at the chunk's `received_at` (the gateway stored
-   it). Baseline: the same with one deployment alone, measured first on the same server.
+   seen `READY` the barrier is released, so all of them stream at once: first with their starts spread
+   over one chunk interval (1 s, each its own offset), then with aligned starts (every runner cuts its
+   chunks at the same moments: the worst case). Per marker line: its arrival at the follower (decrypted)
+   minus the time in it, split at Terraform's `@timestamp` of the line and at the chunk's `received_at`
+   (the gateway stored it). With it: the server's and the machine's CPUs while marking, and the server's
+   chunk `PUT` durations and database writer waits (its `/metrics` before and after). Baseline: the same
+   with one deployment alone, measured first on the same server.
 2. memory: one deployment whose provisioner prints `--log-mib` MiB of log (lines of `--line-bytes`; the
    streamed log is Terraform's `-json` lines around them), a follower connected. The server's peak RSS
    (`VmHWM` from /proc, reset through `clear_refs` at each step, and `VmRSS` sampled every 50 ms) idle,
