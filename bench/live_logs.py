@@ -761,7 +761,7 @@ class MemorySampler:
         self.server_peak_kib = 0
         self.server_last_kib = 0
         self.peaks: dict[str, int] = {"runner": 0, "engine": 0, "other": 0}
-        #: The server's VmRSS (monotonic time, KiB) since the last step.
+        #: The server's VmRSS (wall-clock time, KiB) since the last step.
         self.timeline: list[tuple[float, int]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -775,8 +775,10 @@ class MemorySampler:
         self._stop.set()
         self._thread.join(10)
 
-    def step(self) -> dict[str, Any]:
-        """The peaks since the last step, and start afresh."""
+    def step(self, streaming: tuple[float, float] | None = None) -> dict[str, Any]:
+        """The peaks since the last step, and start afresh; with ``streaming`` (its first and last chunk's
+        arrival), the server's peak RSS while the log streamed and after it (the whole log and the results
+        are sent after the last chunk)."""
         self.sample()
         with self._lock:
             taken: dict[str, Any] = {
@@ -785,6 +787,14 @@ class MemorySampler:
             }
             taken |= {f"{kind}_peak_kib": value for kind, value in self.peaks.items()}
             taken["server_rss_quarters_peak_kib"] = _quarters(self.timeline)
+            if streaming is not None:
+                first, last = streaming
+                taken["server_streaming_peak_kib"] = max(
+                    (kib for at, kib in self.timeline if first <= at <= last), default=None
+                )
+                taken["server_after_streaming_peak_kib"] = max(
+                    (kib for at, kib in self.timeline if at > last), default=None
+                )
             self.server_peak_kib = self.server_last_kib
             self.peaks = dict.fromkeys(self.peaks, 0)
             self.timeline = []
@@ -814,7 +824,7 @@ class MemorySampler:
             kind = "runner" if len(chain) == 1 else "engine" if _is_engine(pid) else "other"
             found[kind] = max(found.get(kind, 0), _status(pid).get("VmHWM", 0))
         with self._lock:
-            self.timeline.append((time.monotonic(), server))
+            self.timeline.append((time.time(), server))
             self.server_last_kib = server
             self.server_peak_kib = max(self.server_peak_kib, server)
             for kind, value in found.items():
@@ -855,7 +865,10 @@ def memory_step(
     step: dict[str, Any] = {"seconds": round(seconds, 2), "server_vmhwm_kib": None}
     if reset:
         step["server_vmhwm_kib"] = _status(server_pid).get("VmHWM")
-    step |= sampler.step()
+    window = None
+    if followed is not None and followed.first_chunk_at and followed.last_chunk_at:
+        window = (followed.first_chunk_at, followed.last_chunk_at)
+    step |= sampler.step(window)
     if followed is not None:
         step["follow"] = followed.summary()
         step |= {k: v for k, v in chunk_problems([followed]).items() if k != "chunks"}
@@ -938,6 +951,10 @@ def memory_part(database: str, tmp: Path, options: Options, keys: tuple[str, str
     for step in steps.values():
         step["server_peak_kib"] = peak(step)
         step["server_peak_above_idle_mib"] = round((peak(step) - base) / 1024, 1)
+        streaming = step.get("server_streaming_peak_kib")
+        step["server_streaming_peak_above_idle_mib"] = (
+            None if streaming is None else round((streaming - base) / 1024, 1)
+        )
     return {
         "options": {"log_mib": options.log_mib, "lines": lines, "line_bytes": options.line_bytes},
         "steps": steps,
@@ -1168,6 +1185,7 @@ def report(database: str, run: dict[str, Any]) -> str:
                 "server peak",
                 "above idle",
                 "server RSS after",
+                "streaming / after",
                 "server RSS by quarter",
                 "runner peak",
                 "engine peak",
@@ -1189,6 +1207,8 @@ def report(database: str, run: dict[str, Any]) -> str:
                     _mib(step["server_peak_kib"]),
                     _s(step["server_peak_above_idle_mib"], 1),
                     _mib(step["server_rss_kib"]),
+                    f"{_mib(step.get('server_streaming_peak_kib'))} / "
+                    f"{_mib(step.get('server_after_streaming_peak_kib'))}",
                     " ".join(_mib(v) for v in step["server_rss_quarters_peak_kib"]) or "-",
                     _mib(step["runner_peak_kib"] or None),
                     _mib(step["engine_peak_kib"] or None),
