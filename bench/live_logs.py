@@ -763,6 +763,8 @@ class MemorySampler:
         self.peaks: dict[str, int] = {"runner": 0, "engine": 0, "other": 0}
         #: The server's VmRSS (wall-clock time, KiB) since the last step.
         self.timeline: list[tuple[float, int]] = []
+        #: ... and its VmHWM (peak since the step began, the server's peak being reset then).
+        self.peak_timeline: list[tuple[float, int]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -788,9 +790,11 @@ class MemorySampler:
             taken |= {f"{kind}_peak_kib": value for kind, value in self.peaks.items()}
             taken["server_rss_quarters_peak_kib"] = _quarters(self.timeline)
             if streaming is not None:
-                first, last = streaming
+                _, last = streaming
+                # VmHWM read last before the last chunk arrived: the peak until then, spikes between two
+                # samples included.
                 taken["server_streaming_peak_kib"] = max(
-                    (kib for at, kib in self.timeline if first <= at <= last), default=None
+                    (kib for at, kib in self.peak_timeline if at <= last), default=None
                 )
                 taken["server_after_streaming_peak_kib"] = max(
                     (kib for at, kib in self.timeline if at > last), default=None
@@ -798,6 +802,7 @@ class MemorySampler:
             self.server_peak_kib = self.server_last_kib
             self.peaks = dict.fromkeys(self.peaks, 0)
             self.timeline = []
+            self.peak_timeline = []
         return taken
 
     def _run(self) -> None:
@@ -805,7 +810,8 @@ class MemorySampler:
             self.sample()
 
     def sample(self) -> None:
-        server = _status(self.server_pid).get("VmRSS", 0)
+        status = _status(self.server_pid)
+        server = status.get("VmRSS", 0)
         parents: dict[int, int] = {}
         for entry in os.scandir("/proc"):
             if entry.name.isdigit():
@@ -825,6 +831,7 @@ class MemorySampler:
             found[kind] = max(found.get(kind, 0), _status(pid).get("VmHWM", 0))
         with self._lock:
             self.timeline.append((time.time(), server))
+            self.peak_timeline.append((time.time(), status.get("VmHWM", 0)))
             self.server_last_kib = server
             self.server_peak_kib = max(self.server_peak_kib, server)
             for kind, value in found.items():
@@ -857,8 +864,8 @@ def memory_step(
     run: Callable[[], Followed | None],
 ) -> dict[str, Any]:
     """One step: the server's peak reset, ``run`` (None: idle), the peaks read back."""
-    sampler.step()
     reset = reset_peak(server_pid)
+    sampler.step()
     started = time.monotonic()
     followed = run()
     seconds = time.monotonic() - started
@@ -1185,7 +1192,7 @@ def report(database: str, run: dict[str, Any]) -> str:
                 "server peak",
                 "above idle",
                 "server RSS after",
-                "streaming / after",
+                "peak streaming / RSS after it",
                 "server RSS by quarter",
                 "runner peak",
                 "engine peak",
