@@ -27,8 +27,10 @@ chunk numbers rise by one (no chunk lost or repeated) and end at the `end` event
 2. memory: one deployment whose provisioner prints `--log-mib` MiB of log (lines of `--line-bytes`; the
    streamed log is Terraform's `-json` lines around them), a follower connected. The server's peak RSS
    (`VmHWM` from /proc, reset through `clear_refs` at each step, and `VmRSS` sampled every 50 ms) idle,
-   during a trivial deployment (one `terraform_data`, followed) and during the large one; the runner's
-   and the engine's peak RSS (`VmHWM` of the server's descendants, sampled).
+   during a trivial deployment (one `terraform_data`, followed) and during the large one, and for it the
+   peak while streaming (its `VmHWM` read last before the last chunk arrived) and the RSS after (the
+   whole log and the results); the runner's and the engine's peak RSS (`VmHWM` of the server's
+   descendants, sampled).
 3. cost: a burst of `--burst` deployments (bench/burst.py's, one `terraform_data` each) with streaming on
    and off (`RUNNER_LOG_STREAM_MAX_BYTES=0` in the runner's `job.environment`, which the local launcher
    gives the run), rounds alternating off, on, on, off (`--cost-rounds 2`), each round in fresh
