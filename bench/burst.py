@@ -359,10 +359,17 @@ class Creates:
 
 
 async def create_all(
-    base_urls: Sequence[str], token: str, targets: Sequence[tuple[str, str]], concurrency: int, tag: str
+    base_urls: Sequence[str],
+    token: str,
+    targets: Sequence[tuple[str, str]],
+    concurrency: int,
+    tag: str,
+    *,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> Creates:
     """POST one deployment per (project, env) of ``targets``, ``concurrency`` at a time (worker n sends
-    to server n modulo the number of servers)."""
+    to server n modulo the number of servers); ``extra_body``: more fields of every body (e.g.
+    ``encrypted_logs_recipient``)."""
     result = Creates()
     queue = iter(enumerate(targets))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -374,6 +381,7 @@ async def create_all(
                 "env_id": env,
                 "mode": "deploy",
                 "manifest": manifest(f"{tag}-{n}"),
+                **(extra_body or {}),
             }
             before = time.perf_counter()
             wall = time.time()
@@ -405,13 +413,15 @@ async def create_all(
     return result
 
 
-def wait_all(client: httpx.Client, ids: set[str], deadline: float) -> dict[str, dict[str, Any]]:
-    """The final summaries of ``ids`` (project ``PROJECT``), read from the list one page at a time."""
+def wait_all(
+    client: httpx.Client, ids: set[str], deadline: float, *, project: str = PROJECT
+) -> dict[str, dict[str, Any]]:
+    """The final summaries of ``ids`` (of ``project``), read from the list one page at a time."""
     final: dict[str, dict[str, Any]] = {}
     while len(final) < len(ids) and time.monotonic() < deadline:
         page: str | None = None
         while True:
-            params: dict[str, Any] = {"project_id": PROJECT, "per_page": 1000}
+            params: dict[str, Any] = {"project_id": project, "per_page": 1000}
             if page:
                 params["page"] = page
             response = client.get(f"/orgs/{ORG}/deployments", params=params)
@@ -459,9 +469,15 @@ def burst(
     servers: Sequence[launch.LaunchServer],
     postmaster_pid: int | None,
     options: Options,
+    *,
+    project: str = PROJECT,
+    envs: Sequence[str] | None = None,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The burst: one deployment per environment of ``envs`` (default: ``options.deployments`` of them) in
+    ``project``, created at once and waited for; ``extra_body`` as for ``create_all``."""
     token = client.headers["authorization"].removeprefix("Bearer ")
-    targets = [(PROJECT, env) for env in env_ids(options.deployments)]
+    targets = [(project, env) for env in (env_ids(options.deployments) if envs is None else envs)]
     pids = [server.pid for server in servers]
     sampler = DescendantSampler(pids)
     sampler.start()
@@ -469,12 +485,14 @@ def burst(
     machine_before = machine_cpu()
     started = time.monotonic()
     urls = [server.base_url for server in servers]
-    creates = asyncio.run(create_all(urls, token, targets, options.concurrency, "burst"))
+    creates = asyncio.run(
+        create_all(urls, token, targets, options.concurrency, "burst", extra_body=extra_body)
+    )
     say(
         f"   {len(creates.sent)} created in {creates.last_answered - creates.first_sent:.1f} s; "
         f"waiting for them to complete"
     )
-    final = wait_all(client, set(creates.sent), time.monotonic() + BURST_TIMEOUT_S)
+    final = wait_all(client, set(creates.sent), time.monotonic() + BURST_TIMEOUT_S, project=project)
     all_reaped = wait_reaped(sampler)
     sampler.stop()
     sampler.sample()
@@ -499,7 +517,7 @@ def burst(
     children_s = after.children_s - before.children_s
     postgres_s = after.postgres_s - before.postgres_s
     return {
-        "deployments": options.deployments,
+        "deployments": len(targets),
         "created": count,
         "succeeded": len(succeeded),
         "not_completed": count - len(final),
