@@ -74,6 +74,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/orgs/{org}/deployments/{deployment}/tf", None, "read"),
     ("GET", "/orgs/{org}/deployments/{deployment}/encrypted-outputs", None, "read"),
     ("GET", "/orgs/{org}/deployments/{deployment}/actions/get-logs", None, "read"),
+    ("GET", "/orgs/{org}/deployments/{deployment}/logs", None, "read"),
     ("GET", "/orgs/{org}/deployments/{deployment}/errored-state", None, "manage"),
     ("GET", "/orgs/{org}/usage", None, "read"),
     # Last: it ends the deployment the routes above read.
