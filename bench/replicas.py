@@ -22,7 +22,7 @@ bench/burst.py's: a `vm` runner with a local connection (the embedded engine), a
    has ended, the first replica seen holding a dispatch lease is killed (`kill -9`). Measured: per lease it
    held, the lease time left at the kill and the seconds from the kill until another replica took the
    deployment over (claimed it, or it ended); and that the burst still completes, every deployment once.
-   The lease is the servers' `PO_DISPATCH_LEASE_SECONDS` (default 15; `--lease-seconds` sets it for every
+   The lease is the servers' `PO_DISPATCH_LEASE_SECONDS` (default 60; `--lease-seconds` sets it for every
    round).
 
 This machine is CPU-bound (two cores shared by the servers, PostgreSQL, the runners and the engine): more
@@ -274,7 +274,7 @@ def run_burst(
 def takeover(replicas: Replicas, database_url: str, options: Options) -> Any:
     """What runs beside the takeover round's burst: once a quarter of it has ended, kill -9 the first
     replica seen holding a dispatch lease, and time the takeover of each of its leases."""
-    lease = options.lease_seconds or 15.0
+    lease = options.lease_seconds or 60.0
 
     def during(ids: set[str]) -> dict[str, Any]:
         prefixes = {owner_prefix(server): server for server in replicas.servers}
@@ -451,7 +451,7 @@ def parse_options(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent creates (default 16)")
     parser.add_argument(
-        "--lease-seconds", type=float, help="the servers' PO_DISPATCH_LEASE_SECONDS (default: theirs, 15)"
+        "--lease-seconds", type=float, help="the servers' PO_DISPATCH_LEASE_SECONDS (default: theirs, 60)"
     )
     parser.add_argument("--no-takeover", action="store_true", help="skip the takeover round")
     parser.add_argument(

@@ -132,7 +132,7 @@ class ServerSettings(BaseSettings):
         default=5.0, gt=0, description="How often launched runners are checked on."
     )
     dispatch_lease_seconds: float = Field(
-        default=15.0,
+        default=60.0,
         ge=3,
         le=3600,
         description="A deployment a server's dispatcher works on (its launch, a status check) is leased to "

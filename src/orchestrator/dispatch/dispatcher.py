@@ -143,7 +143,7 @@ class DispatchSettings:
     check_interval_seconds: float = 5.0
     #: How long a run may be gone without results before its deployment fails (results may be in flight).
     exit_grace_seconds: float = 5.0
-    lease_seconds: float = 15.0
+    lease_seconds: float = 60.0
     launch_attempts: int = 5
     batch_size: int = 20
     #: How long a stopped run's runner gets after SIGTERM before SIGKILL (PO_CANCEL_GRACE_SECONDS).
