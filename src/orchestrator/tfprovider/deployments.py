@@ -14,12 +14,12 @@ import uuid
 from typing import Any
 
 import yaml
-from pyvider.schema import a_bool, a_str
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.protocol import age
 from orchestrator.tfprovider.modules import compact_json
 from orchestrator.tfprovider.resource import Spec
+from orchestrator.tfprovider.schema import a_bool, a_str
 from orchestrator.tfprovider.session import ApiProblem, Session
 from orchestrator.tfprovider.values import JsonDict
 

@@ -1,0 +1,205 @@
+"""The go-plugin side of Terraform's plugin protocol: the handshake line, TLS, and the gRPC services.
+
+Terraform starts the provider with ``PLUGIN_PROTOCOL_VERSIONS`` (6 must be in it) and, with automatic
+mTLS (its default), its own certificate in ``PLUGIN_CLIENT_CERT``. The provider listens on a Unix socket
+in a directory only its user can open, prints ``1|6|unix|<socket>|grpc|<certificate>`` (the DER of a
+certificate made for this process, base64 without padding) and serves:
+
+- ``tfplugin6.Provider``: the methods of `server.HANDLERS` (others answer ``UNIMPLEMENTED``);
+- ``plugin.GRPCController/Shutdown``: answered, then the process exits at once;
+- ``plugin.GRPCStdio/StreamStdio``: an empty stream (nothing is printed to forward);
+- ``grpc.health.v1.Health/Check``: ``SERVING``.
+
+Requests and responses pass as bytes: a message is parsed by the handler that needs it only. Terraform's
+certificate is not verified: gRPC's TLS cannot check the P-521 key go-plugin makes (as pyvider found);
+the socket's directory (0700) is what keeps other users out. ``SIGINT`` is ignored, as go-plugin's servers
+do (Terraform stops its providers itself); ``SIGTERM`` ends the process, and so does Terraform exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+#: go-plugin's handshake: core protocol 1, then the plugin protocol version.
+CORE_PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 6
+#: Terraform's limit for one message (``grpcMaxMessageSize`` in its internal/plugin6).
+MAX_MESSAGE_BYTES: Final = 256 << 20
+#: HealthCheckResponse{status: SERVING}.
+HEALTH_SERVING: Final = b"\x08\x01"
+#: How often the provider checks that Terraform, its parent, still runs.
+PARENT_CHECK_SECONDS: Final = 2.0
+
+
+class PluginError(Exception):
+    """The provider cannot serve what Terraform asks for (a protocol version, a transport)."""
+
+
+def offered_versions(environ: dict[str, str] | os._Environ[str]) -> list[int]:
+    return [
+        int(part) for part in environ.get("PLUGIN_PROTOCOL_VERSIONS", "").split(",") if part.strip().isdigit()
+    ]
+
+
+def server_certificate() -> tuple[bytes, bytes, bytes]:
+    """A fresh self-signed certificate for ``localhost`` (go-plugin's client names the server so):
+    its key (PEM), the certificate (PEM) and its DER."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(seconds=30))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=True,
+                key_cert_sign=True,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return (
+        key_pem,
+        certificate.public_bytes(serialization.Encoding.PEM),
+        certificate.public_bytes(serialization.Encoding.DER),
+    )
+
+
+def handshake_line(socket_path: str, certificate_der: bytes | None) -> str:
+    cert = base64.b64encode(certificate_der).decode().rstrip("=") if certificate_der else ""
+    return f"{CORE_PROTOCOL_VERSION}|{PROTOCOL_VERSION}|unix|{socket_path}|grpc|{cert}"
+
+
+class Plugin:
+    """One provider process: the gRPC server, until Terraform shuts it down."""
+
+    def __init__(self) -> None:
+        self.stopping = asyncio.Event()
+
+    def _handlers(self) -> list[Any]:
+        import grpc
+
+        from orchestrator.tfprovider.server import HANDLERS
+
+        def unary(handler: Any) -> Any:
+            async def call(request: bytes, context: Any) -> bytes:
+                answer: bytes = await handler(request)
+                return answer
+
+            return grpc.unary_unary_rpc_method_handler(call)
+
+        async def shutdown(request: bytes, context: Any) -> bytes:
+            self.stopping.set()
+            return b""
+
+        async def stream_stdio(request: bytes, context: Any) -> AsyncIterator[bytes]:
+            return
+            yield b""  # an async generator that ends at once
+
+        async def health(request: bytes, context: Any) -> bytes:
+            return HEALTH_SERVING
+
+        return [
+            grpc.method_handlers_generic_handler(
+                "tfplugin6.Provider", {method: unary(handler) for method, handler in HANDLERS.items()}
+            ),
+            grpc.method_handlers_generic_handler(
+                "plugin.GRPCController", {"Shutdown": grpc.unary_unary_rpc_method_handler(shutdown)}
+            ),
+            grpc.method_handlers_generic_handler(
+                "plugin.GRPCStdio", {"StreamStdio": grpc.unary_stream_rpc_method_handler(stream_stdio)}
+            ),
+            grpc.method_handlers_generic_handler(
+                "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(health)}
+            ),
+        ]
+
+    async def serve(self, environ: dict[str, str] | os._Environ[str]) -> None:
+        import grpc
+
+        if PROTOCOL_VERSION not in offered_versions(environ):
+            raise PluginError(
+                f"Terraform offers plugin protocol versions {environ.get('PLUGIN_PROTOCOL_VERSIONS')!r}; "
+                f"this provider speaks {PROTOCOL_VERSION} (Terraform 1.0 or later)"
+            )
+        directory = tempfile.mkdtemp(prefix="tfprovider-", dir=environ.get("PLUGIN_UNIX_SOCKET_DIR") or None)
+        try:
+            socket_path = str(Path(directory) / "plugin.sock")
+            server = grpc.aio.server(
+                handlers=self._handlers(),
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ],
+            )
+            certificate_der = None
+            if environ.get("PLUGIN_CLIENT_CERT", "").strip():
+                key_pem, certificate_pem, certificate_der = server_certificate()
+                credentials = grpc.ssl_server_credentials([(key_pem, certificate_pem)])
+                server.add_secure_port(f"unix:{socket_path}", credentials)
+            else:  # Terraform asked for no TLS (TF_DISABLE_PLUGIN_TLS): plaintext, an empty field
+                server.add_insecure_port(f"unix:{socket_path}")
+            await server.start()
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
+            sys.stdout.write(handshake_line(socket_path, certificate_der) + "\n")
+            sys.stdout.flush()
+            parent = os.getppid()
+            while not self.stopping.is_set():
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), PARENT_CHECK_SECONDS)
+                except TimeoutError:
+                    if os.getppid() != parent:  # Terraform is gone
+                        break
+            await server.stop(grace=1.0)  # the Shutdown answer, and any call still running
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def run() -> None:
+    """Serve until Terraform shuts the provider down, then exit at once (nothing to tear down)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        asyncio.run(Plugin().serve(os.environ))
+    except PluginError as exc:
+        print(f"terraform-provider-platform-orchestrator: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
