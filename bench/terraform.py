@@ -232,10 +232,13 @@ def measure_startup(mirror: Path, env: dict[str, str], starts: int) -> Startup:
 def count_starts(engine: str, config: Path, env: dict[str, str], work: Path) -> dict[str, int]:
     """Provider starts of one plan and one apply, from Terraform's trace log (not timed)."""
     counts: dict[str, int] = {}
-    for name, args in (("plan", ["plan", "-out=plan"]), ("apply", ["apply", "plan"])):
+    for name, args in (
+        ("plan", ["plan", "-no-color", "-input=false", "-out=plan"]),
+        ("apply", ["apply", "-no-color", "-input=false", "plan"]),
+    ):
         log = work / f"{name}.trace"
         traced = {**env, "TF_LOG": "trace", "TF_LOG_PATH": str(log)}
-        _timed([engine, *args, "-no-color", "-input=false"], cwd=config, env=traced)
+        _timed([engine, *args], cwd=config, env=traced)
         text = log.read_text(encoding="utf-8", errors="replace")
         counts[name] = sum(
             1 for line in text.splitlines() if "starting plugin" in line and "platform-orchestrator" in line

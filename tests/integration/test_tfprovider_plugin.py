@@ -34,7 +34,7 @@ from orchestrator.tfprovider.schema import object_type
 
 PROVIDER_TYPE = object_type(provider.ATTRIBUTES)
 #: Imported by no start unless a request needs them.
-HEAVY = ("httpx", "yaml", "orchestrator.client", "pyvider", "pydantic", "structlog")
+HEAVY = ("httpx", "yaml", "orchestrator.client", "pyvider", "pydantic", "structlog", "cryptography.x509")
 
 
 def _client_certificate() -> str:
@@ -144,7 +144,8 @@ def test_start__answers_the_schema_from_its_file_and_loads_nothing_else(tmp_path
     assert code == 0
     assert not socket_dir.exists()
     assert _heavy(imported) == []
-    assert "google.protobuf" not in imported
+    assert "google.protobuf" not in imported and "msgpack" not in imported
+    assert "orchestrator.tfprovider.rpc" not in imported
     assert "orchestrator.tfprovider.registry" not in imported
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import msgpack
 import pytest
 
-from orchestrator.tfprovider import cty, registry, resource, runners, server, tfplugin6
+from orchestrator.tfprovider import certificate, cty, registry, resource, rpc, runners, server, tfplugin6
 from orchestrator.tfprovider.schema import a_bool, a_dyn, a_map, a_num, a_obj, a_str, object_type
 from orchestrator.tfprovider.session import ApiProblem
 
@@ -177,10 +178,15 @@ def test_runner_spec__plans_the_seed_runner_configuration_defaults() -> None:
     assert runners.KUBERNETES_GKE.name == "kubernetes_gke_runner"
 
 
+def test_handlers__serve_every_method_rpc_implements() -> None:
+    assert set(rpc.HANDLERS) == set(server.RPC_METHODS)
+    assert set(server.RPC_METHODS) < set(server.HANDLERS)
+
+
 def test_schema_file__is_what_the_code_declares() -> None:
     """provider_schema.binpb answers GetProviderSchema without loading the resources: it must not drift.
     Regenerate it with `python -m orchestrator.tfprovider.server --write`."""
-    assert server.SCHEMA_FILE.read_bytes() == server.build_schema_response(), (
+    assert server.SCHEMA_FILE.read_bytes() == rpc.build_schema_response(), (
         "stale: python -m orchestrator.tfprovider.server --write"
     )
     response = tfplugin6.message("GetProviderSchema.Response").FromString(server.SCHEMA_FILE.read_bytes())
@@ -192,3 +198,37 @@ def test_schema_file__is_what_the_code_declares() -> None:
         "org_id",
         "octl_config_file",
     ]
+
+
+def test_certificate__is_a_valid_self_signed_localhost_server_certificate() -> None:
+    """What certificate.py writes by hand, read by cryptography's X.509 parser (and by Go's TLS in every
+    acceptance test): the signature verifies with its own key, and the extensions are go-plugin's."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    der, key_pem = certificate.certificate_and_key()
+    parsed = x509.load_der_x509_certificate(der)
+    assert x509.load_pem_x509_certificate(certificate.pem(der)) == parsed
+    public = parsed.public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+    public.verify(parsed.signature, parsed.tbs_certificate_bytes, ec.ECDSA(hashes.SHA256()))
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    assert key.public_key().public_numbers() == public.public_numbers()
+    assert parsed.version == x509.Version.v3 and parsed.serial_number > 0
+    assert parsed.subject == parsed.issuer
+    assert parsed.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "localhost"
+    assert parsed.not_valid_before_utc < datetime.datetime.now(datetime.UTC) < parsed.not_valid_after_utc
+    extensions = parsed.extensions
+    assert extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    ) == ["localhost"]
+    assert extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
+    usage = extensions.get_extension_for_class(x509.KeyUsage)
+    assert usage.critical and usage.value.digital_signature and usage.value.key_cert_sign
+    assert list(extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.SERVER_AUTH
+    ]
+    assert certificate.certificate_and_key()[0] != der  # a new key every start

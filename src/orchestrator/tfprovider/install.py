@@ -3,7 +3,8 @@
 No registry is involved: the mirror's package is a small launcher script that runs this Python
 environment's provider, at the address ``registry.terraform.io/stellwerk-labs/platform-orchestrator``,
 so configurations written for upstream's provider (``source = "stellwerk-labs/platform-orchestrator"``)
-work unchanged. Only the standard library is imported here: ``octl`` loads this without the provider's dependencies.
+work unchanged. Only the standard library is imported here: ``octl`` loads this without the provider's
+dependencies.
 """
 
 from __future__ import annotations

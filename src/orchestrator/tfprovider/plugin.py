@@ -10,6 +10,8 @@ certificate made for this process, base64 without padding) and serves:
 - ``plugin.GRPCStdio/StreamStdio``: an empty stream (nothing is printed to forward);
 - ``grpc.health.v1.Health/Check``: ``SERVING``.
 
+The certificate is new for every start (`certificate`).
+
 Requests and responses pass as bytes: a message is parsed by the handler that needs it only. Terraform's
 certificate is not verified: gRPC's TLS cannot check the P-521 key go-plugin makes (as pyvider found);
 the socket's directory (0700) is what keeps other users out. ``SIGINT`` is ignored, as go-plugin's servers
@@ -28,6 +30,8 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
+
+from orchestrator.tfprovider import certificate
 
 #: go-plugin's handshake: core protocol 1, then the plugin protocol version.
 CORE_PROTOCOL_VERSION: Final = 1
@@ -48,56 +52,6 @@ def offered_versions(environ: dict[str, str] | os._Environ[str]) -> list[int]:
     return [
         int(part) for part in environ.get("PLUGIN_PROTOCOL_VERSIONS", "").split(",") if part.strip().isdigit()
     ]
-
-
-def server_certificate() -> tuple[bytes, bytes, bytes]:
-    """A fresh self-signed certificate for ``localhost`` (go-plugin's client names the server so):
-    its key (PEM), the certificate (PEM) and its DER."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(seconds=30))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=True,
-                key_cert_sign=True,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return (
-        key_pem,
-        certificate.public_bytes(serialization.Encoding.PEM),
-        certificate.public_bytes(serialization.Encoding.DER),
-    )
 
 
 def handshake_line(socket_path: str, certificate_der: bytes | None) -> str:
@@ -169,8 +123,8 @@ class Plugin:
             )
             certificate_der = None
             if environ.get("PLUGIN_CLIENT_CERT", "").strip():
-                key_pem, certificate_pem, certificate_der = server_certificate()
-                credentials = grpc.ssl_server_credentials([(key_pem, certificate_pem)])
+                certificate_der, key_pem = certificate.certificate_and_key()
+                credentials = grpc.ssl_server_credentials([(key_pem, certificate.pem(certificate_der))])
                 server.add_secure_port(f"unix:{socket_path}", credentials)
             else:  # Terraform asked for no TLS (TF_DISABLE_PLUGIN_TLS): plaintext, an empty field
                 server.add_insecure_port(f"unix:{socket_path}")
