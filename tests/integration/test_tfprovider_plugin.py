@@ -219,6 +219,11 @@ def test_start__an_api_error_is_a_diagnostic(tmp_path: Path) -> None:
     assert diagnostic.summary == "create runner_rule for runner 'r': the API cannot be reached"
     assert cty.from_msgpack(applied.new_state.msgpack, rule_type) is None
     assert code == 0 and "httpx" in imported
+    # httpx's command line, HTTP/2 and async backends are never loaded (session.OPTIONAL_IMPORTS); the
+    # log has their names as attempts, none of what each would import once loaded
+    assert not [
+        name for name in imported if name.startswith(("rich", "pygments", "h2.connection", "anyio._"))
+    ]
 
 
 def test_start__without_a_client_certificate_serves_plaintext(tmp_path: Path) -> None:

@@ -147,6 +147,9 @@ class Plugin:
 
 def run() -> None:
     """Serve until Terraform shuts the provider down, then exit at once (nothing to tear down)."""
+    from orchestrator.tfprovider import session
+
+    session.skip_optional_imports()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         asyncio.run(Plugin().serve(os.environ))

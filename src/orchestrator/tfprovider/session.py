@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,29 @@ if TYPE_CHECKING:
     from orchestrator.client.api import ApiClient, ApiError
 
 T = TypeVar("T")
+
+#: What httpx and httpcore import when it is installed although the provider never uses it: httpx's
+#: command line (rich, pygments), HTTP/2 (h2), SOCKS (socksio), async backends (anyio, trio). Both import
+#: these optionally (a failed import is expected), and they cost an apply's provider start about 0.1 CPU-s.
+OPTIONAL_IMPORTS = ("httpx._main", "h2", "socksio", "anyio", "trio")
+
+
+def skip_optional_imports() -> None:
+    """In the provider's own process only: make `OPTIONAL_IMPORTS` fail (``None`` in ``sys.modules``)."""
+    for name in OPTIONAL_IMPORTS:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def _client_class() -> type[ApiClient]:
+    try:
+        from orchestrator.client.api import ApiClient
+    except ImportError:  # a newer httpx or httpcore that needs one of them after all
+        for name in OPTIONAL_IMPORTS:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+        from orchestrator.client.api import ApiClient
+    return ApiClient
+
 
 #: provider attribute -> (environment variable, octl config file key)
 SOURCES = {
@@ -130,10 +154,8 @@ class Session:
     def client(self) -> ApiClient:
         """The API client, made at first use."""
         if self._client is None:
-            from orchestrator.client.api import ApiClient
-
             try:
-                self._client = ApiClient(self.settings.api_url, self.settings.auth_token)
+                self._client = _client_class()(self.settings.api_url, self.settings.auth_token)
             except ValueError as exc:
                 raise ApiProblem("invalid provider configuration", f"api_url: {exc}") from exc
         return self._client
