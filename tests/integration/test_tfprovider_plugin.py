@@ -138,7 +138,7 @@ def test_start__answers_the_schema_from_its_file_and_loads_nothing_else(tmp_path
         socket_dir = Path(started.handshake[3]).parent
         assert socket_dir.parent == tmp_path
         assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700  # only this user reaches the socket
-        assert started.call("GetProviderSchema") == server.SCHEMA_FILE.read_bytes()
+        assert started.call("GetProviderSchema") == Path(server.SCHEMA_FILE).read_bytes()
         assert started.call("Check", service="grpc.health.v1.Health") == b"\x08\x01"
         code, imported = started.shutdown()
     assert code == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -186,10 +187,12 @@ def test_handlers__serve_every_method_rpc_implements() -> None:
 def test_schema_file__is_what_the_code_declares() -> None:
     """provider_schema.binpb answers GetProviderSchema without loading the resources: it must not drift.
     Regenerate it with `python -m orchestrator.tfprovider.server --write`."""
-    assert server.SCHEMA_FILE.read_bytes() == rpc.build_schema_response(), (
+    assert Path(server.SCHEMA_FILE).read_bytes() == rpc.build_schema_response(), (
         "stale: python -m orchestrator.tfprovider.server --write"
     )
-    response = tfplugin6.message("GetProviderSchema.Response").FromString(server.SCHEMA_FILE.read_bytes())
+    response = tfplugin6.message("GetProviderSchema.Response").FromString(
+        Path(server.SCHEMA_FILE).read_bytes()
+    )
     assert set(response.resource_schemas) == set(registry.RESOURCES)
     assert set(response.data_source_schemas) == set(registry.DATA_SOURCES)
     assert [a.name for a in response.provider.block.attributes] == [

@@ -10,8 +10,9 @@ Go's (every Terraform run of the acceptance tests) by tests/unit/test_tfprovider
 
 from __future__ import annotations
 
-import datetime
-import secrets
+import binascii
+import os
+import time
 from typing import Final
 
 _ECDSA_WITH_SHA256: Final = "1.2.840.10045.4.3.2"
@@ -24,7 +25,7 @@ _KEY_USAGE: Final = "2.5.29.15"
 _EXTENDED_KEY_USAGE: Final = "2.5.29.37"
 _SERVER_AUTH: Final = "1.3.6.1.5.5.7.3.1"
 HOST: Final = "localhost"
-VALIDITY: Final = datetime.timedelta(days=1)
+VALIDITY_SECONDS: Final = 24 * 3600
 
 
 def _der(tag: int, content: bytes) -> bytes:
@@ -60,8 +61,8 @@ def _bits(content: bytes, unused: int = 0) -> bytes:
     return _der(0x03, bytes([unused]) + content)
 
 
-def _time(moment: datetime.datetime) -> bytes:
-    return _der(0x17, moment.strftime("%y%m%d%H%M%SZ").encode())
+def _time(seconds: float) -> bytes:
+    return _der(0x17, time.strftime("%y%m%d%H%M%SZ", time.gmtime(seconds)).encode())
 
 
 def _extension(oid: str, value: bytes, *, critical: bool = False) -> bytes:
@@ -85,7 +86,7 @@ def certificate_and_key() -> tuple[bytes, bytes]:
     )
     algorithm = _sequence(_oid(_ECDSA_WITH_SHA256))
     name = _sequence(_der(0x31, _sequence(_oid(_COMMON_NAME), _der(0x0C, HOST.encode()))))
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    now = time.time()
     # keyUsage bits: digitalSignature (0), keyEncipherment (2), keyCertSign (5): 1010 0100, 2 unused
     extensions = _sequence(
         _extension(_SUBJECT_ALT_NAME, _sequence(_der(0x82, HOST.encode()))),
@@ -95,26 +96,31 @@ def certificate_and_key() -> tuple[bytes, bytes]:
     )
     to_be_signed = _sequence(
         _der(0xA0, _integer(2)),  # version 3
-        _integer(secrets.randbits(127) | 1),
+        _integer(int.from_bytes(os.urandom(16)) >> 1 | 1),  # positive, at most 127 bits
         algorithm,
         name,
-        _sequence(_time(now - datetime.timedelta(minutes=1)), _time(now + VALIDITY)),
+        _sequence(_time(now - 60), _time(now + VALIDITY_SECONDS)),
         name,
         _sequence(_sequence(_oid(_EC_PUBLIC_KEY), _oid(_PRIME256V1)), _bits(point)),
         _der(0xA3, extensions),
     )
     signature = key.sign(to_be_signed, ec.ECDSA(hashes.SHA256()))
     certificate = _sequence(to_be_signed, algorithm, _bits(signature))
-    key_pem = key.private_bytes(
-        _serialization.Encoding.PEM, _serialization.PrivateFormat.PKCS8, _serialization.NoEncryption()
+    # PKCS#8 around SEC 1's ECPrivateKey (cryptography's private_bytes imports its SSH formats too)
+    secret = key.private_numbers().private_value.to_bytes(32, "big")
+    ec_private_key = _sequence(_integer(1), _der(0x04, secret), _der(0xA1, _bits(point)))
+    private_key_info = _sequence(
+        _integer(0), _sequence(_oid(_EC_PUBLIC_KEY), _oid(_PRIME256V1)), _der(0x04, ec_private_key)
     )
-    return certificate, key_pem
+    return certificate, _pem("PRIVATE KEY", private_key_info)
+
+
+def _pem(label: str, der: bytes) -> bytes:
+    body = binascii.b2a_base64(der, newline=False).decode()
+    lines = "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
+    return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----\n".encode()
 
 
 def pem(der: bytes) -> bytes:
     """A DER certificate as PEM."""
-    import base64
-
-    body = base64.encodebytes(der).decode().replace("\n", "")
-    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
-    return ("-----BEGIN CERTIFICATE-----\n" + "\n".join(lines) + "\n-----END CERTIFICATE-----\n").encode()
+    return _pem("CERTIFICATE", der)

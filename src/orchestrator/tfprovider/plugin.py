@@ -21,14 +21,12 @@ do (Terraform stops its providers itself); ``SIGTERM`` ends the process, and so 
 from __future__ import annotations
 
 import asyncio
-import base64
+import binascii
+import contextlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
 from orchestrator.tfprovider import certificate
@@ -54,8 +52,26 @@ def offered_versions(environ: dict[str, str] | os._Environ[str]) -> list[int]:
     ]
 
 
+@contextlib.contextmanager
+def socket_directory(environ: dict[str, str] | os._Environ[str]) -> Iterator[str]:
+    """A new directory only this user can open (``PLUGIN_UNIX_SOCKET_DIR``, else ``TMPDIR`` or /tmp),
+    removed with what is in it afterwards. (tempfile and shutil would cost a start more to import than
+    this takes.)"""
+    parent = environ.get("PLUGIN_UNIX_SOCKET_DIR") or environ.get("TMPDIR") or "/tmp"
+    directory = os.path.join(parent, f"tfprovider-{os.getpid()}-{os.urandom(6).hex()}")
+    os.mkdir(directory, 0o700)
+    try:
+        yield directory
+    finally:
+        for name in os.listdir(directory):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
 def handshake_line(socket_path: str, certificate_der: bytes | None) -> str:
-    cert = base64.b64encode(certificate_der).decode().rstrip("=") if certificate_der else ""
+    cert = binascii.b2a_base64(certificate_der, newline=False).decode().rstrip("=") if certificate_der else ""
     return f"{CORE_PROTOCOL_VERSION}|{PROTOCOL_VERSION}|unix|{socket_path}|grpc|{cert}"
 
 
@@ -111,9 +127,8 @@ class Plugin:
                 f"Terraform offers plugin protocol versions {environ.get('PLUGIN_PROTOCOL_VERSIONS')!r}; "
                 f"this provider speaks {PROTOCOL_VERSION} (Terraform 1.0 or later)"
             )
-        directory = tempfile.mkdtemp(prefix="tfprovider-", dir=environ.get("PLUGIN_UNIX_SOCKET_DIR") or None)
-        try:
-            socket_path = str(Path(directory) / "plugin.sock")
+        with socket_directory(environ) as directory:
+            socket_path = os.path.join(directory, "plugin.sock")
             server = grpc.aio.server(
                 handlers=self._handlers(),
                 options=[
@@ -141,8 +156,6 @@ class Plugin:
                     if os.getppid() != parent:  # Terraform is gone
                         break
             await server.stop(grace=1.0)  # the Shutdown answer, and any call still running
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def run() -> None:

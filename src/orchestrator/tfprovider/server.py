@@ -10,12 +10,12 @@ first request.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from functools import cache
-from pathlib import Path
 
-SCHEMA_FILE = Path(__file__).with_name("provider_schema.binpb")
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "provider_schema.binpb")
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 
@@ -39,7 +39,8 @@ RPC_METHODS = (
 def schema_response() -> bytes:
     """The ``GetProviderSchema`` response: `SCHEMA_FILE`, or from the code when the file is missing."""
     try:
-        return SCHEMA_FILE.read_bytes()
+        with open(SCHEMA_FILE, "rb") as file:
+            return file.read()
     except FileNotFoundError:
         from orchestrator.tfprovider import rpc
 
@@ -80,12 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     from orchestrator.tfprovider import rpc
 
     built = rpc.build_schema_response()
+    from pathlib import Path
+
+    schema_file = Path(SCHEMA_FILE)
     if args == ["--write"]:
-        SCHEMA_FILE.write_bytes(built)
+        schema_file.write_bytes(built)
         print(f"wrote {SCHEMA_FILE} ({len(built)} bytes)")
         return 0
     if args == ["--check"]:
-        current = SCHEMA_FILE.read_bytes() if SCHEMA_FILE.exists() else b""
+        current = schema_file.read_bytes() if schema_file.exists() else b""
         if current != built:
             print(
                 f"{SCHEMA_FILE} is stale: python -m orchestrator.tfprovider.server --write", file=sys.stderr

@@ -14,11 +14,11 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from orchestrator.client.api import ApiClient, ApiError
 
 T = TypeVar("T")
@@ -69,6 +69,8 @@ class ApiProblem(Exception):  # noqa: N818 - a diagnostic to show, named for wha
 
 
 def _octl_file(explicit: str | None, environ: Mapping[str, str]) -> Path:
+    from pathlib import Path
+
     if explicit:
         return Path(explicit).expanduser()
     if environ.get("OCTL_CONFIG"):
@@ -97,6 +99,8 @@ def _octl_values(path: Path, explicit: bool) -> dict[str, Any]:
 
 def check_api_url(url: str) -> None:
     """The API URL's shape, as the API client checks it (without loading it)."""
+    from urllib.parse import urlsplit
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ProviderConfigError(f"api_url: invalid API URL '{url}': it must be http(s)://host[:port]")
