@@ -136,7 +136,7 @@ def test_start__answers_the_schema_from_its_file_and_loads_nothing_else(tmp_path
         certificate = started.handshake[5]
         assert certificate and not certificate.endswith("=")  # go-plugin reads it as unpadded base64
         socket_dir = Path(started.handshake[3]).parent
-        assert socket_dir.parent == tmp_path
+        assert socket_dir.name.startswith("tfprovider-")
         assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700  # only this user reaches the socket
         assert started.call("GetProviderSchema") == Path(server.SCHEMA_FILE).read_bytes()
         assert started.call("Check", service="grpc.health.v1.Health") == b"\x08\x01"
@@ -227,9 +227,15 @@ def test_start__an_api_error_is_a_diagnostic(tmp_path: Path) -> None:
 
 
 def test_start__without_a_client_certificate_serves_plaintext(tmp_path: Path) -> None:
-    """TF_DISABLE_PLUGIN_TLS: Terraform sends no certificate and expects an empty sixth field."""
-    with started_provider(_environment(tmp_path, PLUGIN_CLIENT_CERT="")) as started:
+    """TF_DISABLE_PLUGIN_TLS: Terraform sends no certificate and expects an empty sixth field. A socket
+    directory too long for a Unix socket's path falls back to /tmp."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    with started_provider(
+        _environment(tmp_path, PLUGIN_CLIENT_CERT="", PLUGIN_UNIX_SOCKET_DIR=str(deep))
+    ) as started:
         assert started.handshake[5] == ""
+        assert started.handshake[3].startswith("/tmp/tfprovider-")
         assert started.call("StopProvider") == b""
         code, _ = started.shutdown()
     assert code == 0

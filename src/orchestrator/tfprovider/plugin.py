@@ -40,6 +40,9 @@ MAX_MESSAGE_BYTES: Final = 256 << 20
 HEALTH_SERVING: Final = b"\x08\x01"
 #: How often the provider checks that Terraform, its parent, still runs.
 PARENT_CHECK_SECONDS: Final = 2.0
+SOCKET_NAME: Final = "plugin.sock"
+#: A Unix socket's path has room for 107 bytes; a longer socket directory falls back to /tmp.
+MAX_SOCKET_PATH: Final = 100
 
 
 class PluginError(Exception):
@@ -58,7 +61,10 @@ def socket_directory(environ: dict[str, str] | os._Environ[str]) -> Iterator[str
     removed with what is in it afterwards. (tempfile and shutil would cost a start more to import than
     this takes.)"""
     parent = environ.get("PLUGIN_UNIX_SOCKET_DIR") or environ.get("TMPDIR") or "/tmp"
-    directory = os.path.join(parent, f"tfprovider-{os.getpid()}-{os.urandom(6).hex()}")
+    name = f"tfprovider-{os.urandom(6).hex()}"
+    if len(os.path.join(parent, name, SOCKET_NAME)) > MAX_SOCKET_PATH:
+        parent = "/tmp"
+    directory = os.path.join(parent, name)
     os.mkdir(directory, 0o700)
     try:
         yield directory
@@ -128,7 +134,7 @@ class Plugin:
                 f"this provider speaks {PROTOCOL_VERSION} (Terraform 1.0 or later)"
             )
         with socket_directory(environ) as directory:
-            socket_path = os.path.join(directory, "plugin.sock")
+            socket_path = os.path.join(directory, SOCKET_NAME)
             server = grpc.aio.server(
                 handlers=self._handlers(),
                 options=[
