@@ -85,7 +85,6 @@ PROVIDER_PACKAGES = (
     "httpx",
     "httpcore",
     "h11",
-    "anyio",
     "yaml",
     "orchestrator",
 )
