@@ -98,9 +98,9 @@ _PRISTINE_STRUCTLOG = structlog.get_config()
 @pytest.fixture(autouse=True)
 def _isolated_logging() -> Iterator[None]:
     """A test that runs a command configuring logs (``orchestrator serve`` or ``token create`` in-process,
-    ``po-runner``) leaves structlog writing to the stream it had then, often a capture already closed, and
-    importing pyvider (the Terraform provider's tests) configures structlog its own way: every test starts
-    and ends with structlog as it was before any import, and the standard loggers as the test found them."""
+    ``po-runner``) leaves structlog writing to the stream it had then, often a capture already closed: every
+    test starts and ends with structlog as it was before any import, and the standard loggers as the test
+    found them."""
     structlog.configure(**_PRISTINE_STRUCTLOG)
     loggers = {"": logging.getLogger(), **_loggers()}
     states = {name: logger_state(logger) for name, logger in loggers.items()}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.tfprovider import catalog, deployments, modules
+from orchestrator.tfprovider import catalog, cty, deployments, modules
 from orchestrator.tfprovider.session import ApiProblem
 
 
@@ -120,10 +120,10 @@ def test_module_state__keeps_the_configuration_when_the_answer_only_adds_default
     state = modules.module_state(found, prior)
     assert state["module_inputs"] == '{ "a" : 1 }'
     assert state["provider_mapping"] is None
-    assert state["module_params"].value["name"].value["type"].value == "string"
-    assert set(state["module_params"].value["name"].value) == {"type"}
-    assert state["dependencies"].value["db"].value["params"].value == '{"size":"s"}'
-    assert state["coprovisioned"].type.ctype == "tuple"
+    assert state["module_params"].value == {"name": {"type": "string"}}
+    assert state["module_params"].type == cty.Object({"name": cty.Object({"type": cty.STRING})})
+    assert state["dependencies"].value["db"]["params"] == '{"size":"s"}'
+    assert isinstance(state["coprovisioned"].type, cty.Tuple)
 
 
 def test_module_state__an_import_leaves_defaults_out_and_params_as_json_text() -> None:
@@ -134,9 +134,9 @@ def test_module_state__an_import_leaves_defaults_out_and_params_as_json_text() -
         "coprovisioned": [],
     }
     state = modules.module_state(found, {})
-    assert set(state["module_params"].value["name"].value) == {"type"}
-    assert state["dependencies"].value["db"].value["params"].value == '{"size":"s"}'
-    assert state["dependencies"].value["db"].value["class"].value == "special"
+    assert state["module_params"].value == {"name": {"type": "string"}}
+    assert state["dependencies"].value["db"]["params"] == '{"size":"s"}'
+    assert state["dependencies"].value["db"]["class"] == "special"
     assert state["coprovisioned"] is None
     assert state["module_inputs"] is None
 

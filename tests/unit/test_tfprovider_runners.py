@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import pytest
-from pyvider.cty import CtyString, CtyValue
-from pyvider.schema import PvsAttribute
 
 from orchestrator.domain.runner_secrets import SENSITIVE_PATHS
 from orchestrator.domain.runner_types import COMPATIBILITY, RunnerType
-from orchestrator.tfprovider import runners
+from orchestrator.tfprovider import cty, runners
 from orchestrator.tfprovider.runners import (
     KINDS,
     KUBERNETES,
@@ -25,10 +23,11 @@ from orchestrator.tfprovider.runners import (
     storage_from_api,
     storage_to_api,
 )
+from orchestrator.tfprovider.schema import Attribute
 from tests.support.terraform_seeds import FIXTURES, FIXTURES_DIR, seed_blocks, seed_text, seeds_dir
 
 
-def _members(schema: Mapping[str, PvsAttribute], path: str = "") -> Iterator[tuple[str, PvsAttribute, bool]]:
+def _members(schema: Mapping[str, Attribute], path: str = "") -> Iterator[tuple[str, Attribute, bool]]:
     """(dotted path, attribute, sensitive here or above) of every attribute, at every depth."""
     for name, attribute in schema.items():
         where = f"{path}.{name}" if path else name
@@ -55,7 +54,9 @@ def test_schema__every_value_the_api_masks_is_sensitive(kind: runners.RunnerKind
 def test_schema__state_storage_types_are_the_compatible_ones(kind: runners.RunnerKind) -> None:
     allowed = {str(storage) for storage in COMPATIBILITY[RunnerType(kind.api_type)]}
     assert set(kind.storage_types) == allowed
-    storage = kind.resource_attributes()["state_storage_configuration"].object_type.attributes
+    nested = kind.resource_attributes()["state_storage_configuration"].object_type
+    assert nested is not None
+    storage = nested.attributes
     assert set(storage) == {"type"} | {f"{t}_configuration" for t in allowed if t != "orchestrator"}
 
 
@@ -190,7 +191,7 @@ def test_validate__names_the_attribute_before_any_call() -> None:
 
 def test_validate__waits_for_values_known_only_at_apply() -> None:
     spec = runners.runner_spec(KUBERNETES_GKE)
-    unknown = CtyValue.unknown(CtyString())
+    unknown = cty.UNKNOWN
     config = {
         "id": "x",
         "runner_configuration": {"job": {"pod_template": unknown}},

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pyvider.schema import a_bool, a_str
-
 from orchestrator.tfprovider.resource import SourceSpec, Spec
+from orchestrator.tfprovider.schema import a_bool, a_str
 from orchestrator.tfprovider.session import ApiProblem, Session
 from orchestrator.tfprovider.values import JsonDict
 

@@ -4,7 +4,8 @@ Every attribute requires replacement (a changed manifest is a new deployment), a
 only forgets it: a deployment cannot be undone, deleting its environment destroys what it made. With
 ``wait_for`` (the default) the apply waits until the deployment is final and fails when it failed; its
 outputs are encrypted to a key made for this one deployment, decrypted here and kept as the sensitive
-``outputs`` JSON string (only the creating apply can read them).
+``outputs`` JSON string (only the creating apply can read them). YAML and age are imported when a
+deployment's manifest or outputs are read: a provider start for other resources does not load them.
 """
 
 from __future__ import annotations
@@ -13,13 +14,10 @@ import time
 import uuid
 from typing import Any
 
-import yaml
-from pyvider.schema import a_bool, a_str
-
 from orchestrator.errors import OrchestratorError
-from orchestrator.protocol import age
 from orchestrator.tfprovider.modules import compact_json
 from orchestrator.tfprovider.resource import Spec
+from orchestrator.tfprovider.schema import a_bool, a_str
 from orchestrator.tfprovider.session import ApiProblem, Session
 from orchestrator.tfprovider.values import JsonDict
 
@@ -33,6 +31,8 @@ def manifest_value(text: Any) -> JsonDict:
     """The manifest of a configuration: a YAML or JSON object (``jsonencode(...)`` or ``yamlencode(...)``)."""
     if not isinstance(text, str):
         raise ApiProblem("invalid manifest", "manifest must be a JSON or YAML string (use jsonencode(...))")
+    import yaml
+
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -91,6 +91,10 @@ async def _outputs(session: Session, deployment_id: str, identity: str) -> str |
         if problem.status == 404:  # a plan-only deployment, or nothing was output
             return None
         raise
+    import yaml
+
+    from orchestrator.protocol import age
+
     try:
         outputs = yaml.safe_load(age.decrypt_b64(raw, identity))
     except (OrchestratorError, yaml.YAMLError) as exc:
@@ -99,6 +103,8 @@ async def _outputs(session: Session, deployment_id: str, identity: str) -> str |
 
 
 async def _create_deployment(session: Session, config: JsonDict) -> JsonDict:
+    from orchestrator.protocol import age
+
     name = f"{config['project_id']}/{config['env_id']}"
     identity, recipient = age.generate_identity()
     body = {

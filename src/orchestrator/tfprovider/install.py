@@ -3,7 +3,8 @@
 No registry is involved: the mirror's package is a small launcher script that runs this Python
 environment's provider, at the address ``registry.terraform.io/stellwerk-labs/platform-orchestrator``,
 so configurations written for upstream's provider (``source = "stellwerk-labs/platform-orchestrator"``)
-work unchanged. Only the standard library is imported here: ``octl`` loads this without pyvider.
+work unchanged. Only the standard library is imported here: ``octl`` loads this without the provider's
+dependencies.
 """
 
 from __future__ import annotations
@@ -77,18 +78,13 @@ def launcher_script(python: str) -> str:
 
 #: What the provider imports when Terraform starts it (each start is a new process).
 PROVIDER_PACKAGES = (
-    "pyvider",
-    "provide",
     "grpc",
     "google.protobuf",
-    "attrs",
-    "attr",
     "msgpack",
-    "click",
-    "structlog",
     "cryptography",
     "httpx",
     "httpcore",
+    "h11",
     "yaml",
     "orchestrator",
 )

@@ -3,10 +3,10 @@
 Shapes follow upstream's provider: ``output_schema``, ``module_inputs`` and a provider's ``configuration``
 are JSON strings (``jsonencode(...)``); ``module_params``, ``dependencies`` and ``coprovisioned`` are HCL
 objects as upstream writes them (maps of objects and a list of objects whose members are all optional but
-``type``). pyvider cannot declare a map or list of nested attributes with optional members, so those three
-are dynamic attributes: any object is accepted and checked here, and the value in state is the configured
-one whenever the API's answer means the same (defaults such as ``is_optional = false`` or ``class =
-"default"`` left out on either side).
+``type``). They are dynamic attributes (pyvider, which the provider was first built on, could not declare a
+map or list of nested attributes with optional members, and their states record them so): any object is
+accepted and checked here, and the value in state is the configured one whenever the API's answer means
+the same (defaults such as ``is_optional = false`` or ``class = "default"`` left out on either side).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pyvider.cty import CtyBool, CtyDynamic, CtyNumber, CtyObject, CtyString, CtyTuple, CtyType, CtyValue
-from pyvider.schema import a_bool, a_dyn, a_map, a_str
-
+from orchestrator.tfprovider import cty
 from orchestrator.tfprovider.resource import SourceSpec, Spec
+from orchestrator.tfprovider.schema import a_bool, a_dyn, a_map, a_str
 from orchestrator.tfprovider.session import ApiProblem, Session
 from orchestrator.tfprovider.values import JsonDict, drop_nulls, parse_json
 
@@ -97,26 +96,12 @@ def _params_as_text(requests: Any) -> Any:
     return requests
 
 
-def _literal_type(value: Any) -> CtyType[Any]:
-    if isinstance(value, dict):
-        return CtyObject(attribute_types={str(key): _literal_type(item) for key, item in value.items()})
-    if isinstance(value, list | tuple):
-        return CtyTuple(element_types=tuple(_literal_type(item) for item in value))
-    if isinstance(value, bool):
-        return CtyBool()
-    if isinstance(value, int | float):
-        return CtyNumber()
-    if isinstance(value, str):
-        return CtyString()
-    return CtyDynamic()
-
-
-def literal(value: Any) -> CtyValue[Any] | None:
+def literal(value: Any) -> cty.DynamicValue | None:
     """A dynamic attribute's value typed as HCL types the same literal (objects and tuples, not maps and
     lists): Terraform compares a dynamic value's type too, and the configuration's is a literal's."""
     if value is None:
         return None
-    return _literal_type(value).validate(value)
+    return cty.DynamicValue(cty.literal_type(value), value)
 
 
 def _empty_to_none(value: Any) -> Any:

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from pyvider.cty import CtyValue
-from pyvider.data_sources import BaseDataSource
-from pyvider.resources import BaseResource
-from pyvider.resources.context import ResourceContext
-from pyvider.schema import PvsAttribute, PvsSchema, a_unknown, s_data_source, s_resource
-
+from orchestrator.tfprovider import cty
+from orchestrator.tfprovider.schema import Attribute, merge_defaults_into_plan, resolve_defaults
 from orchestrator.tfprovider.session import ApiProblem, Session, current
-from orchestrator.tfprovider.values import JsonDict, attrs_class, native
+from orchestrator.tfprovider.values import JsonDict, has_unknown, native
 
 Create = Callable[[Session, JsonDict], Awaitable[JsonDict]]
 Read = Callable[[Session, JsonDict], Awaitable[JsonDict | None]]
@@ -39,7 +35,7 @@ class Spec:
     """How one object kind is managed; ``name`` is the type name without the provider prefix."""
 
     name: str
-    attributes: Mapping[str, PvsAttribute]
+    attributes: Mapping[str, Attribute]
     create: Create
     read: Read
     delete: Delete
@@ -53,98 +49,141 @@ class Spec:
     validate: Callable[[JsonDict], list[str]] = field(default=lambda _config: [])
 
 
-def _computed_only(attributes: Mapping[str, PvsAttribute]) -> list[str]:
-    return [name for name, attribute in attributes.items() if attribute.computed and not attribute.optional]
+class Diagnostics:
+    """The error diagnostics of one request: a summary and a detail each."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def add(self, summary: str, detail: str = "") -> None:
+        self.errors.append((summary, detail))
+
+    def problem(self, problem: ApiProblem) -> None:
+        self.add(problem.summary, problem.detail)
 
 
-def _optional_computed(attributes: Mapping[str, PvsAttribute]) -> list[str]:
-    return [name for name, attribute in attributes.items() if attribute.computed and attribute.optional]
+def _state(attributes: Mapping[str, Attribute], values: JsonDict) -> JsonDict:
+    return {name: values.get(name) for name in attributes}
 
 
-def _report(ctx: ResourceContext[Any, Any, Any], problem: ApiProblem) -> None:
-    ctx.add_error(problem.summary, problem.detail)
+def _changed(prior: Any, planned: Any) -> bool:
+    return has_unknown(planned) or native(prior) != native(planned)
 
 
-class ApiResource(BaseResource[Any, Any, Any]):
-    """A managed object of the API; subclasses set `spec` (see `resource_class`)."""
+def validate(spec: Spec, config: Any) -> list[str]:
+    """The problems `Spec.validate` finds in a configuration; none while a value is unknown (checked at
+    apply then). Defaults count as configured."""
+    effective = resolve_defaults(config, spec.attributes)
+    if not isinstance(effective, Mapping) or has_unknown(effective):
+        return []
+    return spec.validate(native(effective))
 
-    spec: ClassVar[Spec]
 
-    @classmethod
-    def get_schema(cls) -> PvsSchema:
-        return s_resource(dict(cls.spec.attributes))
+def plan(
+    spec: Spec, prior: JsonDict | None, proposed: JsonDict | None, config: JsonDict | None, diags: Diagnostics
+) -> tuple[JsonDict | None, list[str]]:
+    """The planned state and the attributes whose change replaces the object.
 
-    def _state(self, values: JsonDict) -> Any:
-        return self.state_class(**{name: values.get(name) for name in self.spec.attributes})  # type: ignore[misc]
+    Terraform proposes the configuration merged with the prior state; defaults are filled in, and a
+    computed attribute left null is unknown on create and keeps its prior value on update (only an
+    update through `to_state` changes it)."""
+    if proposed is None:  # destroy
+        return None, []
+    for message in validate(spec, config):
+        diags.add(message)
+    if diags.errors:
+        return None, []
+    effective = resolve_defaults(config, spec.attributes)
+    planned = dict(merge_defaults_into_plan(proposed, effective, spec.attributes))
+    for name, attribute in spec.attributes.items():
+        if attribute.computed and not attribute.required and planned.get(name) is None:
+            planned[name] = prior.get(name) if prior is not None else cty.UNKNOWN
+    if prior is None:
+        return planned, []
+    replaced = [
+        name
+        for name, attribute in spec.attributes.items()
+        if attribute.requires_replace and _changed(prior.get(name), planned.get(name))
+    ]
+    return planned, replaced
 
-    async def _validate_config(self, config: Any) -> list[str]:
-        values = native(config) or {}
-        if any(isinstance(value, CtyValue) for value in values.values()):
-            return []  # unknown until apply: checked then
-        return self.spec.validate(values)
 
-    async def _create(
-        self, ctx: ResourceContext[Any, Any, Any], base_plan: dict[str, Any]
-    ) -> tuple[dict[str, Any] | None, Any]:
-        for name in _computed_only(self.spec.attributes) + _optional_computed(self.spec.attributes):
-            if base_plan.get(name) is None:
-                base_plan[name] = a_unknown(self.spec.attributes[name])
-        return base_plan, None
-
-    async def read(self, ctx: ResourceContext[Any, Any, Any]) -> Any:
-        prior = native(ctx.state)
-        if not prior:
-            return None
+async def apply(
+    spec: Spec, prior: JsonDict | None, planned: JsonDict | None, config: JsonDict | None, diags: Diagnostics
+) -> JsonDict | None:
+    """Create, update or delete as planned; the new state (the prior one when an update or a delete
+    failed, null when a create failed)."""
+    effective = native(resolve_defaults(config, spec.attributes)) or {}
+    try:
+        session = current()
+    except ApiProblem as problem:
+        diags.problem(problem)
+        return prior
+    if planned is None:
         try:
-            found = await self.spec.read(current(), prior)
-        except ApiProblem as problem:
-            _report(ctx, problem)
-            return ctx.state
-        if found is None:
-            return None
-        return self._state(self.spec.to_state(found, prior))
-
-    async def _create_apply(self, ctx: ResourceContext[Any, Any, Any]) -> tuple[Any, Any]:
-        config = native(ctx.config) or {}
-        try:
-            created = await self.spec.create(current(), config)
-        except ApiProblem as problem:
-            _report(ctx, problem)
-            return None, None
-        return self._state(self.spec.to_state(created, config)), None
-
-    async def _update_apply(self, ctx: ResourceContext[Any, Any, Any]) -> tuple[Any, Any]:
-        config = native(ctx.config) or {}
-        prior = native(ctx.state) or {}
-        if self.spec.update is None:  # every attribute requires replacement: Terraform never asks
-            raise ApiProblem(f"{self.spec.name} cannot be updated", "change it by replacing it")
-        try:
-            updated = await self.spec.update(current(), config, prior)
-        except ApiProblem as problem:
-            _report(ctx, problem)
-            return ctx.state, None
-        return self._state(self.spec.to_state(updated, {**prior, **config})), None
-
-    async def _delete_apply(self, ctx: ResourceContext[Any, Any, Any]) -> None:
-        prior = native(ctx.state) or {}
-        try:
-            await self.spec.delete(current(), prior)
+            await spec.delete(session, native(prior) or {})
         except ApiProblem as problem:
             if problem.status != 404:
-                _report(ctx, problem)
-
-    async def import_state(self, ctx: ResourceContext[Any, Any, Any], import_id: str) -> Any:
+                diags.problem(problem)
+                return prior
+        return None
+    if prior is None:
         try:
-            keys = self.spec.import_id(import_id)
-        except ValueError as exc:
-            raise ApiProblem(f"cannot import {self.spec.name}", str(exc)) from None
-        found = await self.spec.read(current(), keys)
-        if found is None:
+            created = await spec.create(session, effective)
+        except ApiProblem as problem:
+            diags.problem(problem)
             return None
-        state = self.spec.to_state(found, keys)
-        for name in self.spec.write_back:
-            state[name] = None
-        return self._state(state)
+        return _state(spec.attributes, spec.to_state(created, effective))
+    if spec.update is None:  # every attribute requires replacement: Terraform never asks
+        diags.add(f"{spec.name} cannot be updated", "change it by replacing it")
+        return prior
+    before = native(prior)
+    try:
+        updated = await spec.update(session, effective, before)
+    except ApiProblem as problem:
+        diags.problem(problem)
+        return prior
+    return _state(spec.attributes, spec.to_state(updated, {**before, **effective}))
+
+
+async def read(spec: Spec, prior: JsonDict | None, diags: Diagnostics) -> JsonDict | None:
+    """The object as the API has it now; null when it is gone (drift), the prior state on an error."""
+    before = native(prior)
+    if not before:
+        return None
+    try:
+        found = await spec.read(current(), before)
+    except ApiProblem as problem:
+        diags.problem(problem)
+        return prior
+    if found is None:
+        return None
+    return _state(spec.attributes, spec.to_state(found, before))
+
+
+async def import_state(spec: Spec, type_name: str, import_id: str, diags: Diagnostics) -> JsonDict | None:
+    """The state of an existing object by its import id; what only the user knows (`Spec.write_back`)
+    stays null."""
+    try:
+        keys = spec.import_id(import_id)
+    except ValueError as exc:
+        diags.add(f"cannot import {spec.name}", str(exc))
+        return None
+    try:
+        found = await spec.read(current(), keys)
+    except ApiProblem as problem:
+        diags.problem(problem)
+        return None
+    if found is None:
+        diags.add(
+            "Cannot import non-existent remote object",
+            f"No {type_name} was found for id {import_id!r}: only objects that exist can be imported.",
+        )
+        return None
+    state = spec.to_state(found, keys)
+    for name in spec.write_back:
+        state[name] = None
+    return _state(spec.attributes, state)
 
 
 @dataclass(frozen=True)
@@ -152,63 +191,22 @@ class SourceSpec:
     """A data source: ``attributes`` with the keys required and the rest computed; ``read`` by those keys."""
 
     name: str
-    attributes: Mapping[str, PvsAttribute]
+    attributes: Mapping[str, Attribute]
     read: Read
     to_state: ToState
     description: str = ""
 
 
-class ApiDataSource(BaseDataSource[Any, Any, Any]):
-    spec: ClassVar[SourceSpec]
-
-    @classmethod
-    def get_schema(cls) -> PvsSchema:
-        return s_data_source(dict(cls.spec.attributes))
-
-    async def _validate_config(self, config: Any) -> list[str]:
-        return []
-
-    async def read(self, ctx: ResourceContext[Any, Any, Any]) -> Any:
-        keys = native(ctx.config) or {}
-        try:
-            found = await self.spec.read(current(), keys)
-        except ApiProblem as problem:
-            _report(ctx, problem)
-            return None
-        if found is None:
-            wanted = ", ".join(f"{k}={v!r}" for k, v in keys.items() if v is not None)
-            _report(ctx, ApiProblem(f"{self.spec.name} not found", f"no {self.spec.name} with {wanted}"))
-            return None
-        state = self.spec.to_state(found, keys)
-        return self.state_class(**{name: state.get(name) for name in self.spec.attributes})
-
-
-def resource_class(prefix: str, spec: Spec) -> type[ApiResource]:
-    """A registered-name-ready resource class for ``spec``."""
-    fields = list(spec.attributes)
-    model = attrs_class(f"{spec.name}_state", fields)
-    return type(
-        f"Resource_{spec.name}",
-        (ApiResource,),
-        {
-            "spec": spec,
-            "config_class": model,
-            "state_class": model,
-            "_registered_name": f"{prefix}_{spec.name}",
-        },
-    )
-
-
-def data_source_class(prefix: str, spec: SourceSpec) -> type[ApiDataSource]:
-    fields = list(spec.attributes)
-    model = attrs_class(f"{spec.name}_data", fields)
-    return type(
-        f"DataSource_{spec.name}",
-        (ApiDataSource,),
-        {
-            "spec": spec,
-            "config_class": model,
-            "state_class": model,
-            "_registered_name": f"{prefix}_{spec.name}",
-        },
-    )
+async def read_source(spec: SourceSpec, config: JsonDict | None, diags: Diagnostics) -> JsonDict | None:
+    """A data source's state: the object its keys name, or an error when there is none."""
+    keys = native(config) or {}
+    try:
+        found = await spec.read(current(), keys)
+    except ApiProblem as problem:
+        diags.problem(problem)
+        return None
+    if found is None:
+        wanted = ", ".join(f"{k}={v!r}" for k, v in keys.items() if v is not None)
+        diags.add(f"{spec.name} not found", f"no {spec.name} with {wanted}")
+        return None
+    return _state(spec.attributes, spec.to_state(found, keys))

@@ -23,13 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import attrs
-from pyvider.cty import CtyValue
-from pyvider.schema import PvsAttribute, a_bool, a_list, a_map, a_num, a_obj, a_str
-
 from orchestrator.tfprovider.resource import SourceSpec, Spec
+from orchestrator.tfprovider.schema import Attribute, a_bool, a_list, a_map, a_num, a_obj, a_str
 from orchestrator.tfprovider.session import ApiProblem, Session
-from orchestrator.tfprovider.values import JsonDict, drop_nulls, json_text, parse_json
+from orchestrator.tfprovider.values import JsonDict, drop_nulls, has_unknown, json_text, parse_json
 
 #: What the API answers in place of a sensitive value.
 MASKED: Final = "SECRET"
@@ -52,15 +49,15 @@ _K8S_STORAGE: Final = ("kubernetes", "s3", "gcs", "azurerm", "orchestrator")
 # --- schema pieces ---------------------------------------------------------------------------------
 
 
-def _required(description: str) -> PvsAttribute:
+def _required(description: str) -> Attribute:
     return a_str(required=True, description=description)
 
 
-def _optional(description: str, **kwargs: Any) -> PvsAttribute:
+def _optional(description: str, **kwargs: Any) -> Attribute:
     return a_str(optional=True, description=description, **kwargs)
 
 
-def _k8s_job() -> PvsAttribute:
+def _k8s_job() -> Attribute:
     return a_obj(
         {
             "namespace": _required("The namespace of the runner's Kubernetes Job."),
@@ -74,7 +71,7 @@ def _k8s_job() -> PvsAttribute:
     )
 
 
-def _aws_auth(**kwargs: Any) -> PvsAttribute:
+def _aws_auth(**kwargs: Any) -> Attribute:
     return a_obj(
         {
             "role_arn": _required("The ARN of the IAM role the orchestrator assumes."),
@@ -86,8 +83,8 @@ def _aws_auth(**kwargs: Any) -> PvsAttribute:
     )
 
 
-def _storage(types: tuple[str, ...]) -> PvsAttribute:
-    members: dict[str, PvsAttribute] = {
+def _storage(types: tuple[str, ...]) -> Attribute:
+    members: dict[str, Attribute] = {
         "type": _required(f"The state storage type: {', '.join(types)}."),
     }
     for kind in types:
@@ -112,13 +109,13 @@ class RunnerKind:
     name: str
     api_type: str
     title: str
-    configuration: Mapping[str, PvsAttribute]
+    configuration: Mapping[str, Attribute]
     storage_types: tuple[str, ...] = _K8S_STORAGE
     #: Dotted paths of members the API fills with a default that depends on another member (``vm``
     #: ``connection.port`` is 22 for ssh only): answered as that value, they stay null while unset.
     elided_defaults: Mapping[str, object] = field(default_factory=dict)
 
-    def resource_attributes(self) -> dict[str, PvsAttribute]:
+    def resource_attributes(self) -> dict[str, Attribute]:
         return {
             "id": a_str(required=True, requires_replace=True, description=f"The {self.title} runner's id."),
             "description": _optional("What the runner is for."),
@@ -394,7 +391,7 @@ def configuration_to_api(kind: RunnerKind, value: Mapping[str, Any]) -> JsonDict
 
 
 def _from_api(
-    schema: Mapping[str, PvsAttribute],
+    schema: Mapping[str, Attribute],
     answer: Mapping[str, Any] | None,
     prior: Mapping[str, Any] | None,
     *,
@@ -481,19 +478,9 @@ def _body(kind: RunnerKind, config: Mapping[str, Any]) -> tuple[JsonDict, JsonDi
         raise ApiProblem(f"invalid {kind.name} {config.get('id')!r}", str(exc)) from None
 
 
-def _has_unknown(value: Any) -> bool:
-    if isinstance(value, CtyValue):
-        return True  # `native` leaves only unknown values as cty values
-    if isinstance(value, Mapping):
-        return any(_has_unknown(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_has_unknown(item) for item in value)
-    return False
-
-
 def _validate(kind: RunnerKind) -> Any:
     def validate(config: JsonDict) -> list[str]:
-        if _has_unknown(config):
+        if has_unknown(config):
             return []  # a value known only at apply: checked then
         problems: list[str] = []
         try:
@@ -590,13 +577,13 @@ def runner_spec(kind: RunnerKind) -> Spec:
     )
 
 
-def computed(attribute: PvsAttribute) -> PvsAttribute:
+def computed(attribute: Attribute) -> Attribute:
     """``attribute`` as a data source's read-only one: computed at every depth, keeping ``sensitive``."""
     if attribute.object_type is not None:
         members = {name: computed(member) for name, member in attribute.object_type.attributes.items()}
         return a_obj(members, computed=True, sensitive=attribute.sensitive, description=attribute.description)
-    return attrs.evolve(
-        attribute, required=False, optional=False, computed=True, default=None, requires_replace=False
+    return attribute.evolve(
+        required=False, optional=False, computed=True, default=None, requires_replace=False
     )
 
 

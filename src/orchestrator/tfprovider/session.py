@@ -3,22 +3,48 @@
 Each setting comes from the provider block, else its environment variable (``PO_API_URL``,
 ``PO_AUTH_TOKEN``, ``PO_ORG_ID``), else the octl config file (``octl_config_file``, ``$OCTL_CONFIG``
 or ``~/.config/octl/config.yaml``: ``api_url``, ``token``, ``default_org_id``), as upstream's provider does.
+The file is read only when it is named or a setting is still missing, and the API client (httpx and its
+TLS context) is made at the first call: a provider start that only plans creates never pays for either.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml
+if TYPE_CHECKING:
+    from pathlib import Path
 
-from orchestrator.client.api import ApiClient, ApiConnectionError, ApiError
+    from orchestrator.client.api import ApiClient, ApiError
 
 T = TypeVar("T")
+
+#: What httpx and httpcore import when it is installed although the provider never uses it: httpx's
+#: command line (rich, pygments), HTTP/2 (h2), SOCKS (socksio), async backends (anyio, trio). Both import
+#: these optionally (a failed import is expected), and they cost an apply's provider start about 0.1 CPU-s.
+OPTIONAL_IMPORTS = ("httpx._main", "h2", "socksio", "anyio", "trio")
+
+
+def skip_optional_imports() -> None:
+    """In the provider's own process only: make `OPTIONAL_IMPORTS` fail (``None`` in ``sys.modules``)."""
+    for name in OPTIONAL_IMPORTS:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def _client_class() -> type[ApiClient]:
+    try:
+        from orchestrator.client.api import ApiClient
+    except ImportError:  # a newer httpx or httpcore that needs one of them after all
+        for name in OPTIONAL_IMPORTS:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+        from orchestrator.client.api import ApiClient
+    return ApiClient
+
 
 #: provider attribute -> (environment variable, octl config file key)
 SOURCES = {
@@ -43,6 +69,8 @@ class ApiProblem(Exception):  # noqa: N818 - a diagnostic to show, named for wha
 
 
 def _octl_file(explicit: str | None, environ: Mapping[str, str]) -> Path:
+    from pathlib import Path
+
     if explicit:
         return Path(explicit).expanduser()
     if environ.get("OCTL_CONFIG"):
@@ -53,14 +81,29 @@ def _octl_file(explicit: str | None, environ: Mapping[str, str]) -> Path:
 
 def _octl_values(path: Path, explicit: bool) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         if explicit:
             raise ProviderConfigError(f"octl_config_file: {path} does not exist") from None
         return {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProviderConfigError(f"octl_config_file: cannot read {path}: {exc}") from exc
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ProviderConfigError(f"octl_config_file: cannot read {path}: {exc}") from exc
     return data if isinstance(data, dict) else {}
+
+
+def check_api_url(url: str) -> None:
+    """The API URL's shape, as the API client checks it (without loading it)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProviderConfigError(f"api_url: invalid API URL '{url}': it must be http(s)://host[:port]")
 
 
 @dataclass(frozen=True)
@@ -73,11 +116,15 @@ class ProviderSettings:
     def resolve(cls, block: Mapping[str, Any], environ: Mapping[str, str]) -> ProviderSettings:
         """The settings from the provider block, the environment and the octl config file, in that order."""
         explicit_file = block.get("octl_config_file")
-        octl = _octl_values(_octl_file(explicit_file, environ), bool(explicit_file))
         values: dict[str, str | None] = {}
-        for attribute, (variable, key) in SOURCES.items():
-            value = block.get(attribute) or environ.get(variable) or octl.get(key)
+        for attribute, (variable, _key) in SOURCES.items():
+            value = block.get(attribute) or environ.get(variable)
             values[attribute] = str(value) if value else None
+        if explicit_file or not all(values.values()):
+            octl = _octl_values(_octl_file(explicit_file, environ), bool(explicit_file))
+            for attribute, (_variable, key) in SOURCES.items():
+                if not values[attribute] and octl.get(key):
+                    values[attribute] = str(octl[key])
         for attribute in ("api_url", "org_id"):
             if not values[attribute]:
                 variable = SOURCES[attribute][0]
@@ -102,16 +149,26 @@ class Session:
     overlap."""
 
     def __init__(self, settings: ProviderSettings) -> None:
+        check_api_url(settings.api_url)
         self.settings = settings
         self.org = settings.org_id
-        try:
-            self.client = ApiClient(settings.api_url, settings.auth_token)
-        except ValueError as exc:
-            raise ProviderConfigError(f"api_url: {exc}") from exc
+        self._client: ApiClient | None = None
+
+    @property
+    def client(self) -> ApiClient:
+        """The API client, made at first use."""
+        if self._client is None:
+            try:
+                self._client = _client_class()(self.settings.api_url, self.settings.auth_token)
+            except ValueError as exc:
+                raise ApiProblem("invalid provider configuration", f"api_url: {exc}") from exc
+        return self._client
 
     async def call(self, action: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``function(*args)`` on the client; an API error becomes an `ApiProblem` saying what was being
         done."""
+        from orchestrator.client.api import ApiConnectionError, ApiError
+
         try:
             return await asyncio.to_thread(function, *args, **kwargs)
         except ApiConnectionError as exc:

@@ -1,36 +1,25 @@
-"""Terraform values as plain Python: cty values to JSON-like data, and the attrs classes pyvider wants.
+"""Terraform values as plain Python: decoded values to JSON-like data, and JSON-string attributes.
 
-pyvider hands configuration and state over as attrs instances whose fields may hold cty values (nested
-objects always do). Every resource here works on plain dicts instead: `native` turns whatever pyvider
-gave into ``dict``/``list``/``str``/``int``/``bool``/``None``, and `attrs_class` makes the one-field-per-
-attribute class pyvider converts to and from.
+`cty.from_msgpack` gives dicts, lists and scalars, with `cty.UNKNOWN` for a value known only after apply
+and `cty.DynamicValue` for a dynamic attribute's typed value. Every resource here works on plain data:
+`native` unwraps dynamic values (unknown ones stay `cty.UNKNOWN`: they are only in plans).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
-from pyvider.cty import CtyValue
-from pyvider.cty.conversion import cty_to_native
+from orchestrator.tfprovider import cty
 
 JsonDict = dict[str, Any]
 
 
 def native(value: Any) -> Any:
-    """``value`` as plain JSON-like data; unknown values stay cty values (they are only in plans)."""
-    if isinstance(value, CtyValue):
-        if value.is_unknown:
-            return value
-        if value.is_null:
-            return None
-        if value.is_wholly_known():
-            return native(cty_to_native(value))
+    """``value`` as plain JSON-like data; unknown values stay `cty.UNKNOWN`."""
+    if isinstance(value, cty.DynamicValue):
         return native(value.value)
-    if attrs.has(type(value)):
-        return {field.name: native(getattr(value, field.name)) for field in attrs.fields(type(value))}
     if isinstance(value, Mapping):
         return {str(key): native(item) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -40,9 +29,17 @@ def native(value: Any) -> Any:
     return value
 
 
-def attrs_class(name: str, fields: Iterable[str]) -> type:
-    """A frozen attrs class with one optional field per attribute name."""
-    return attrs.make_class(name, {field: attrs.field(default=None) for field in fields}, frozen=True)
+def has_unknown(value: Any) -> bool:
+    """Whether any part of ``value`` is known only after apply."""
+    if cty.is_unknown(value):
+        return True
+    if isinstance(value, cty.DynamicValue):
+        return has_unknown(value.value)
+    if isinstance(value, Mapping):
+        return any(has_unknown(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(has_unknown(item) for item in value)
+    return False
 
 
 def json_text(prior: object, value: object) -> str | None:
