@@ -47,7 +47,7 @@ from orchestrator.api import (
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import catalogue, creation, gauges, retention
+from orchestrator.dispatch import catalogue, creation, gauges, log_followers, log_writer, retention
 from orchestrator.dispatch import managed as managed_policy
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import (
@@ -585,6 +585,7 @@ def create_app(
         worker: asyncio.Task[None] | None = None
         check: asyncio.Task[None] | None = None
         background: list[asyncio.Task[None]] = []
+        chunk_writer: log_writer.ChunkWriter | None = None
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
@@ -641,15 +642,20 @@ def create_app(
                 ),
                 on_command=agent_gateway.waker.notify,
             )
+            reader = db.readonly(engine)
+            followers = log_followers.FollowHub(reader, notifier)
+            chunk_writer = log_writer.ChunkWriter(engine, on_stored=followers.stored)
             app.state.services = Services(
                 settings=settings,
                 engine=engine,
-                reader=db.readonly(engine),
+                reader=reader,
                 box=box,
                 blobs=blobs,
                 token_key=token_key,
                 api_token_key=api_key,
                 notifier=notifier,
+                log_writer=chunk_writer,
+                log_followers=followers,
                 creation=creation.Context(
                     blobs=blobs,
                     public_url=settings.resolved_public_url,
@@ -703,6 +709,8 @@ def create_app(
                 await worker
             for task in background:
                 await task
+            if chunk_writer is not None:
+                await chunk_writer.close()
             await db.dispose(engine)
             await asyncio.to_thread(local.close)
 
