@@ -87,6 +87,11 @@ class FollowHub:
             self._task = asyncio.create_task(self._run(), name="log-followers-poll")
         return Watch(self, deployment_id, subscription)
 
+    @property
+    def followed(self) -> int:
+        """Deployments followed here now."""
+        return len(self._entries)
+
     def progress(self, deployment_id: uuid.UUID) -> chunk_store.Progress | None:
         """Where the followed deployment's log stands; None once it is gone."""
         entry = self._entries.get(deployment_id)

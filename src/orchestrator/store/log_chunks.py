@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+import sqlalchemy.exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator.errors import NotFoundError
 from orchestrator.store.rows import insert_if_absent
 from orchestrator.store.schema import deployment_log_chunks, deployment_phases, deployments
 
@@ -78,7 +80,8 @@ class NewChunk:
 async def insert_many(conn: AsyncConnection, chunks: Sequence[NewChunk]) -> set[tuple[uuid.UUID, int]]:
     """Store ``chunks`` in one statement, each unless its deployment has a chunk of its number already
     (``ON CONFLICT DO NOTHING``, no savepoint); the (deployment, seq) of those stored now. Of two chunks of
-    one number in ``chunks``, the first is stored."""
+    one number in ``chunks``, the first is stored. NotFoundError when a chunk's deployment is gone (the
+    statement stored none)."""
     if not chunks:
         return set()
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
@@ -101,7 +104,11 @@ async def insert_many(conn: AsyncConnection, chunks: Sequence[NewChunk]) -> set[
         .on_conflict_do_nothing(index_elements=["deployment_id", "seq"])
         .returning(_c.deployment_id, _c.seq)
     )
-    return {(row.deployment_id, row.seq) for row in await conn.execute(stmt)}
+    try:
+        return {(row.deployment_id, row.seq) for row in await conn.execute(stmt)}
+    except sqlalchemy.exc.IntegrityError as exc:  # the only constraint left: the deployment's key
+        gone = ", ".join(sorted({f"'{chunk.deployment_id}'" for chunk in chunks}))
+        raise NotFoundError(f"deployment {gone} not found: its chunks cannot be stored") from exc
 
 
 async def ciphertext_of(conn: AsyncConnection, deployment_id: uuid.UUID, seq: int) -> bytes | None:
