@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hmac
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -83,14 +83,31 @@ class StoredChunk:
 Outcome = bool | OrchestratorError
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Received:
+    """What ``receive_chunks`` did: each upload's outcome (in order), the chunks stored now, and the latest
+    phase of each deployment they belong to (for the caller's ``known_phases`` once committed)."""
+
+    outcomes: list[Outcome]
+    stored: list[StoredChunk]
+    latest_phases: dict[uuid.UUID, str]
+
+
 async def receive_chunks(
-    conn: AsyncConnection, uploads: Sequence[ChunkUpload]
-) -> tuple[list[Outcome], list[StoredChunk]]:
+    conn: AsyncConnection,
+    uploads: Sequence[ChunkUpload],
+    *,
+    known_phases: Mapping[uuid.UUID, str] | None = None,
+) -> Received:
     """Store the runners' chunks ``uploads`` (of any deployments) in the caller's transaction: one insert
-    for all, one read of the latest phases, one insert of the phases they change. Per upload, its outcome
-    (in order): True if stored now, False for a repeat of the stored bytes, ConflictError for other bytes
-    under a stored ``seq``, GoneError once its deployment takes no chunks (``ensure_open``, or its logs were
-    removed); and the chunks stored now."""
+    for all and, for the deployments whose chunks may change their phase, one read of their latest phases and
+    one insert of the phases that change. Per upload, its outcome (in order): True if stored now, False for
+    a repeat of the stored bytes, ConflictError for other bytes under a stored ``seq``, GoneError once its
+    deployment takes no chunks (``ensure_open``, or its logs were removed).
+
+    ``known_phases``: the latest phase of deployments as the caller last committed it. A chunk naming that
+    phase changes nothing and reads nothing (a runner's phases only move forward: init, plan, apply or
+    destroy, reporting); any other is checked against the database."""
     outcomes: list[Outcome | None] = [None] * len(uploads)
     removed: dict[uuid.UUID, datetime | None] = {}
     candidates: list[int] = []
@@ -147,7 +164,7 @@ async def receive_chunks(
                 f"log chunk {upload.seq} of deployment '{upload.deployment.id}' is stored with other bytes; "
                 "chunks are written once (send the next chunk with the next number)"
             )
-    added = await _record_phases(conn, fresh)
+    added, latest = await _record_phases(conn, fresh, known_phases or {})
     stored = [
         StoredChunk(
             deployment_id=upload.deployment.id,
@@ -157,19 +174,30 @@ async def receive_chunks(
         )
         for upload in fresh
     ]
-    return [outcome for outcome in outcomes if outcome is not None], stored
+    return Received(
+        outcomes=[outcome for outcome in outcomes if outcome is not None], stored=stored, latest_phases=latest
+    )
 
 
-async def _record_phases(conn: AsyncConnection, fresh: Sequence[ChunkUpload]) -> set[tuple[uuid.UUID, int]]:
+async def _record_phases(
+    conn: AsyncConnection, fresh: Sequence[ChunkUpload], known: Mapping[uuid.UUID, str]
+) -> tuple[set[tuple[uuid.UUID, int]], dict[uuid.UUID, str]]:
     """The phases the chunks stored now change (in each deployment's chunk order): appended when they differ
-    from the latest; the (deployment, seq) of the chunks that recorded one."""
-    if not fresh:
-        return set()
-    latest = await phase_store.latest_many(conn, sorted({upload.deployment.id for upload in fresh}))
+    from the latest; the (deployment, seq) of the chunks that recorded one, and each deployment's latest
+    phase."""
+    latest_phase = {upload.deployment.id: upload.phase.value for upload in fresh}
+    changing = sorted(
+        {upload.deployment.id for upload in fresh if known.get(upload.deployment.id) != upload.phase.value}
+    )
+    if not changing:
+        return set(), latest_phase
+    latest = await phase_store.latest_many(conn, changing)
     rows: list[phase_store.NewPhase] = []
     by_position: dict[tuple[uuid.UUID, int], int] = {}
     for upload in sorted(fresh, key=lambda u: (u.deployment.id, u.seq)):
         deployment_id = upload.deployment.id
+        if deployment_id not in changing:
+            continue
         position, phase = latest.get(deployment_id, (0, None))
         if phase == upload.phase.value:
             continue
@@ -186,7 +214,10 @@ async def _record_phases(conn: AsyncConnection, fresh: Sequence[ChunkUpload]) ->
             )
         )
     recorded = await phase_store.insert_many(conn, rows)
-    return {(key[0], by_position[key]) for key in recorded}
+    # A phase another append won is the latest all the same: the next chunk checks it again.
+    for deployment_id, _position in set(by_position) - recorded:
+        latest_phase.pop(deployment_id, None)
+    return {(key[0], by_position[key]) for key in recorded}, latest_phase
 
 
 async def record_phase(conn: AsyncConnection, deployment: Deployment, phase: Phase, *, now: datetime) -> bool:

@@ -3,8 +3,9 @@ upload to this process, those that arrive together in one transaction.
 
 An upload hands its chunk to :meth:`ChunkWriter.store` and waits: the writer takes every chunk waiting when
 it is free (at most ``max_chunks`` and ``max_bytes`` of ciphertext at a time) and stores them with one
-transaction (``live_logs.receive_chunks``: one insert, one read of the latest phases, one insert of the
-phases they change), instead of a transaction of four round trips per chunk. A chunk alone is written at
+transaction (``live_logs.receive_chunks``: one insert; a read of the latest phases and an insert of the
+phases they change only for chunks of another phase than the writer last committed for their deployment),
+instead of a transaction of four round trips per chunk. A chunk alone is written at
 once: batches form only while the writer is busy (on SQLite, waiting for the one writer connection).
 
 Nothing is acknowledged before it is committed: ``store`` returns after the transaction holding the chunk
@@ -20,6 +21,7 @@ writer tells ``on_stored`` (the followers' hub) which chunks were stored, before
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ log = structlog.get_logger(__name__)
 #: The most chunks, and ciphertext, one transaction stores.
 MAX_BATCH_CHUNKS = 256
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+#: Deployments whose latest phase the writer remembers (the oldest are forgotten first).
+KNOWN_PHASES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,9 @@ class ChunkWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        #: The latest phase of the deployments whose chunks were stored here, as committed: a chunk of that
+        #: phase reads no phase (``live_logs.receive_chunks``).
+        self._phases: dict[uuid.UUID, str] = {}
         #: Transactions committed and chunks they stored (for tests and the benchmark's notes).
         self.batches = 0
         self.largest_batch = 0
@@ -128,7 +135,9 @@ class ChunkWriter:
     async def _write(self, batch: list[_Waiting]) -> None:
         try:
             async with self._engine.begin() as conn:
-                outcomes, stored = await live_logs.receive_chunks(conn, [w.upload for w in batch])
+                received = await live_logs.receive_chunks(
+                    conn, [w.upload for w in batch], known_phases=self._phases
+                )
         except DatabaseUnavailableError as exc:
             self._answer_all(batch, exc)
             return
@@ -142,18 +151,26 @@ class ChunkWriter:
             return
         self.batches += 1
         self.largest_batch = max(self.largest_batch, len(batch))
-        if stored and self._on_stored is not None:
+        self._remember(received.latest_phases)
+        if received.stored and self._on_stored is not None:
             try:
-                self._on_stored(stored)
+                self._on_stored(received.stored)
             except Exception:  # the chunks are stored: followers find them at their next look
                 log.exception("log_chunk_followers_not_told")
-        for waiting, outcome in zip(batch, outcomes, strict=True):
+        for waiting, outcome in zip(batch, received.outcomes, strict=True):
             if waiting.answer.done():
                 continue
             if isinstance(outcome, bool):
                 waiting.answer.set_result(outcome)
             else:
                 waiting.answer.set_exception(outcome)
+
+    def _remember(self, phases: dict[uuid.UUID, str]) -> None:
+        for deployment_id, phase in phases.items():
+            self._phases.pop(deployment_id, None)
+            self._phases[deployment_id] = phase
+        while len(self._phases) > KNOWN_PHASES:
+            del self._phases[next(iter(self._phases))]
 
     @staticmethod
     def _answer_all(batch: list[_Waiting], exc: BaseException) -> None:
