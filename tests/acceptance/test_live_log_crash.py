@@ -12,6 +12,7 @@ the server when it is killed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 import uuid
@@ -106,6 +107,7 @@ def test_sigkill_with_chunks_waiting__acknowledged_ones_are_stored_the_runner_se
     }
     stack = build_stack(server.url, tmp_path, runner=agent_runner)
     stream: LogStream | None = None
+    gateway: GatewayClient | None = None
     try:
         created = stack.client.post(
             f"/orgs/{stack.org}/deployments",
@@ -162,6 +164,8 @@ def test_sigkill_with_chunks_waiting__acknowledged_ones_are_stored_the_runner_se
     finally:
         if stream is not None:
             stream.close()
+        if gateway is not None:
+            gateway.close()
         stack.client.close()
         server.stop()
 
@@ -173,7 +177,9 @@ def test_sigkill_with_chunks_waiting__acknowledged_ones_are_stored_the_runner_se
     assert list(range(1, last_stored + 1)) == [seq for seq, _ in stored]
     assert last_stored == delivered
     texts = [
-        log_stream.decrypt_chunk(data.decode(), identity, deployment_id=deployment_id, seq=seq).text
+        log_stream.decrypt_chunk(
+            base64.b64encode(data).decode(), identity, deployment_id=deployment_id, seq=seq
+        ).text
         for seq, data in stored
     ]
     assert "".join(f"{line}\n" for line in lines) == "".join(texts)
