@@ -179,7 +179,7 @@ async def test_followers__one_poll_for_all_a_local_chunk_wakes_its_followers_wit
             break
         await asyncio.sleep(0.05)
     assert STREAMS == hub.followed
-    polls = hub.polls
+    polls, served = hub.polls, hub.recent_served
     await asyncio.sleep(1.2)  # a few poll intervals with every follower waiting
     idle_polls = hub.polls - polls
 
@@ -190,6 +190,8 @@ async def test_followers__one_poll_for_all_a_local_chunk_wakes_its_followers_wit
 
     # One poll per interval for all eight followers (not one per follower): a few, never eight per interval.
     assert 1 <= idle_polls <= 4
+    # The chunks stored here reached their followers from the hub, not read back (each at most once).
+    assert 0 < hub.recent_served - served <= 3 * STREAMS
     for live, follower in zip(streams, followers, strict=True):
         assert [1, 2, 3] == follower.chunks()
         texts = [live.decrypt(e.data).text for e in follower.named(log_stream.SSE_CHUNK)]

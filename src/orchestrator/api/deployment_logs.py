@@ -249,18 +249,21 @@ async def _unsent(
     svc: Services, deployment_id: uuid.UUID, known: chunk_store.Progress, *, cursor: int, phases_sent: int
 ) -> tuple[list[phase_store.PhaseStart], list[chunk_store.Chunk]]:
     """The phases (all of them, when there is one not sent) and the page of chunks after ``cursor`` that
-    ``known`` says are stored; no read when there is nothing new."""
+    ``known`` says are stored: the hub's, when it keeps all of them, else read; no read when there is
+    nothing new."""
     phases: list[phase_store.PhaseStart] = []
     chunks: list[chunk_store.Chunk] = []
-    if known.phases > phases_sent or known.last_seq > cursor:
+    recent = svc.log_followers.recent(deployment_id, cursor) if known.last_seq > cursor else None
+    read_chunks = known.last_seq > cursor and recent is None
+    if known.phases > phases_sent or read_chunks:
         async with svc.reader.connect() as conn:
             if known.phases > phases_sent:
                 phases = await phase_store.of(conn, deployment_id)
-            if known.last_seq > cursor:
+            if read_chunks:
                 chunks = await chunk_store.page(
                     conn, deployment_id, after=cursor, limit=FOLLOW_PAGE_CHUNKS, max_bytes=FOLLOW_PAGE_BYTES
                 )
-    return phases, chunks
+    return phases, recent or chunks
 
 
 async def _ending(svc: Services, progress: chunk_store.Progress) -> AsyncIterator[bytes]:

@@ -73,7 +73,10 @@ class StoredChunk:
 
     deployment_id: uuid.UUID
     seq: int
+    phase: str
     received_at: datetime
+    #: The age ciphertext, as stored.
+    ciphertext: bytes
     #: Phases this chunk recorded (0 or 1).
     phases_added: int
 
@@ -169,7 +172,9 @@ async def receive_chunks(
         StoredChunk(
             deployment_id=upload.deployment.id,
             seq=upload.seq,
+            phase=upload.phase.value,
             received_at=upload.received_at,
+            ciphertext=upload.ciphertext,
             phases_added=int((upload.deployment.id, upload.seq) in added),
         )
         for upload in fresh

@@ -12,6 +12,10 @@ A follower (``api.deployment_logs``) does not read its deployment's progress its
   follow ends some seconds after the end: ``live_logs.follow_ended``);
 - ``refresh`` polls at once (this process stored the results or the whole log).
 
+The chunks this process stored last are kept for its followers (``recent``: a deployment's last
+``RECENT_CHUNKS``, ``RECENT_BYTES`` of ciphertext in all): a follower that is one or a few chunks behind
+takes them from there instead of reading them back; any other reads its page from the database.
+
 Progress only grows: what a poll read before a chunk committed here never takes the chunk back
 (``last_seq``, ``last_received_at`` and ``phases`` are the larger of the two). The poll runs in a task of
 its own while anyone follows, and ends with the last follower or when the notifier closes.
@@ -37,12 +41,18 @@ log = structlog.get_logger(__name__)
 
 #: How often the hub reads where every followed log stands (chunks of other replicas, the end).
 POLL_SECONDS = 0.5
+#: The chunks stored here last, kept for the followers of each deployment ...
+RECENT_CHUNKS = 4
+#: ... and the most ciphertext kept so for all of them (past it, followers read their chunks back).
+RECENT_BYTES = 16 * 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)
 class _Entry:
     progress: chunk_store.Progress | None
     followers: int = 0
+    #: The last chunks stored here, by seq, in order.
+    recent: dict[int, chunk_store.Chunk] = dataclasses.field(default_factory=dict)
 
 
 def merged(known: chunk_store.Progress, read: chunk_store.Progress) -> chunk_store.Progress:
@@ -71,8 +81,11 @@ class FollowHub:
         self._entries: dict[uuid.UUID, _Entry] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        #: Polls made (for tests: one per interval for all followers, not one per follower).
+        self._recent_bytes = 0
+        #: Polls made (for tests: one per interval for all followers, not one per follower), and chunks
+        #: handed to followers from ``recent`` (not read back).
         self.polls = 0
+        self.recent_served = 0
 
     def watch(self, deployment_id: uuid.UUID, progress: chunk_store.Progress) -> Watch:
         """Follow ``deployment_id``, whose progress the caller just read; a context manager."""
@@ -96,6 +109,17 @@ class FollowHub:
         """Where the followed deployment's log stands; None once it is gone."""
         entry = self._entries.get(deployment_id)
         return None if entry is None else entry.progress
+
+    def recent(self, deployment_id: uuid.UUID, after: int) -> list[chunk_store.Chunk] | None:
+        """The chunks after ``after`` up to the last one stored, if all of them are kept here; else None."""
+        entry = self._entries.get(deployment_id)
+        if entry is None or entry.progress is None or not entry.recent:
+            return None
+        wanted = range(after + 1, entry.progress.last_seq + 1)
+        if not wanted or any(seq not in entry.recent for seq in wanted):
+            return None
+        self.recent_served += len(wanted)
+        return [entry.recent[seq] for seq in wanted]
 
     def update(self, deployment_id: uuid.UUID, progress: chunk_store.Progress | None) -> None:
         """A follower read ``progress`` itself (None: the deployment is gone)."""
@@ -125,6 +149,7 @@ class FollowHub:
                 last_received_at=last_received,
                 phases=known.phases + chunk.phases_added,
             )
+            self._keep(entry, chunk)
         for deployment_id in moved:
             self._notifier.notify(live_logs.follow_key(deployment_id))
 
@@ -133,12 +158,27 @@ class FollowHub:
         if deployment_id in self._entries:
             self._wake.set()
 
+    def _keep(self, entry: _Entry, chunk: live_logs.StoredChunk) -> None:
+        """Keep ``chunk`` for the followers (its deployment's last ``RECENT_CHUNKS``, within
+        ``RECENT_BYTES`` for all)."""
+        entry.recent[chunk.seq] = chunk_store.Chunk(
+            seq=chunk.seq, phase=chunk.phase, received_at=chunk.received_at, ciphertext=chunk.ciphertext
+        )
+        self._recent_bytes += len(chunk.ciphertext)
+        while len(entry.recent) > RECENT_CHUNKS or (self._recent_bytes > RECENT_BYTES and entry.recent):
+            self._forget(entry, min(entry.recent))
+
+    def _forget(self, entry: _Entry, seq: int) -> None:
+        self._recent_bytes -= len(entry.recent.pop(seq).ciphertext)
+
     def _release(self, deployment_id: uuid.UUID) -> None:
         entry = self._entries.get(deployment_id)
         if entry is None:
             return
         entry.followers -= 1
         if entry.followers <= 0:
+            for seq in list(entry.recent):
+                self._forget(entry, seq)
             del self._entries[deployment_id]
 
     async def _run(self) -> None:
