@@ -21,6 +21,7 @@ writer tells ``on_stored`` (the followers' hub) which chunks were stored, before
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from orchestrator import metrics
 from orchestrator.dispatch import live_logs
 from orchestrator.errors import DatabaseUnavailableError, ServiceUnavailableError
 
@@ -133,6 +135,7 @@ class ChunkWriter:
         return batch
 
     async def _write(self, batch: list[_Waiting]) -> None:
+        started = time.monotonic()
         try:
             async with self._engine.begin() as conn:
                 received = await live_logs.receive_chunks(
@@ -151,6 +154,8 @@ class ChunkWriter:
             return
         self.batches += 1
         self.largest_batch = max(self.largest_batch, len(batch))
+        metrics.LOG_CHUNK_WRITE_DURATION.observe(time.monotonic() - started)
+        metrics.LOG_CHUNK_BATCH_SIZE.observe(len(batch))
         self._remember(received.latest_phases)
         if received.stored and self._on_stored is not None:
             try:
