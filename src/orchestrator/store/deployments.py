@@ -471,6 +471,26 @@ async def release(
     return result.rowcount > 0
 
 
+async def release_many(
+    conn: AsyncConnection,
+    deployment_ids: Sequence[uuid.UUID],
+    *,
+    owner: str,
+    now: datetime,
+    **values: Any,
+) -> int:
+    """End ``owner``'s leases of ``deployment_ids``, writing the same ``values`` to each (one statement); how
+    many it still held."""
+    if not deployment_ids:
+        return 0
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.id.in_(list(deployment_ids)), deployments.c.dispatch_owner == owner)
+        .values(dispatch_owner=None, dispatch_lease_until=None, updated_at=now, **values)
+    )
+    return result.rowcount
+
+
 async def renew_leases(conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta) -> int:
     """Extend ``owner``'s leases that still hold to ``now + lease`` (the dispatcher's heartbeat while it
     works on them); how many. A lease that ran out stays out: another server may have taken it over."""
