@@ -429,6 +429,15 @@ def stop_long_polls(app: FastAPI) -> None:
         managed.stop_polls()
 
 
+async def close_live_logs(app: FastAPI) -> None:
+    """The server is stopping and its requests have ended: the chunk writer stores what still waits, the
+    followers' poll ends."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is not None:
+        await services.log_writer.close()
+        await services.log_followers.close()
+
+
 async def hand_back_leases(app: FastAPI) -> None:
     """The server is stopping and its requests have ended: the agent commands it delivered that no answer
     closed are deliverable again at once (``AgentGateway.hand_back_leases``)."""
@@ -585,7 +594,6 @@ def create_app(
         worker: asyncio.Task[None] | None = None
         check: asyncio.Task[None] | None = None
         background: list[asyncio.Task[None]] = []
-        chunk_writer: log_writer.ChunkWriter | None = None
         try:
             if run_migrations:
                 await migrate.upgrade(engine)
@@ -709,8 +717,7 @@ def create_app(
                 await worker
             for task in background:
                 await task
-            if chunk_writer is not None:
-                await chunk_writer.close()
+            await close_live_logs(app)
             await db.dispose(engine)
             await asyncio.to_thread(local.close)
 

@@ -158,6 +158,13 @@ class FollowHub:
         if deployment_id in self._entries:
             self._wake.set()
 
+    async def close(self) -> None:
+        """The server stops (its notifier is closed, followers end): end the poll."""
+        self._entries.clear()
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+
     def _keep(self, entry: _Entry, chunk: live_logs.StoredChunk) -> None:
         """Keep ``chunk`` for the followers (its deployment's last ``RECENT_CHUNKS``, within
         ``RECENT_BYTES`` for all)."""
