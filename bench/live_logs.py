@@ -554,6 +554,13 @@ async def latency_round(
     result["server_writer_wait_s"] = histogram_delta(
         metrics_before, metrics_after, "po_db_pool_wait_seconds", lambda labels: labels.get("pool") == "main"
     )
+    # The chunk writer's transactions (servers that batch the chunks: count 0 on older ones).
+    result["server_chunk_writes_s"] = histogram_delta(
+        metrics_before, metrics_after, "po_log_chunk_write_seconds", lambda labels: True
+    )
+    result["server_chunk_batches"] = histogram_delta(
+        metrics_before, metrics_after, "po_log_chunk_batch_chunks", lambda labels: True
+    )
     return result
 
 
@@ -1179,13 +1186,26 @@ def report(database: str, run: dict[str, Any]) -> str:
         for key in labels:
             r = lat[key]
             put, wait, cpus = r["server_chunk_put_s"], r["server_writer_wait_s"], r["while_marking_cpus"]
+            marking_s = lat["options"]["marks"] * lat["options"]["mark_interval_s"]
+            cpu_per_put = (
+                cpus["server"] * marking_s / put["count"]
+                if cpus["server"] is not None and put["count"]
+                else None
+            )
             out.append(
                 f"{labels[key]}, while marking: CPUs busy: server {_s(cpus['server'])}, "
                 f"machine {_s(cpus['machine_busy'])}; server's chunk PUTs {put['count']}, "
                 f"mean {_ms(put['mean'])} ms, p50 <= {_ms(put['p50_under'])} ms, "
-                f"p99 <= {_ms(put['p99_under'])} ms; writer lock wait mean {_ms(wait['mean'])} ms, "
-                f"p99 <= {_ms(wait['p99_under'])} ms"
+                f"p99 <= {_ms(put['p99_under'])} ms; server CPU per PUT {_ms(cpu_per_put)} ms; "
+                f"writer lock wait mean {_ms(wait['mean'])} ms, p99 <= {_ms(wait['p99_under'])} ms"
             )
+            writes, batches = r.get("server_chunk_writes_s"), r.get("server_chunk_batches")
+            if writes and batches and writes["count"]:
+                out.append(
+                    f"{labels[key]}, chunk writer: {writes['count']} transactions, "
+                    f"{_s(batches['mean'])} chunks each (mean), each mean {_ms(writes['mean'])} ms, "
+                    f"p99 <= {_ms(writes['p99_under'])} ms"
+                )
     mem = run.get("memory")
     if mem:
         rows = [

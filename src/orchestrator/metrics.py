@@ -179,6 +179,19 @@ LOG_CHUNK_BYTES_RECEIVED: Final = Counter(
     "Bytes of ciphertext of the live log chunks stored.",
     registry=REGISTRY,
 )
+LOG_CHUNK_WRITE_DURATION: Final = Histogram(
+    "po_log_chunk_write_seconds",
+    "Transactions of the chunk writer (one per batch of chunks uploaded together): from waiting for a "
+    "database connection to the commit.",
+    buckets=SHORT_BUCKETS,
+    registry=REGISTRY,
+)
+LOG_CHUNK_BATCH_SIZE: Final = Histogram(
+    "po_log_chunk_batch_chunks",
+    "Chunks stored by one transaction of the chunk writer.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    registry=REGISTRY,
+)
 LOG_FOLLOWERS: Final = Gauge(
     "po_log_followers",
     "Followers of live logs (GET .../logs?follow=true) this process serves now.",

@@ -47,7 +47,7 @@ from orchestrator.api import (
 from orchestrator.api.context import api_token_key, hash_token
 from orchestrator.api.limits import BodyLimitMiddleware
 from orchestrator.blobs.location import open_blob_store
-from orchestrator.dispatch import catalogue, creation, gauges, retention
+from orchestrator.dispatch import catalogue, creation, gauges, log_followers, log_writer, retention
 from orchestrator.dispatch import managed as managed_policy
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
 from orchestrator.domain.runner_types import (
@@ -430,6 +430,15 @@ def stop_long_polls(app: FastAPI) -> None:
         managed.stop_polls()
 
 
+async def close_live_logs(app: FastAPI) -> None:
+    """The server is stopping and its requests have ended: the chunk writer stores what still waits, the
+    followers' poll ends."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is not None:
+        await services.log_writer.close()
+        await services.log_followers.close()
+
+
 async def hand_back_leases(app: FastAPI) -> None:
     """The server is stopping and its requests have ended: the agent commands it delivered that no answer
     closed are deliverable again at once (``AgentGateway.hand_back_leases``)."""
@@ -642,15 +651,20 @@ def create_app(
                 ),
                 on_command=agent_gateway.waker.notify,
             )
+            reader = db.readonly(engine)
+            followers = log_followers.FollowHub(reader, notifier)
+            chunk_writer = log_writer.ChunkWriter(engine, on_stored=followers.stored)
             app.state.services = Services(
                 settings=settings,
                 engine=engine,
-                reader=db.readonly(engine),
+                reader=reader,
                 box=box,
                 blobs=blobs,
                 token_key=token_key,
                 api_token_key=api_key,
                 notifier=notifier,
+                log_writer=chunk_writer,
+                log_followers=followers,
                 creation=creation.Context(
                     blobs=blobs,
                     public_url=settings.resolved_public_url,
@@ -704,6 +718,7 @@ def create_app(
                 await worker
             for task in background:
                 await task
+            await close_live_logs(app)
             await db.dispose(engine)
             await asyncio.to_thread(local.close)
 

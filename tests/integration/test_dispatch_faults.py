@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from fastapi import FastAPI
+from sqlalchemy import event as sa_event
 from structlog.testing import capture_logs
 
 from orchestrator.dispatch.dispatcher import Dispatcher, DispatchSettings
@@ -304,6 +305,45 @@ async def test_round__one_failing_check_does_not_stop_the_others(app: FastAPI, o
     assert ["executing", "failed"] == [r.status for r in rows]
     assert TIMEOUT_MESSAGE == rows[1].status_message
     assert rows[0].dispatch_owner is None
+
+
+async def test_round__runs_found_running_are_released_together_to_their_next_check(
+    app: FastAPI, org: Org
+) -> None:
+    """A check round's runs still running end their leases in one transaction (one writer transaction per
+    round, not per run: on SQLite the writer is shared with the live log's chunks), each due again an
+    interval on; a run whose status failed is released on its own, as before."""
+    await make_runner(org, "vm1")
+    ids = [await make_pending(app, org, "vm1", env) for env in ("dev", "prod", "stage")]
+    launcher = RecordingLauncher()
+    dispatch = dispatcher(app, launcher)
+    await dispatch.run_once()  # launched
+    checked_at = datetime.now(UTC)
+    for deployment_id in ids:
+        await set_row(app, deployment_id, next_check_at=checked_at)
+    leases: list[str] = []
+    engine = app.state.services.engine
+
+    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        # The round's writes of leases: its claim and the releases.
+        if statement.startswith("UPDATE deployments SET") and "dispatch_owner" in statement:
+            leases.append(statement)
+
+    sa_event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        await dispatch.run_once()
+    finally:
+        sa_event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+    rows = [await row(app, d) for d in ids]
+
+    assert 3 == launcher.status_calls
+    # The claim of the round, then one release of all three.
+    assert 2 == len(leases), leases
+    assert [None] * 3 == [r.dispatch_owner for r in rows]
+    assert ["executing"] * 3 == [r.status for r in rows]
+    for r in rows:
+        assert r.next_check_at is not None
+        assert checked_at + timedelta(seconds=5) <= r.next_check_at
 
 
 class BlockedLauncher(RecordingLauncher):

@@ -18,7 +18,7 @@ from orchestrator.protocol.log_stream import (
     encrypt_chunk,
 )
 from orchestrator.runner import diagnostics, logs
-from orchestrator.runner.log_stream import Chunker, Piece
+from orchestrator.runner.log_stream import FIRST_LINE_SECONDS, Chunker, Piece
 
 BIG = 1 << 40
 DEPLOYMENT = "3f1c1a52-5d0e-4a57-9a6b-0c2f8f7d9e10"
@@ -33,20 +33,42 @@ def upload_size(piece: Piece, seq: int = 1) -> int:
     return len(encrypt_chunk(DEPLOYMENT, seq, piece.phase, piece.text, recipient))
 
 
-def test_the_first_line_of_a_phase_is_due_at_once_later_chunks_a_flush_after_their_first_line() -> None:
+def test_the_first_line_of_a_phase_is_due_at_once_later_chunks_a_flush_after_the_chunk_before() -> None:
     chunker = Chunker(max_bytes=BIG)
 
     assert [] == chunker.add("starting\n", 100.0)
     assert 100.0 == chunker.due_at
-    assert [Piece(Phase.INIT, "starting\n")] == chunker.cut()
+    assert [Piece(Phase.INIT, "starting\n")] == chunker.cut(100.0)
     assert chunker.due_at is None
 
     chunker.add("one\n", 100.25)
-    assert 100.25 + FLUSH_SECONDS == chunker.due_at
+    assert 100.0 + FLUSH_SECONDS == chunker.due_at, "a flush after the last cut"
     chunker.add("two\n", 100.75)
-    assert 100.25 + FLUSH_SECONDS == chunker.due_at, "the first line of a chunk sets when it is due"
-    assert [Piece(Phase.INIT, "one\ntwo\n")] == chunker.cut()
-    assert [] == chunker.cut()
+    assert 100.0 + FLUSH_SECONDS == chunker.due_at, "the first line of a chunk sets when it is due"
+    assert [Piece(Phase.INIT, "one\ntwo\n")] == chunker.cut(101.0)
+    assert [] == chunker.cut(101.0)
+
+    chunker.add("steady\n", 101.1)
+    assert 101.0 + FLUSH_SECONDS == chunker.due_at, "a steady log: a chunk a second"
+
+
+def test_the_first_line_after_a_quiet_while_is_due_soon() -> None:
+    chunker = Chunker(max_bytes=BIG)
+    chunker.add("starting\n", 100.0)
+    chunker.cut(100.0)
+
+    chunker.add("after a pause\n", 105.0)
+    assert 105.0 + FIRST_LINE_SECONDS == chunker.due_at
+    chunker.add("and another\n", 105.1)
+    assert 105.0 + FIRST_LINE_SECONDS == chunker.due_at
+    assert [Piece(Phase.INIT, "after a pause\nand another\n")] == chunker.cut(105.0 + FIRST_LINE_SECONDS)
+
+    chunker.add("soon after\n", 105.5)
+    assert 105.0 + FIRST_LINE_SECONDS + FLUSH_SECONDS == chunker.due_at, "never two chunks within a flush"
+    chunker.cut(106.25)
+    chunker.add("a bit later\n", 106.9)
+    assert 106.25 + FLUSH_SECONDS == chunker.due_at
+    assert FIRST_LINE_SECONDS < FLUSH_SECONDS
 
 
 def test_a_chunk_is_cut_before_its_text_passes_the_size_limit() -> None:

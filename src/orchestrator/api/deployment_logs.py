@@ -4,8 +4,9 @@
 The server only ever holds ciphertext: followers decrypt with their own key. A page holds at most
 ``MAX_LIMIT`` chunks and ``MAX_PAGE_BYTES`` of ciphertext; a follower makes the server hold at most one
 follow page (``FOLLOW_PAGE_CHUNKS``, ``FOLLOW_PAGE_BYTES``) at a time, and no database connection while it
-waits. Followers are woken in process when a chunk is stored here, and look at the database every
-``FOLLOW_POLL_SECONDS`` for chunks other replicas stored.
+waits. Followers are woken in process when a chunk is stored here, and the process's hub
+(``dispatch.log_followers``) looks at the database every ``log_followers.POLL_SECONDS`` for all of them
+(chunks other replicas stored, the end).
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ MAX_PAGE_BYTES = 8 * 1024 * 1024
 #: A follower reads at most this many chunks, and this much ciphertext, at a time.
 FOLLOW_PAGE_CHUNKS = 32
 FOLLOW_PAGE_BYTES = 1024 * 1024
-#: Followers look at the database this often (chunks stored by other replicas, the deployment's end).
-FOLLOW_POLL_SECONDS = 0.5
 #: A follower idle this long is sent a comment line, so that proxies keep the connection.
 KEEP_ALIVE_SECONDS = 15.0
 #: The largest chunk number (the gateway's).
@@ -168,7 +167,7 @@ async def get_log_chunks(
             raise logs_removed(svc, deployment_id, progress.objects_deleted_at)
         if follow or EVENT_STREAM in (accept or ""):
             return StreamingResponse(
-                _follow(svc, org_id, deployment_id, start),
+                _follow(svc, org_id, deployment_id, start, progress),
                 media_type=EVENT_STREAM,
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
@@ -193,33 +192,24 @@ def _event(name: str, data: dict[str, Any] | BaseModel, *, event_id: int | None 
     return f"{head}data: {payload}\n\n".encode()
 
 
-async def _follow(svc: Services, org_id: str, deployment_id: uuid.UUID, after: int) -> AsyncIterator[bytes]:
-    """The events of one follower (see ``get_log_chunks``)."""
+async def _follow(
+    svc: Services, org_id: str, deployment_id: uuid.UUID, after: int, progress: chunk_store.Progress
+) -> AsyncIterator[bytes]:
+    """The events of one follower (see ``get_log_chunks``), from ``progress`` (read by the request). The
+    process's hub (``dispatch.log_followers``) tells it where the log stands and wakes it when that moves;
+    it reads only the phases and chunks it has not sent."""
     loop = asyncio.get_running_loop()
     metrics.LOG_FOLLOWERS.inc()
     try:
-        keys = (live_logs.follow_key(deployment_id), str(deployment_id))
-        with svc.notifier.subscribe(keys) as wakeups:
+        with svc.log_followers.watch(deployment_id, progress) as watch:
             cursor, phases_sent, last_write = after, 0, loop.time()
             while True:
-                async with svc.reader.connect() as conn:
-                    progress = await chunk_store.progress(conn, org_id, deployment_id)
-                    if progress is None:
-                        return
-                    phases = (
-                        await phase_store.of(conn, deployment_id) if progress.phases > phases_sent else []
-                    )
-                    chunks = (
-                        await chunk_store.page(
-                            conn,
-                            deployment_id,
-                            after=cursor,
-                            limit=FOLLOW_PAGE_CHUNKS,
-                            max_bytes=FOLLOW_PAGE_BYTES,
-                        )
-                        if progress.last_seq > cursor
-                        else []
-                    )
+                known = watch.progress
+                if known is None:
+                    return
+                phases, chunks = await _unsent(
+                    svc, deployment_id, known, cursor=cursor, phases_sent=phases_sent
+                )
                 for start in phases[phases_sent:]:
                     yield _event(log_stream.SSE_PHASE, PhaseOut.of(start))
                     last_write = loop.time()
@@ -227,23 +217,53 @@ async def _follow(svc: Services, org_id: str, deployment_id: uuid.UUID, after: i
                 for chunk in chunks:
                     yield _event(log_stream.SSE_CHUNK, LogChunkOut.of(chunk), event_id=chunk.seq)
                     cursor, last_write = chunk.seq, loop.time()
-                more = bool(chunks) and cursor < progress.last_seq
+                more = bool(chunks) and cursor < known.last_seq
                 del chunks  # one page at a time
                 if more:
                     continue  # more pages stored: read on at once
-                if live_logs.follow_ended(progress, now=datetime.now(UTC)):
-                    async for event in _ending(svc, progress):
-                        yield event
-                    return
+                if live_logs.follow_ended(known, now=datetime.now(UTC)):
+                    # The hub's view may be a poll behind: the end is decided on a read of our own.
+                    async with svc.reader.connect() as conn:
+                        latest = await chunk_store.progress(conn, org_id, deployment_id)
+                    watch.update(latest)
+                    if latest is None:
+                        return
+                    if latest.last_seq > cursor or latest.phases > phases_sent:
+                        continue
+                    if live_logs.follow_ended(latest, now=datetime.now(UTC)):
+                        async for event in _ending(svc, latest):
+                            yield event
+                        return
                 if svc.notifier.closed:
                     return  # the server stops: the follower reconnects (to another replica)
                 idle = loop.time() - last_write
-                woken = await wakeups.wait(min(FOLLOW_POLL_SECONDS, max(0.0, KEEP_ALIVE_SECONDS - idle)))
+                woken = await watch.wait(max(0.0, KEEP_ALIVE_SECONDS - idle))
                 if not woken and loop.time() - last_write >= KEEP_ALIVE_SECONDS:
                     yield b": keep-alive\n\n"
                     last_write = loop.time()
     finally:
         metrics.LOG_FOLLOWERS.dec()
+
+
+async def _unsent(
+    svc: Services, deployment_id: uuid.UUID, known: chunk_store.Progress, *, cursor: int, phases_sent: int
+) -> tuple[list[phase_store.PhaseStart], list[chunk_store.Chunk]]:
+    """The phases (all of them, when there is one not sent) and the page of chunks after ``cursor`` that
+    ``known`` says are stored: the hub's, when it keeps all of them, else read; no read when there is
+    nothing new."""
+    phases: list[phase_store.PhaseStart] = []
+    chunks: list[chunk_store.Chunk] = []
+    recent = svc.log_followers.recent(deployment_id, cursor) if known.last_seq > cursor else None
+    read_chunks = known.last_seq > cursor and recent is None
+    if known.phases > phases_sent or read_chunks:
+        async with svc.reader.connect() as conn:
+            if known.phases > phases_sent:
+                phases = await phase_store.of(conn, deployment_id)
+            if read_chunks:
+                chunks = await chunk_store.page(
+                    conn, deployment_id, after=cursor, limit=FOLLOW_PAGE_CHUNKS, max_bytes=FOLLOW_PAGE_BYTES
+                )
+    return phases, recent or chunks
 
 
 async def _ending(svc: Services, progress: chunk_store.Progress) -> AsyncIterator[bytes]:

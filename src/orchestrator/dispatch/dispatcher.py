@@ -174,6 +174,9 @@ class Dispatcher:
     _bounded: dict[tuple[str, str], tuple[str, int]] = field(init=False, default_factory=dict)
     #: Steps (launches, checks) running now: the heartbeat renews leases only while there are some.
     _in_flight: int = field(init=False, default=0)
+    #: The runs a check round found still running: their leases end together, in one transaction (on
+    #: SQLite the one writer is shared with the gateway: a live log's chunks wait for it).
+    _still_running: list[uuid.UUID] = field(init=False, default_factory=list)
 
     def wake(self) -> None:
         """Look for work now (a deployment was just committed)."""
@@ -239,7 +242,9 @@ class Dispatcher:
                     conn, owner=self.owner, now=now, lease=lease, limit=self.settings.batch_size
                 )
             if due:
+                self._still_running = []
                 await asyncio.gather(*(self._guarded(self._check, d) for d in due))
+                await self._release_still_running()
         if expiry_due:
             async with self.engine.begin() as conn:
                 expired = await agent_policy.expire_due(conn, now=now, limit=self.settings.batch_size)
@@ -260,6 +265,25 @@ class Dispatcher:
             log.exception("dispatch step failed", step=step.__name__)
         finally:
             self._in_flight -= 1
+
+    async def _release_still_running(self) -> None:
+        """End the leases of the runs this round found running; they are checked again an interval on. A
+        fault here leaves the leases to run out: the next round after them checks those runs again."""
+        running, self._still_running = self._still_running, []
+        if not running:
+            return
+        now = datetime.now(UTC)
+        try:
+            async with self.engine.begin() as conn:
+                await store.release_many(
+                    conn,
+                    running,
+                    owner=self.owner,
+                    now=now,
+                    next_check_at=now + timedelta(seconds=self.settings.check_interval_seconds),
+                )
+        except Exception:
+            log.exception("dispatch: releasing the checked runs failed", runs=len(running))
 
     async def _release(self, deployment: Deployment, **values: object) -> None:
         async with self.engine.begin() as conn:
@@ -537,11 +561,10 @@ class Dispatcher:
     async def _observe(self, deployment: Deployment, launcher: Launcher, status: RunStatus) -> None:
         """Act on a launched run's status: wait while it runs; after it exited, give its results a grace
         period to arrive, then fail the deployment."""
-        now = datetime.now(UTC)
-        interval = timedelta(seconds=self.settings.check_interval_seconds)
         if status.state is not RunState.EXITED:
-            await self._release(deployment, next_check_at=now + interval)
+            self._still_running.append(deployment.id)  # released with the round's others
             return
+        now = datetime.now(UTC)
         grace = timedelta(seconds=self.settings.exit_grace_seconds)
         if deployment.cancel_sent_at is not None:
             # A stopped run may look gone (a deleted Job, a stopped task) while its runner still stops

@@ -18,12 +18,15 @@ perhaps after its results) is waited for ``WHOLE_LOG_WAIT_SECONDS``.
 from __future__ import annotations
 
 import hmac
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.domain.deployments import Deployment, is_final
-from orchestrator.errors import ConflictError, GoneError
+from orchestrator.errors import ConflictError, GoneError, OrchestratorError
 from orchestrator.protocol.log_stream import CHUNK_GRACE_SECONDS, Phase
 from orchestrator.store import deployments as deployment_store
 from orchestrator.store import log_chunks as chunk_store
@@ -52,43 +55,174 @@ def ensure_open(deployment: Deployment, *, now: datetime) -> None:
         )
 
 
-async def receive_chunk(
-    conn: AsyncConnection, deployment: Deployment, *, seq: int, phase: Phase, ciphertext: bytes, now: datetime
-) -> bool:
-    """Store the runner's chunk ``seq`` (age ciphertext); True if stored now, False for a repeat of the
-    stored bytes. ConflictError for other bytes under a stored ``seq``; GoneError once the deployment takes
-    no chunks (``ensure_open``)."""
-    ensure_open(deployment, now=now)
-    if is_final(deployment.status):
-        # Within the grace, but the retention may have removed its logs already (its environment is gone):
-        # a chunk stored now would outlive them.
-        removed = await deployment_store.objects_deleted_at(conn, deployment.org_id, deployment.id)
-        if removed is not None:
-            raise GoneError(
-                f"the logs of deployment '{deployment.id}' were removed on {removed.isoformat()}: it takes "
-                "no chunks any more"
-            )
-    stored = await chunk_store.insert(
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkUpload:
+    """A runner's chunk, authorized, to store (``receive_chunks``)."""
+
+    deployment: Deployment
+    seq: int
+    phase: Phase
+    #: The age ciphertext (raw bytes).
+    ciphertext: bytes
+    received_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredChunk:
+    """A chunk stored now (what followers are told once it is committed)."""
+
+    deployment_id: uuid.UUID
+    seq: int
+    phase: str
+    received_at: datetime
+    #: The age ciphertext, as stored.
+    ciphertext: bytes
+    #: Phases this chunk recorded (0 or 1).
+    phases_added: int
+
+
+#: What ``receive_chunks`` makes of an upload: True stored now, False a repeat of the stored bytes, or the
+#: error to answer (ConflictError, GoneError).
+Outcome = bool | OrchestratorError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Received:
+    """What ``receive_chunks`` did: each upload's outcome (in order), the chunks stored now, and the latest
+    phase of each deployment they belong to (for the caller's ``known_phases`` once committed)."""
+
+    outcomes: list[Outcome]
+    stored: list[StoredChunk]
+    latest_phases: dict[uuid.UUID, str]
+
+
+async def receive_chunks(
+    conn: AsyncConnection,
+    uploads: Sequence[ChunkUpload],
+    *,
+    known_phases: Mapping[uuid.UUID, str] | None = None,
+) -> Received:
+    """Store the runners' chunks ``uploads`` (of any deployments) in the caller's transaction: one insert
+    for all and, for the deployments whose chunks may change their phase, one read of their latest phases and
+    one insert of the phases that change. Per upload, its outcome (in order): True if stored now, False for
+    a repeat of the stored bytes, ConflictError for other bytes under a stored ``seq``, GoneError once its
+    deployment takes no chunks (``ensure_open``, or its logs were removed).
+
+    ``known_phases``: the latest phase of deployments as the caller last committed it. A chunk naming that
+    phase changes nothing and reads nothing (a runner's phases only move forward: init, plan, apply or
+    destroy, reporting); any other is checked against the database."""
+    outcomes: list[Outcome | None] = [None] * len(uploads)
+    removed: dict[uuid.UUID, datetime | None] = {}
+    candidates: list[int] = []
+    for index, upload in enumerate(uploads):
+        deployment = upload.deployment
+        try:
+            ensure_open(deployment, now=upload.received_at)
+        except GoneError as exc:
+            outcomes[index] = exc
+            continue
+        if is_final(deployment.status):
+            # Within the grace, but the retention may have removed its logs already (its environment is
+            # gone): a chunk stored now would outlive them.
+            if deployment.id not in removed:
+                removed[deployment.id] = await deployment_store.objects_deleted_at(
+                    conn, deployment.org_id, deployment.id
+                )
+            when = removed[deployment.id]
+            if when is not None:
+                outcomes[index] = GoneError(
+                    f"the logs of deployment '{deployment.id}' were removed on {when.isoformat()}: it takes "
+                    "no chunks any more"
+                )
+                continue
+        candidates.append(index)
+    inserted = await chunk_store.insert_many(
         conn,
-        deployment_id=deployment.id,
-        org_id=deployment.org_id,
-        seq=seq,
-        phase=phase.value,
-        ciphertext=ciphertext,
-        now=now,
+        [
+            chunk_store.NewChunk(
+                deployment_id=uploads[i].deployment.id,
+                org_id=uploads[i].deployment.org_id,
+                seq=uploads[i].seq,
+                phase=uploads[i].phase.value,
+                ciphertext=uploads[i].ciphertext,
+                received_at=uploads[i].received_at,
+            )
+            for i in candidates
+        ],
     )
-    if not stored:
-        existing = await chunk_store.ciphertext_of(conn, deployment.id, seq)
-        if existing is not None and hmac.compare_digest(existing, ciphertext):
-            return False
-        raise ConflictError(
-            f"log chunk {seq} of deployment '{deployment.id}' is stored with other bytes; chunks are written "
-            "once (send the next chunk with the next number)"
+    fresh: list[ChunkUpload] = []
+    for index in candidates:
+        upload = uploads[index]
+        key = (upload.deployment.id, upload.seq)
+        if key in inserted:
+            inserted.discard(key)  # a second upload of the number in this batch is a repeat
+            outcomes[index] = True
+            fresh.append(upload)
+            continue
+        existing = await chunk_store.ciphertext_of(conn, upload.deployment.id, upload.seq)
+        if existing is not None and hmac.compare_digest(existing, upload.ciphertext):
+            outcomes[index] = False
+        else:
+            outcomes[index] = ConflictError(
+                f"log chunk {upload.seq} of deployment '{upload.deployment.id}' is stored with other bytes; "
+                "chunks are written once (send the next chunk with the next number)"
+            )
+    added, latest = await _record_phases(conn, fresh, known_phases or {})
+    stored = [
+        StoredChunk(
+            deployment_id=upload.deployment.id,
+            seq=upload.seq,
+            phase=upload.phase.value,
+            received_at=upload.received_at,
+            ciphertext=upload.ciphertext,
+            phases_added=int((upload.deployment.id, upload.seq) in added),
         )
-    await phase_store.append(
-        conn, deployment_id=deployment.id, org_id=deployment.org_id, phase=phase.value, now=now
+        for upload in fresh
+    ]
+    return Received(
+        outcomes=[outcome for outcome in outcomes if outcome is not None], stored=stored, latest_phases=latest
     )
-    return True
+
+
+async def _record_phases(
+    conn: AsyncConnection, fresh: Sequence[ChunkUpload], known: Mapping[uuid.UUID, str]
+) -> tuple[set[tuple[uuid.UUID, int]], dict[uuid.UUID, str]]:
+    """The phases the chunks stored now change (in each deployment's chunk order): appended when they differ
+    from the latest; the (deployment, seq) of the chunks that recorded one, and each deployment's latest
+    phase."""
+    latest_phase = {upload.deployment.id: upload.phase.value for upload in fresh}
+    changing = sorted(
+        {upload.deployment.id for upload in fresh if known.get(upload.deployment.id) != upload.phase.value}
+    )
+    if not changing:
+        return set(), latest_phase
+    latest = await phase_store.latest_many(conn, changing)
+    rows: list[phase_store.NewPhase] = []
+    by_position: dict[tuple[uuid.UUID, int], int] = {}
+    for upload in sorted(fresh, key=lambda u: (u.deployment.id, u.seq)):
+        deployment_id = upload.deployment.id
+        if deployment_id not in changing:
+            continue
+        position, phase = latest.get(deployment_id, (0, None))
+        if phase == upload.phase.value:
+            continue
+        position += 1
+        latest[deployment_id] = (position, upload.phase.value)
+        by_position[(deployment_id, position)] = upload.seq
+        rows.append(
+            phase_store.NewPhase(
+                deployment_id=deployment_id,
+                position=position,
+                org_id=upload.deployment.org_id,
+                phase=upload.phase.value,
+                started_at=upload.received_at,
+            )
+        )
+    recorded = await phase_store.insert_many(conn, rows)
+    # A phase another append won is the latest all the same: the next chunk checks it again.
+    for deployment_id, _position in set(by_position) - recorded:
+        latest_phase.pop(deployment_id, None)
+    return {(key[0], by_position[key]) for key in recorded}, latest_phase
 
 
 async def record_phase(conn: AsyncConnection, deployment: Deployment, phase: Phase, *, now: datetime) -> bool:

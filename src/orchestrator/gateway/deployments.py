@@ -185,6 +185,8 @@ async def post_results(
         )
     if applied:
         svc.notifier.notify(str(deployment_id))
+        # Its followers here learn of the end now, not at the next poll.
+        svc.log_followers.refresh(deployment_id)
         # A run ended: a deployment queued for its host's run slot may start now.
         svc.wake_dispatcher()
     return Response(status_code=202)
@@ -224,7 +226,7 @@ async def put_logs(
         await svc.blobs.delete(key)
         raise ConflictError(_logs_stored(deployment_id))
     # A follower of a deployment that streamed nothing hands the whole log over; a final one's follow ends.
-    svc.notifier.notify(live_logs.follow_key(deployment_id))
+    svc.log_followers.refresh(deployment_id)
     return Response(status_code=202)
 
 
@@ -277,15 +279,16 @@ async def put_log_chunk(
     live_logs.ensure_open(deployment, now=datetime.now(UTC))
     body = await read_limited(request, log_stream.MAX_CHUNK_UPLOAD_BYTES, "the log chunk")
     ciphertext = _chunk_ciphertext(body)
-    async with transaction(svc) as conn:
-        stored = await live_logs.receive_chunk(
-            conn, deployment, seq=seq, phase=phase, ciphertext=ciphertext, now=datetime.now(UTC)
+    # Answered once committed (with the chunks uploaded beside it: ``dispatch.log_writer``); followers in
+    # this process are woken by the writer, those of other replicas at their hub's next poll.
+    stored = await svc.log_writer.store(
+        live_logs.ChunkUpload(
+            deployment=deployment, seq=seq, phase=phase, ciphertext=ciphertext, received_at=datetime.now(UTC)
         )
+    )
     if stored:
         metrics.LOG_CHUNKS_RECEIVED.inc()
         metrics.LOG_CHUNK_BYTES_RECEIVED.inc(len(ciphertext))
-        # Followers in this process read it now; those of other replicas at their next poll.
-        svc.notifier.notify(live_logs.follow_key(deployment_id))
     return Response(status_code=202)
 
 

@@ -9,7 +9,8 @@ Wire contract (every part is a compatibility promise, like the rest of ``protoco
   ``reporting``. The orchestrator records ``queued`` (created) and ``launching`` (the dispatcher or an agent
   command starts a run); the runner's chunks carry the others.
 - **A chunk** is up to ``MAX_CHUNK_TEXT_BYTES`` of log text (whole lines, UTF-8), cut every
-  ``FLUSH_SECONDS`` or when that size is reached, whichever comes first, and at every phase change. A line
+  ``FLUSH_SECONDS`` (the first line after a quiet while sooner) or when that size is reached, whichever
+  comes first, and at every phase change. A line
   longer than a chunk is split: its pieces end their chunks without a newline and the next chunk goes on
   with it (the chunks' texts, joined in order, are the log). Its
   plaintext is the JSON object ``ChunkPlaintext`` (sequence number, phase and deployment id inside the
@@ -42,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.protocol import age
 from orchestrator.protocol.results import GATEWAY_BASE_PATH, _segment, runner_path
 
-#: A chunk is cut after this long since its first line (seconds).
+#: A steady log is cut into a chunk this often (seconds); the runner sends a line after a quiet while sooner.
 FLUSH_SECONDS: Final = 1.0
 #: ... or when its text reaches this size (bytes of UTF-8 plaintext).
 MAX_CHUNK_TEXT_BYTES: Final = 64 * 1024

@@ -30,41 +30,77 @@ def json_lines(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Parse the lines that are JSON objects; skip everything else."""
     parsed: list[dict[str, Any]] = []
     for line in lines:
-        stripped = line.strip()
-        if not stripped.startswith("{"):
-            continue
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
+        value = _json_object(line)
+        if value is not None:
             parsed.append(value)
     return parsed
 
 
+def _json_object(line: str) -> dict[str, Any] | None:
+    stripped = line.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class OutputScan:
+    """What the runner needs of an engine command's output, read one line at a time as it comes: the last
+    change summary, whether a plan's change summary was printed, the last error diagnostic. It keeps no
+    line, so that a command's memory does not grow with its log; only lines that name a change summary or
+    a diagnostic are parsed."""
+
+    def __init__(self) -> None:
+        self.summary: ChangeSummary | None = None
+        self.planned = False
+        #: The last error diagnostic (Terraform's ``diagnostic`` object).
+        self.error: dict[str, Any] | None = None
+
+    def feed(self, line: str) -> None:
+        if '"change_summary"' not in line and '"diagnostic"' not in line:
+            return
+        message = _json_object(line)
+        if message is None:
+            return
+        kind = message.get("type")
+        if kind == "change_summary":
+            changes = message.get("changes")
+            if isinstance(changes, dict):
+                self.summary = ChangeSummary(
+                    add=_int(changes.get("add")),
+                    change=_int(changes.get("change")),
+                    remove=_int(changes.get("remove")),
+                    operation=str(changes.get("operation", "")),
+                )
+                self.planned = self.planned or changes.get("operation") == "plan"
+        elif kind == "diagnostic":
+            diagnostic = message.get("diagnostic")
+            if not isinstance(diagnostic, dict):
+                return
+            if message.get("@level") == "error" or diagnostic.get("severity") == "error":
+                if diagnostic.get("summary") or diagnostic.get("detail"):
+                    self.error = diagnostic
+
+
+def scan(lines: Iterable[str]) -> OutputScan:
+    """``OutputScan`` of ``lines``."""
+    scanned = OutputScan()
+    for line in lines:
+        scanned.feed(line)
+    return scanned
+
+
 def change_summary(lines: Iterable[str]) -> ChangeSummary | None:
     """The last ``"type": "change_summary"`` line, if any."""
-    found: ChangeSummary | None = None
-    for message in json_lines(lines):
-        changes = message.get("changes")
-        if message.get("type") == "change_summary" and isinstance(changes, dict):
-            found = ChangeSummary(
-                add=_int(changes.get("add")),
-                change=_int(changes.get("change")),
-                remove=_int(changes.get("remove")),
-                operation=str(changes.get("operation", "")),
-            )
-    return found
+    return scan(lines).summary
 
 
 def planned(lines: Iterable[str]) -> bool:
     """Whether the output has a plan's change summary: an ``apply`` without a plan file got past planning."""
-    return any(
-        message.get("type") == "change_summary"
-        and isinstance(message.get("changes"), dict)
-        and message["changes"].get("operation") == "plan"
-        for message in json_lines(lines)
-    )
+    return scan(lines).planned
 
 
 def is_plan_summary(line: str) -> bool:
@@ -73,22 +109,18 @@ def is_plan_summary(line: str) -> bool:
 
 
 def last_error_diagnostic(lines: Iterable[str], *, action: str) -> results.ResultError | None:
-    """The last error diagnostic as ``TF_DIAGNOSTIC_ERROR``, with where it points in ``details``.
+    """The last error diagnostic of ``lines`` as ``TF_DIAGNOSTIC_ERROR`` (see ``diagnostic_error``)."""
+    chosen = scan(lines).error
+    return None if chosen is None else diagnostic_error(chosen, action=action)
+
+
+def diagnostic_error(chosen: Mapping[str, Any], *, action: str) -> results.ResultError:
+    """An error diagnostic as ``TF_DIAGNOSTIC_ERROR``, with where it points in ``details``.
 
     ``message`` is ``summary: detail``. ``details`` holds ``action`` (the IaC command), ``summary``,
     ``detail``, ``address``, ``range`` and, when the snippet or file name says so, ``entity_type``
     (``provider``, ``module`` or ``output``), ``entity_id``, ``entity_version`` and ``code_hint``.
     """
-    chosen: dict[str, Any] | None = None
-    for message in json_lines(lines):
-        diagnostic = message.get("diagnostic")
-        if message.get("type") != "diagnostic" or not isinstance(diagnostic, dict):
-            continue
-        if message.get("@level") == "error" or diagnostic.get("severity") == "error":
-            if diagnostic.get("summary") or diagnostic.get("detail"):
-                chosen = diagnostic
-    if chosen is None:
-        return None
     summary = str(chosen.get("summary") or "").strip()
     detail = str(chosen.get("detail") or "").strip()
     details: dict[str, Any] = {"action": action, "summary": summary}

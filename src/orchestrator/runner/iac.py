@@ -10,6 +10,11 @@ removed after each command), not into pipes: when the runner is killed, a pipe's
 a Go program (terraform, tofu) dies of SIGPIPE at its next line of output, before it can save its state.
 A file takes its output whoever reads it.
 
+Memory does not grow with the log: the lines of a logged stream go to the log (``LogBuffer``, which keeps
+its first 10 MiB) and to ``diagnostics.OutputScan`` as they are read, and the result keeps only their last
+``TAIL_LINES``; only the stdout of a command that is not logged (``show``, ``output``, ``version``: the
+document the runner reads) is kept whole.
+
 The engine runs in its own process group: a signal to the runner's group (a terminal's Ctrl-C, a
 launcher's cancel) reaches the engine once, through the runner, and not twice (Terraform exits at once on
 a second interrupt, without saving its state or releasing its lock). When the engine has exited, whatever
@@ -28,31 +33,46 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Mapping, MutableSequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.runner.diagnostics import OutputScan
 from orchestrator.runner.engine import Engine
 from orchestrator.runner.logs import LogBuffer
 
 #: Variables never passed to the IaC engine: the deployment token and the age recipients.
 HIDDEN_VARIABLES = frozenset({"TOKEN"})
 HIDDEN_PREFIXES = ("ENCRYPTING_",)
+#: Lines of a logged stream a command's result keeps (its last ones; the log has them all) ...
+TAIL_LINES = 200
+#: ... each cut to this many characters.
+TAIL_LINE_CHARS = 8192
 
 
 @dataclass(frozen=True, kw_only=True)
 class CommandResult:
-    """Exit code and output lines (without newlines) of one IaC command."""
+    """Exit code and output lines (without newlines) of one IaC command: ``stdout`` whole for a command
+    whose stdout is not logged, else its last ``TAIL_LINES`` (each at most ``TAIL_LINE_CHARS``), and so
+    ``stderr``; with what ``diagnostics.OutputScan`` found in each stream, every line read."""
 
     argv: tuple[str, ...]
     exit_code: int
     stdout: list[str]
     stderr: list[str]
+    stdout_scan: OutputScan = field(default_factory=OutputScan)
+    stderr_scan: OutputScan = field(default_factory=OutputScan)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def error_diagnostic(self) -> dict[str, Any] | None:
+        """The last error diagnostic of stdout then stderr (stderr's if it has one)."""
+        return self.stderr_scan.error or self.stdout_scan.error
 
 
 def engine_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -112,14 +132,19 @@ class IacCli:
                 # Its own process group (see the module docstring); the runner's session all the same.
                 process_group=0,
             )
-        stdout: list[str] = []
-        stderr: list[str] = []
+        stdout: MutableSequence[str] = deque(maxlen=TAIL_LINES) if log_stdout else []
+        stderr: MutableSequence[str] = deque(maxlen=TAIL_LINES)
+        stdout_scan, stderr_scan = OutputScan(), OutputScan()
         exited = threading.Event()
         readers = [
             threading.Thread(
-                target=self._follow, args=(stdout_path, stdout, log_stdout, exited), daemon=True
+                target=self._follow,
+                args=(stdout_path, stdout, stdout_scan, log_stdout, exited),
+                daemon=True,
             ),
-            threading.Thread(target=self._follow, args=(stderr_path, stderr, True, exited), daemon=True),
+            threading.Thread(
+                target=self._follow, args=(stderr_path, stderr, stderr_scan, True, exited), daemon=True
+            ),
         ]
         for reader in readers:
             reader.start()
@@ -132,9 +157,23 @@ class IacCli:
             exited.set()
             for reader in readers:
                 reader.join(timeout=self._grace_seconds)
-        return CommandResult(argv=argv, exit_code=exit_code, stdout=stdout, stderr=stderr)
+        return CommandResult(
+            argv=argv,
+            exit_code=exit_code,
+            stdout=list(stdout),
+            stderr=list(stderr),
+            stdout_scan=stdout_scan,
+            stderr_scan=stderr_scan,
+        )
 
-    def _follow(self, path: Path, lines: list[str], log: bool, exited: threading.Event) -> None:
+    def _follow(
+        self,
+        path: Path,
+        lines: MutableSequence[str],
+        scan: OutputScan,
+        log: bool,
+        exited: threading.Event,
+    ) -> None:
         """Read ``path`` as the engine writes it, line by line, until the engine has exited and all of it
         is read."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -148,20 +187,23 @@ class IacCli:
                     pending += decoder.decode(chunk)
                     *complete, pending = pending.split("\n")
                     for line in complete:
-                        self._line(line, lines, log)
+                        self._line(line, lines, scan, log)
                 elif done:
                     break
                 else:
                     time.sleep(0.02)
         pending += decoder.decode(b"", final=True)
         if pending:
-            self._line(pending, lines, log)
+            self._line(pending, lines, scan, log)
 
-    def _line(self, raw: str, lines: list[str], log: bool) -> None:
+    def _line(self, raw: str, lines: MutableSequence[str], scan: OutputScan, log: bool) -> None:
         line = raw.rstrip("\r")
-        lines.append(line)
+        scan.feed(line)
         if log:
+            lines.append(line[:TAIL_LINE_CHARS])
             self._sink.write_line(line)
+        else:
+            lines.append(line)
 
     def _stop(self, process: subprocess.Popen[Any]) -> None:
         if process.returncode is not None:

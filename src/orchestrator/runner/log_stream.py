@@ -3,7 +3,9 @@
 The wire contract is ``protocol.log_stream``. Here:
 
 - :class:`Chunker` (pure) cuts the log's lines (redacted: ``LogBuffer`` hands them over) into chunks: a
-  chunk is cut ``FLUSH_SECONDS`` after its first line, when its text would pass ``MAX_CHUNK_TEXT_BYTES``
+  chunk is due ``FIRST_LINE_SECONDS`` after its first line but no sooner than ``FLUSH_SECONDS`` after the
+  chunk before it was cut (the first line after a quiet second goes out within a quarter of a second, a
+  steady log is still cut once a second), cut when its text would pass ``MAX_CHUNK_TEXT_BYTES``
   (or, JSON-escaped in the chunk, :data:`MAX_CHUNK_ESCAPED_BYTES`, so that no upload passes the gateway's
   limit), and at every phase change. The first line of a phase goes out at once (the gateway learns the
   phase when it starts). A line too long for one chunk is split: its pieces end their chunks without a
@@ -64,6 +66,9 @@ ATTEMPT_SECONDS: Final = 10.0
 MIN_ATTEMPT_SECONDS: Final = 0.5
 #: The sender thread's name.
 THREAD_NAME: Final = "po-log-stream"
+#: A chunk is due this long after its first line, when the chunk before it was cut ``FLUSH_SECONDS`` ago
+#: or more (seconds): lines after a quiet while reach followers sooner, at no more chunks than before.
+FIRST_LINE_SECONDS: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,8 @@ class Chunker:
     """Cuts lines into chunks (see the module docstring); not thread-safe: :class:`LogStream` locks.
 
     ``add`` and ``set_phase`` return the chunks they cut; ``due_at`` is when the pending chunk is due (a time
-    cut, on the caller's clock), ``None`` while none is pending.
+    cut, on the caller's clock): ``first_line_seconds`` after its first line, but not before
+    ``flush_seconds`` after the last cut (``cut(now)``); ``None`` while none is pending.
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class Chunker:
         max_bytes: int,
         phase: Phase = Phase.INIT,
         flush_seconds: float = FLUSH_SECONDS,
+        first_line_seconds: float = FIRST_LINE_SECONDS,
         max_text_bytes: int = MAX_CHUNK_TEXT_BYTES,
         max_escaped_bytes: int = MAX_CHUNK_ESCAPED_BYTES,
     ) -> None:
@@ -97,6 +104,9 @@ class Chunker:
         self.truncated = False
         self.due_at: float | None = None
         self._flush_seconds = flush_seconds
+        self._first_line_seconds = min(first_line_seconds, flush_seconds)
+        #: When the last chunk was cut (None: none yet, or not told).
+        self._last_cut: float | None = None
         self._max_text = max_text_bytes
         self._max_escaped = max_escaped_bytes
         self._lines: list[str] = []
@@ -115,14 +125,14 @@ class Chunker:
             self.truncated = True
             cap = format_size(self.max_bytes)
             notice = f"[po-runner] log stream truncated at {cap}: later lines are not streamed\n"
-            return [*self.cut(), Piece(self.phase, notice)]
+            return [*self.cut(now), Piece(self.phase, notice)]
         self.streamed_bytes += size
         escaped = _escaped_size(line)
         cut: list[Piece] = []
         if self._lines and (
             self._text_bytes + size > self._max_text or self._escaped_bytes + escaped > self._max_escaped
         ):
-            cut.extend(self.cut())
+            cut.extend(self.cut(now))
         if size <= self._max_text and escaped <= self._max_escaped:
             self._append(line, size, escaped, now)
         else:
@@ -150,10 +160,12 @@ class Chunker:
         before); once."""
         self._switch = (predicate, phase)
 
-    def cut(self) -> list[Piece]:
-        """The pending chunk, if any."""
+    def cut(self, now: float | None = None) -> list[Piece]:
+        """The pending chunk, if any; ``now``: when (the next chunk is due ``flush_seconds`` after it at the
+        soonest)."""
         if not self._lines:
             return []
+        self._last_cut = now
         piece = Piece(self.phase, "".join(self._lines))
         self._lines.clear()
         self._text_bytes = self._escaped_bytes = 0
@@ -162,7 +174,13 @@ class Chunker:
 
     def _append(self, line: str, size: int, escaped: int, now: float) -> None:
         if not self._lines:
-            self.due_at = now if self._fresh else now + self._flush_seconds
+            if self._fresh:
+                self.due_at = now
+            else:
+                due = now + self._first_line_seconds
+                if self._last_cut is not None:
+                    due = max(due, self._last_cut + self._flush_seconds)
+                self.due_at = due
             self._fresh = False
         self._lines.append(line)
         self._text_bytes += size
@@ -501,7 +519,7 @@ class LogStream(Stream):
                     return self._queue[0]
                 due, now = self._chunker.due_at, time.monotonic()
                 if due is not None and (self._closing or now >= due):
-                    self._enqueue(self._chunker.cut())
+                    self._enqueue(self._chunker.cut(now))
                     continue
                 if self._closing:
                     return None

@@ -368,7 +368,7 @@ class _Deployment:
             "-no-color",
             "-input=false",
             "-json",
-            action_of=lambda result: "apply" if diagnostics.planned(result.stdout) else "plan",
+            action_of=lambda result: "apply" if result.stdout_scan.planned else "plan",
         )
         # One `show -json` of the new state yields the outputs, the metadata output and the resources.
         state = self._json(self._checked(cli, "show", "-no-color", "-json", log_stdout=False), "show")
@@ -442,7 +442,8 @@ class _Deployment:
         if result.ok:
             return result
         action = command if action_of is None else action_of(result)
-        error = diagnostics.last_error_diagnostic([*result.stdout, *result.stderr], action=action)
+        chosen = result.error_diagnostic
+        error = None if chosen is None else diagnostics.diagnostic_error(chosen, action=action)
         if error is None:
             tail = "\n".join(line for line in result.stderr[-_STDERR_TAIL_LINES:] if line.strip())
             message = f"`{cli.engine.display_name} {action}` failed with exit code {result.exit_code}"
@@ -470,7 +471,7 @@ class _Deployment:
         return value
 
     def _summary(self, result: iac.CommandResult) -> diagnostics.ChangeSummary:
-        summary = diagnostics.change_summary(result.stdout)
+        summary = result.stdout_scan.summary
         if summary is None:
             self.log.warning("no change summary in the engine output; counts are reported as 0")
             return diagnostics.ChangeSummary(add=0, change=0, remove=0, operation="")

@@ -44,13 +44,18 @@ async def insert(conn: AsyncConnection, values: dict[str, Any]) -> Deployment:
     return _deployment(row)
 
 
+# Built once (every gateway request reads its deployment): bound parameters, no statement built per call.
+_GET = deployments.select().where(
+    deployments.c.org_id == sa.bindparam("org_id"), deployments.c.id == sa.bindparam("deployment_id")
+)
+_GET_FOR_UPDATE = _GET.with_for_update()
+
+
 async def get(
     conn: AsyncConnection, org_id: str, deployment_id: uuid.UUID, *, for_update: bool = False
 ) -> Deployment | None:
-    stmt = deployments.select().where(deployments.c.org_id == org_id, deployments.c.id == deployment_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = (await conn.execute(stmt)).first()
+    stmt = _GET_FOR_UPDATE if for_update else _GET
+    row = (await conn.execute(stmt, {"org_id": org_id, "deployment_id": deployment_id})).first()
     return _deployment(row) if row else None
 
 
@@ -464,6 +469,26 @@ async def release(
         .values(dispatch_owner=None, dispatch_lease_until=None, updated_at=now, **values)
     )
     return result.rowcount > 0
+
+
+async def release_many(
+    conn: AsyncConnection,
+    deployment_ids: Sequence[uuid.UUID],
+    *,
+    owner: str,
+    now: datetime,
+    **values: Any,
+) -> int:
+    """End ``owner``'s leases of ``deployment_ids``, writing the same ``values`` to each (one statement); how
+    many it still held."""
+    if not deployment_ids:
+        return 0
+    result = await conn.execute(
+        deployments.update()
+        .where(deployments.c.id.in_(list(deployment_ids)), deployments.c.dispatch_owner == owner)
+        .values(dispatch_owner=None, dispatch_lease_until=None, updated_at=now, **values)
+    )
+    return result.rowcount
 
 
 async def renew_leases(conn: AsyncConnection, *, owner: str, now: datetime, lease: timedelta) -> int:

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.store.rows import insert_if_absent
 from orchestrator.store.schema import deployment_phases
 
 _c = deployment_phases.c
+_latest = deployment_phases.alias("latest").c
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +54,64 @@ async def append(
             "started_at": now,
         },
     )
+
+
+_LATEST = sa.select(_c.deployment_id, _c.position, _c.phase).where(
+    _c.deployment_id.in_(sa.bindparam("deployment_ids", expanding=True)),
+    _c.position
+    == sa.select(sa.func.max(_latest.position))
+    .where(_latest.deployment_id == _c.deployment_id)
+    .correlate(deployment_phases)
+    .scalar_subquery(),
+)
+
+
+async def latest_many(
+    conn: AsyncConnection, deployment_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[int, str]]:
+    """The latest phase of each deployment (one statement) as (position, phase); a deployment without
+    any is left out."""
+    if not deployment_ids:
+        return {}
+    rows = await conn.execute(_LATEST, {"deployment_ids": list(deployment_ids)})
+    return {row.deployment_id: (row.position, row.phase) for row in rows}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewPhase:
+    """A phase row to insert (``insert_many``): the caller chose its position."""
+
+    deployment_id: uuid.UUID
+    position: int
+    org_id: str
+    phase: str
+    started_at: datetime
+
+
+async def insert_many(conn: AsyncConnection, rows: Sequence[NewPhase]) -> set[tuple[uuid.UUID, int]]:
+    """Insert ``rows`` in one statement, each unless its position is taken (another append won it); the
+    (deployment, position) of those inserted."""
+    if not rows:
+        return set()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = (
+        dialect.insert(deployment_phases)
+        .values(
+            [
+                {
+                    "deployment_id": row.deployment_id,
+                    "position": row.position,
+                    "org_id": row.org_id,
+                    "phase": row.phase,
+                    "started_at": row.started_at,
+                }
+                for row in rows
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=["deployment_id", "position"])
+        .returning(_c.deployment_id, _c.position)
+    )
+    return {(row.deployment_id, row.position) for row in await conn.execute(stmt)}
 
 
 async def latest(conn: AsyncConnection, deployment_id: uuid.UUID) -> str | None:

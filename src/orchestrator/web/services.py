@@ -10,7 +10,7 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator.blobs import BlobStore
-from orchestrator.dispatch import creation
+from orchestrator.dispatch import creation, log_followers, log_writer
 from orchestrator.identity.issuer import WorkloadIssuer
 from orchestrator.notify import Notifier
 from orchestrator.secretbox import SecretBox
@@ -32,6 +32,10 @@ class Services:
     #: Key of the stored API token hashes (derived from the server key; ``api.context.api_token_key``).
     api_token_key: bytes
     notifier: Notifier
+    #: Stores the live log's chunks, those uploaded together in one transaction.
+    log_writer: log_writer.ChunkWriter
+    #: Where each followed live log stands, for all followers of the process (one poll).
+    log_followers: log_followers.FollowHub
     creation: creation.Context
     #: Tells the dispatcher that a deployment was committed.
     wake_dispatcher: Callable[[], None]
