@@ -463,6 +463,7 @@ class LocalLauncher:
         """``po-runner zygote`` as this launcher's user (it becomes each run's user when it forks), with
         nothing of the launcher's environment beyond ``INHERITED``, ``channel`` as its stdin and its stderr
         in the runs dir (the launcher's file)."""
+        self.runs_dir.mkdir(mode=run_user.PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         fd = os.open(
             self.runs_dir / zygote.LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
         )
