@@ -46,8 +46,10 @@ starts a new zygote at the next launch. A zygote that cannot start is tried agai
 
 Pitfalls: fork only from a single thread (the zygote has no other; ``serve`` checks before each fork).
 ``/proc/<child>/cmdline`` and ``environ`` are the zygote's (``python -m orchestrator.cli.runner zygote``,
-nothing secret): the run's environment is in its ``os.environ`` only. Linux only (pidfds,
-``SCM_RIGHTS``).
+nothing secret): the run's environment is in its ``os.environ`` only. What the interpreter fixed at its
+start is the zygote's for every child: the hash seed, the memory layout (ASLR), the locale's encodings
+and ``PYTHON*`` variables (a job's ``PYTHONPATH`` reaches the engine, not the runner); ``TZ`` is read
+again (``time.tzset``). Linux only (pidfds, ``SCM_RIGHTS``).
 """
 
 from __future__ import annotations
@@ -546,6 +548,7 @@ def _become(
         os.environ.clear()
         os.environ.update(warm.environ)
         tempfile.tempdir = None  # TMPDIR is the run's now
+        time.tzset()
         _reseed()
         sys.argv = [sys.argv[0], "standard"]
     except BaseException as exc:
