@@ -98,15 +98,13 @@ def test_zygote__each_deployment_is_a_process_of_its_own_forked_from_one_zygote(
     assert not (served.server.runs_dir / ".warm").exists()
 
 
-def test_zygote__a_forked_run_gets_what_a_runner_of_its_own_gets(
-    served: Served, database_url: str, tmp_path: Path
-) -> None:
+def test_zygote__a_forked_run_gets_what_a_runner_of_its_own_gets(served: Served) -> None:
     _, forked_command, _, forked = served.deploy()
-    own = Served(database_url, tmp_path / "own", PO_LOCAL_ZYGOTE="off", PO_LOCAL_WARM_RUNNERS="0")
-    try:
-        _, own_command, _, cold = own.deploy()
-    finally:
-        own.close()
+    # The same server restarted with the zygote off: a runner process of its own (no warm one).
+    served.server.stop()
+    served.server.env.update(PO_LOCAL_ZYGOTE="off", PO_LOCAL_WARM_RUNNERS="0")
+    served.server.start()
+    _, own_command, _, cold = served.deploy()
 
     assert (forked_command.split()[-1], own_command.split()[-1]) == ("zygote", "standard")
     # The same variables (values differ per run: its token, directory, deployment id)...

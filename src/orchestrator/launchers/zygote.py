@@ -529,7 +529,7 @@ def _become(
         os.dup2(devnull, 1)
         os.dup2(order_pipe, ORDER_FD)
         # Everything else inherited goes: the channel, the other children's pidfds, these originals.
-        os.closerange(ORDER_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        _close_fds_from(ORDER_FD + 1)
         if order.uid is not None and order.gid is not None:
             os.setgroups([])
             os.setresgid(order.gid, order.gid, order.gid)
@@ -564,6 +564,20 @@ def _become(
         traceback.print_exc()
         code = 1
     _exit(code)
+
+
+def _close_fds_from(first: int) -> None:
+    """Close every open fd numbered ``first`` or above (those ``/proc/self/fd`` lists: a huge fd limit
+    costs nothing)."""
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        os.closerange(first, os.sysconf("SC_OPEN_MAX"))
+        return
+    for fd in open_fds:
+        if fd >= first:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # the listing's own fd is closed already
 
 
 def _read_order() -> bytes:
