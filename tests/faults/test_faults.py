@@ -85,13 +85,19 @@ def _with_faults(
 
     thread = threading.Thread(target=faults, daemon=True)
     thread.start()
+    failure: BaseException | None = None
     try:
         workload.run_envs(deployments, prefix=prefix)
+    except BaseException as exc:
+        failure = exc
     finally:
         stop.set()
         thread.join()
+    # A fault that went wrong (a server that did not start again) explains the deployments' failure.
     if errors:
-        raise errors[0]
+        raise errors[0] from failure
+    if failure is not None:
+        raise failure
 
 
 def test_faults__server_killed_and_stopped(
