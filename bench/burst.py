@@ -73,6 +73,15 @@ POLL_INTERVAL_S = 1.0
 TARGET_CREATES_PER_S = 400.0
 TARGET_CREATE_P99_MS = 50.0
 TARGET_CREATED_TO_COMPLETED_P50_S = 3.0
+#: ``--local-runs``: the server settings of each way a local run can start.
+LOCAL_RUNS: dict[str, dict[str, str]] = {
+    # A fresh `po-runner standard` process per deployment.
+    "cold": {"PO_LOCAL_ZYGOTE": "off", "PO_LOCAL_WARM_RUNNERS": "0"},
+    # Runner processes started and imported ahead, one per deployment.
+    "warm": {"PO_LOCAL_ZYGOTE": "off", "PO_LOCAL_WARM_RUNNERS": "2"},
+    # One runner imported once, forked per deployment (launchers.zygote).
+    "zygote": {"PO_LOCAL_ZYGOTE": "auto"},
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +95,8 @@ class Options:
     replicas: int
     local_run_limit: int | None
     json: bool
+    #: How local runs start, one burst each (``LOCAL_RUNS``); empty: the server's default.
+    local_runs: tuple[str, ...] = ()
     results_dir: Path = RESULTS_DIR
 
 
@@ -128,18 +139,22 @@ class Seen:
 
 class DescendantSampler:
     """Reads /proc every ``SAMPLE_INTERVAL_S`` for the server's descendants: its children are runners
-    (`po-runner standard`, each in a session of its own), their descendants the engine. Keyed by (pid,
-    start time), so a recycled pid is a new process.
+    (`po-runner standard`, each in a session of its own) or the zygote (`po-runner zygote`, whose children
+    are the runners it forked), the runners' descendants the engine. Keyed by (pid, start time), so a
+    recycled pid is a new process.
 
     The total CPU of runners and engine is exact (the server's cutime + cstime once every run was
-    reaped); the split between them is sampled: a runner's engine CPU is the larger of the CPU its
-    runner had reaped when last seen and the sum of its engine processes' CPU when last seen, so the
-    engine's share can be under-counted by at most one sample interval per engine process.
+    reaped, plus the live zygotes' own CPU and what they reaped: ``zygotes_s``); the split between them
+    is sampled: a runner's engine CPU is the larger of the CPU its runner had reaped when last seen and
+    the sum of its engine processes' CPU when last seen, so the engine's share can be under-counted by at
+    most one sample interval per engine process.
     """
 
     def __init__(self, server_pids: Sequence[int]) -> None:
         self.server_pids = set(server_pids)
         self.seen: dict[tuple[int, int], Seen] = {}
+        #: Per live zygote: its CPU and that of the runners it reaped, when last seen.
+        self.zygotes: dict[tuple[int, int], float] = {}
         #: Per runner process: the deployment it runs (its DEPLOYMENT_ID), to find deployments run twice.
         self.deployment_of: dict[tuple[int, int], str] = {}
         self.alive: set[tuple[int, int]] = set()
@@ -166,6 +181,7 @@ class DescendantSampler:
                 if fields is not None:
                     table[int(entry.name)] = fields
         alive: set[tuple[int, int]] = set()
+        zygotes: dict[tuple[int, int], float] = {}
         for pid, fields in table.items():
             chain = [pid]
             parent = int(fields[1])
@@ -174,6 +190,11 @@ class DescendantSampler:
                 parent = int(table[parent][1])
             if parent not in self.server_pids:
                 continue
+            if is_zygote(chain[-1]):
+                if len(chain) == 1:
+                    zygotes[(pid, int(fields[19]))] = self_cpu(fields) + reaped_cpu(fields)
+                    continue  # not a run: where runs are forked from
+                chain.pop()
             runner_pid = chain[-1]
             if _idle_warm_runner(runner_pid):
                 continue  # started ahead, no deployment yet (PO_LOCAL_WARM_RUNNERS): counted once handed one
@@ -186,6 +207,12 @@ class DescendantSampler:
                 self.deployment_of[key] = _deployment_of(pid)
             alive.add(key)
         self.alive = alive
+        self.zygotes = zygotes
+
+    def zygotes_s(self) -> float:
+        """The CPU of the live zygotes and of the runners they reaped (a zygote that exited is in the
+        server's cutime: the server waits for it)."""
+        return sum(self.zygotes.values())
 
     def split(self) -> tuple[float, int]:
         """Engine CPU seconds (see the class), and how many runner processes were seen."""
@@ -214,6 +241,16 @@ def _deployment_of(pid: int) -> str:
     except OSError:
         return "?"
     return cwd.parent.name if cwd.name == "work" else "?"
+
+
+def is_zygote(pid: int) -> bool:
+    """The server's child ``po-runner zygote`` (its forked runners have its command line too: only the
+    server's child is the zygote)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"orchestrator.cli.runner" in command and b"zygote" in command
 
 
 def _idle_warm_runner(pid: int) -> bool:
@@ -480,6 +517,8 @@ def burst(
     targets = [(project, env) for env in (env_ids(options.deployments) if envs is None else envs)]
     pids = [server.pid for server in servers]
     sampler = DescendantSampler(pids)
+    sampler.sample()
+    zygotes_before = sampler.zygotes_s()
     sampler.start()
     before = read_cpu(pids, postmaster_pid)
     machine_before = machine_cpu()
@@ -497,6 +536,7 @@ def burst(
     sampler.stop()
     sampler.sample()
     after = read_cpu(pids, postmaster_pid)
+    zygotes_after = sampler.zygotes_s()
     machine_after = machine_cpu()
     seconds = time.monotonic() - started
     runs: dict[str, int] = {}
@@ -514,7 +554,7 @@ def burst(
     span = (max(completed) - creates.first_sent) if completed else math.nan
     engine_s, runners_seen = sampler.split()
     server_s = after.server_s - before.server_s
-    children_s = after.children_s - before.children_s
+    children_s = after.children_s - before.children_s + zygotes_after - zygotes_before
     postgres_s = after.postgres_s - before.postgres_s
     return {
         "deployments": len(targets),
@@ -745,10 +785,11 @@ def report(database: str, result: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def serving(
-    tmp: Path, database: str, bootstrap_token: str, options: Options
+    tmp: Path, database: str, bootstrap_token: str, options: Options, local_runs: str | None = None
 ) -> Iterator[tuple[list[launch.LaunchServer], int | None]]:
     """``replicas`` servers on one database, sharing the data dir (the server key, the object store) and
-    the runs dir, as replicas on one host do; the PostgreSQL postmaster's PID."""
+    the runs dir, as replicas on one host do; the PostgreSQL postmaster's PID. ``local_runs``: how their
+    local runs start (a key of ``LOCAL_RUNS``; None: the server's default)."""
     with contextlib.ExitStack() as stack:
         database_url, postmaster = None, None
         if database == "postgresql":
@@ -769,6 +810,7 @@ def serving(
                     "PO_RUNNER_DENIED_NETWORKS": "",
                     "MANAGED_RUNNER_SECRET": SECRET,
                     **limit,
+                    **(LOCAL_RUNS[local_runs] if local_runs else {}),
                 },
             )
             if n:
@@ -779,10 +821,14 @@ def serving(
         yield servers, postmaster
 
 
-def run_one(database: str, options: Options) -> dict[str, Any]:
+def run_one(database: str, options: Options, local_runs: str | None = None) -> dict[str, Any]:
     bootstrap_token = "po_bench_" + os.urandom(16).hex()
     result: dict[str, Any] = {
-        "options": {"concurrency": options.concurrency, "local_run_limit": options.local_run_limit}
+        "options": {
+            "concurrency": options.concurrency,
+            "local_run_limit": options.local_run_limit,
+            "local_runs": local_runs or "the server's default",
+        }
     }
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="po-bench-burst-")))
@@ -793,7 +839,9 @@ def run_one(database: str, options: Options) -> dict[str, Any]:
             "TF_CLI_CONFIG_FILE": str(tf_config),
             "CHECKPOINT_DISABLE": "1",
         }
-        servers, postmaster = stack.enter_context(serving(tmp, database, bootstrap_token, options))
+        servers, postmaster = stack.enter_context(
+            serving(tmp, database, bootstrap_token, options, local_runs)
+        )
         for n, server in enumerate(servers):
             stack.callback(_keep_log, server, options, database if not n else f"{database}-{n}")
         client = stack.enter_context(httpx.Client(base_url=servers[0].base_url, timeout=60))
@@ -805,6 +853,7 @@ def run_one(database: str, options: Options) -> dict[str, Any]:
             say(
                 f"-- {database}: burst of {options.deployments} deployments, "
                 f"{options.concurrency} creates at once"
+                + (f", {local_runs} local runs" if local_runs else "")
             )
             result["burst"] = burst(client, servers, postmaster, options)
             example = result["burst"]["example_deployment"]
@@ -862,9 +911,19 @@ def parse_options(argv: list[str] | None) -> Options:
         type=int,
         help="the servers' PO_LOCAL_RUN_LIMIT (default: theirs, one per CPU)",
     )
+    parser.add_argument(
+        "--local-runs",
+        default="",
+        help="how local runs start, comma-separated, one burst each in this order: "
+        f"{', '.join(LOCAL_RUNS)} (default: the server's default, one burst)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
+    local_runs = tuple(name.strip() for name in args.local_runs.split(",") if name.strip())
+    unknown = [name for name in local_runs if name not in LOCAL_RUNS]
+    if unknown:
+        parser.error(f"--local-runs: {', '.join(unknown)} is none of {', '.join(LOCAL_RUNS)}")
     if args.replicas > 1 and args.database != "postgresql":
         parser.error("--replicas above 1 needs --database postgresql (SQLite is one server's)")
     if min(args.deployments, args.concurrency, args.creates, args.floor_runs, args.replicas) < 1:
@@ -878,6 +937,7 @@ def parse_options(argv: list[str] | None) -> Options:
         only=args.only,
         replicas=args.replicas,
         local_run_limit=args.local_run_limit,
+        local_runs=local_runs,
         json=args.json,
         results_dir=args.results_dir,
     )
@@ -889,7 +949,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     load_before = os.getloadavg()
     try:
-        databases = {database: run_one(database, options) for database in options.databases}
+        databases = {
+            (f"{database}-{local_runs}" if local_runs else database): run_one(database, options, local_runs)
+            for database in options.databases
+            for local_runs in options.local_runs or (None,)
+        }
     except api.BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

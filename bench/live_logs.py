@@ -836,6 +836,10 @@ class MemorySampler:
                 parent = parents[parent]
             if parent != self.server_pid or burst._idle_warm_runner(chain[-1]):
                 continue
+            if burst.is_zygote(chain[-1]):
+                if len(chain) == 1:
+                    continue  # where runs are forked from (PO_LOCAL_ZYGOTE), not a run
+                chain.pop()
             kind = "runner" if len(chain) == 1 else "engine" if _is_engine(pid) else "other"
             found[kind] = max(found.get(kind, 0), _status(pid).get("VmHWM", 0))
         with self._lock:

@@ -111,19 +111,28 @@ class LaunchCounter:
             self._stop.wait(SAMPLE_INTERVAL_S)
 
     def sample(self) -> None:
+        table: dict[int, list[str]] = {}
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
+            if entry.name.isdigit():
+                fields = burst._stat(entry.name)
+                if fields is not None:
+                    table[int(entry.name)] = fields
+        for pid, fields in table.items():
+            parent = int(fields[1])
+            if parent not in self.server_pids:
+                # A runner forked by a server's zygote (``PO_LOCAL_ZYGOTE``) is the server's too.
+                grandparent = int(table[parent][1]) if parent in table else 0
+                if grandparent not in self.server_pids or not burst.is_zygote(parent):
+                    continue
+                parent = grandparent
+            elif burst.is_zygote(pid):
                 continue
-            fields = burst._stat(entry.name)
-            if fields is None or int(fields[1]) not in self.server_pids:
-                continue
-            pid = int(entry.name)
             key = (pid, int(fields[19]))
             if key in self.runs and self.runs[key][1] != "?":
                 continue
             if burst._idle_warm_runner(pid):
                 continue
-            self.runs[key] = (self.server_pids[int(fields[1])], burst._deployment_of(pid))
+            self.runs[key] = (self.server_pids[parent], burst._deployment_of(pid))
 
     def per_deployment(self) -> Counter[str]:
         return Counter(deployment for _, deployment in self.runs.values() if deployment != "?")

@@ -67,7 +67,7 @@ from orchestrator.gateway.agent_gateway import AgentGateway
 from orchestrator.gateway.long_poll import LongPollMiddleware
 from orchestrator.identity import documents as identity_documents
 from orchestrator.identity.issuer import WorkloadIssuer
-from orchestrator.launchers import availability, run_user
+from orchestrator.launchers import availability, run_user, zygote
 from orchestrator.launchers.base import Launcher, LaunchError, LaunchTarget
 from orchestrator.launchers.local import LocalLauncher
 from orchestrator.launchers.run_cgroups import RunCgroups
@@ -243,6 +243,8 @@ def local_launcher(settings: ServerSettings) -> LocalLauncher:
         run_cgroups=cgroups,
         run_limit=settings.local_run_limit,
         warm_runners=settings.local_warm_runners if settings.allow_local_runners else 0,
+        fork_server=settings.allow_local_runners
+        and zygote.enabled(settings.local_zygote, setting="PO_LOCAL_ZYGOTE"),
         gateway_ca=partial(own_certificate, settings.tls_cert_file) if settings.tls_cert_file else None,
     )
 

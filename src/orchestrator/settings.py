@@ -93,12 +93,22 @@ class ServerSettings(BaseSettings):
         "on this host; further deployments stay `executing`, their status message saying they are queued, "
         "and start in creation order as runs end. Default: four per CPU.",
     )
+    local_zygote: str = Field(
+        default="auto",
+        description="auto: local runs (runtime `process`) are forked from one runner process per server "
+        "that imported the runner once (a fork server, started at the first local run), instead of each "
+        "starting Python and importing it (about 0.5 s of CPU per deployment); each forked runner still "
+        "serves one deployment as its own user, session, cgroup, environment and directory. Linux only; "
+        "while it cannot be used, runs start as with off. off: warm runners (PO_LOCAL_WARM_RUNNERS), else "
+        "a new runner process per deployment.",
+    )
     local_warm_runners: int = Field(
         default=2,
         ge=0,
-        description="Runner processes for local runs (runtime `process`) started and imported ahead, each "
-        "waiting for one deployment (saves the runner's start-up, about 0.3 s of CPU); refilled as they are "
-        "used, none started before the first local run. 0: every run starts its own runner.",
+        description="With PO_LOCAL_ZYGOTE off (or unusable): runner processes for local runs (runtime "
+        "`process`) started and imported ahead, each waiting for one deployment (moves the runner's "
+        "start-up off the deployment's path, not off the CPU); refilled as they are used, none started "
+        "before the first local run. 0: every run starts its own runner.",
     )
     local_runs_dir: Path = Field(
         default_factory=default_local_runs_dir,

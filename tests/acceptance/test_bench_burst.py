@@ -80,3 +80,33 @@ def test_burst_bench__two_replicas_on_one_postgresql_run_each_deployment_once(tm
     assert (burst["run_twice"], burst["runs_not_seen"], burst["server_errors"]) == ([], [], 0), burst
     assert burst["create_errors"] == {} and burst["failed"] == [], burst
     assert (tmp_path / "burst-postgresql-1-server.log").is_file()
+
+
+@pytest.mark.timeout(400)
+def test_burst_bench__the_ways_a_local_run_starts_one_burst_each(tmp_path: Path) -> None:
+    """``--local-runs cold,warm,zygote``: a burst per way, each measured alone (its runners seen, its CPU
+    split), results under ``<database>-<way>``."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "burst.py"),
+            *("--only", "burst", "--local-runs", "cold,warm,zygote"),
+            *("--deployments", "3", "--concurrency", "2", "--floor-runs", "1"),
+            *("--json", "--results-dir", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=340,
+    )
+
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    runs = json.loads(done.stdout)["databases"]
+    assert ["sqlite-cold", "sqlite-warm", "sqlite-zygote"] == list(runs)
+    for name, run in runs.items():
+        burst = run["burst"]
+        assert (burst["succeeded"], burst["run_twice"], burst["runs_not_seen"]) == (3, [], []), (name, burst)
+        assert burst["all_runs_reaped"] and burst["runner_processes_seen"] == 3, (name, burst)
+        cpu = burst["cpu_s_per_deployment"]
+        assert cpu["runners"] > 0 and cpu["engine"] > 0, (name, cpu)
+        assert (tmp_path / f"burst-{name}.json").is_file()

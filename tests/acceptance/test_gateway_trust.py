@@ -104,12 +104,18 @@ def test_self_signed__the_servers_own_local_run_trusts_it_untold(
         server.url, tmp_path, runner=runner_body(tmp_path / "terraformrc"), verify=server.verify
     )
     try:
-        # The first run is cold (the warm pool fills on first use), the second is handed to a warm runner.
+        # Forked from the zygote (the default); then, with the zygote off, the first run is cold (the warm
+        # pool fills on first use) and the second is handed to a warm runner.
+        forked = stack.deploy()
+        server.stop()
+        server.env["PO_LOCAL_ZYGOTE"] = "off"
+        server.start()
         cold = stack.deploy()
         wait_for(lambda: idle_warm_runners(server), 30, "a warm runner")
         warm = stack.deploy()
     finally:
         stack.client.close()
+    assert forked["status"] == "succeeded", forked
     assert cold["status"] == "succeeded", cold
     assert warm["status"] == "succeeded", warm
 

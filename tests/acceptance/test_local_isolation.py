@@ -2,7 +2,10 @@
 root executes as an unprivileged uid of its own (``PO_LOCAL_RUN_UIDS``, default 2100000-2100999; no
 account, the group of the same number), outside the data dir, with none of the server's environment; it can
 read neither the server key nor the database, sees nothing of another run (``/proc`` of other uids, their
-directories, an idle warm runner's memory) and nothing of it outlives its run.
+directories, an idle warm runner's memory) and nothing of it outlives its run. All of it holds for runs
+forked from the zygote (``PO_LOCAL_ZYGOTE=auto``, the default) and for runners started as processes of
+their own (``off``: warm or cold): the ``isolated`` fixture takes both, one per database (``diagonal``).
+A secret of one forked run is in no other forked run's memory nor in the zygote's.
 
 Real ``orchestrator serve`` processes as root, real runner processes, the embedded Terraform engine; the
 probes are ``local-exec`` provisioners and ``file()`` in an inline module, as a tenant would write them.
@@ -30,11 +33,12 @@ import yaml
 
 from orchestrator.launchers import run_cgroups
 from tests.support import run_probe
-from tests.support.outages import ServerProcess
+from tests.support.outages import ServerProcess, wait_for, zygote_of
 from tests.support.run_user import nobody
 from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest, runner_body
+from tests.support.zygote_probe import memory_holds
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.diagonal("isolated")]
 
 MODULE = yaml.safe_load((EXAMPLES / "module.yaml").read_text())
 #: PO_LOCAL_RUN_UIDS's default.
@@ -101,9 +105,15 @@ class Isolated:
         return (self.found / name).read_text().strip()
 
 
-@pytest.fixture
-def isolated(database_url: str, shared: Path, tmp_path: Path) -> Iterator[Isolated]:
-    made = Isolated(database_url, shared, tmp_path)
+@pytest.fixture(params=["zygote", "no-zygote"])
+def isolated(
+    request: pytest.FixtureRequest, database_url: str, shared: Path, tmp_path: Path
+) -> Iterator[Isolated]:
+    """A root server whose runs are forked from its zygote, or (``no-zygote``) start as runners of their
+    own (the first cold, the next ones warm)."""
+    made = Isolated(
+        database_url, shared, tmp_path, PO_LOCAL_ZYGOTE="auto" if request.param == "zygote" else "off"
+    )
     yield made
     made.close()
 
@@ -222,6 +232,12 @@ def test_local_run__environment_holds_none_of_the_servers(canaries: tuple[Isolat
     # Its own HOME and TMPDIR, in its working directory.
     for name in ("HOME", "TMPDIR"):
         assert isolated.runs_dir in Path(environment[name]).parents, name
+    # The zygote it was forked from holds nothing of the server's environment either.
+    zygote = zygote_of(isolated.server)
+    assert zygote is not None
+    held = Path(f"/proc/{zygote}/environ").read_bytes().decode()
+    assert [] == [name for name, value in server.items() if value in held]
+    assert {"HOME": "/nonexistent"}.items() <= dict(v.split("=", 1) for v in held.split("\0") if v).items()
 
 
 def test_local_runs__a_run_sees_nothing_of_another_and_nothing_of_it_outlives_it(
@@ -306,8 +322,10 @@ with open(f"{found}/run-{n}", "w") as out:
 """
 
 
+@pytest.mark.diagonal("start")
+@pytest.mark.parametrize("start", ["zygote", "no-zygote"])
 def test_local_runs__without_a_uid_each_their_detached_processes_die_with_their_cgroup(
-    database_url: str, shared: Path, tmp_path: Path
+    database_url: str, shared: Path, tmp_path: Path, start: str
 ) -> None:
     # PO_LOCAL_RUN_UIDS empty: every run as the one run user, so no uid sweep can tell runs apart; the
     # cgroup of each run (this host's cgroup v2 hierarchy) still stops what left its session.
@@ -315,13 +333,20 @@ def test_local_runs__without_a_uid_each_their_detached_processes_die_with_their_
     if usable is None:
         pytest.skip("no writable cgroup v2 hierarchy with cgroup.kill on this host")
     usable.close()
-    isolated = Isolated(database_url, shared, tmp_path, PO_LOCAL_RUN_UIDS="")
+    isolated = Isolated(
+        database_url,
+        shared,
+        tmp_path,
+        PO_LOCAL_RUN_UIDS="",
+        PO_LOCAL_ZYGOTE="auto" if start == "zygote" else "off",
+    )
     found = isolated.found
     (found / "cgroup_probe.py").write_text(CGROUP_PROBE)
     (found / "cgroup_probe.py").chmod(0o644)
     runs: list[list[str]] = []
     try:
-        # The first run starts cold (the warm pool fills on first use), the second is a warm runner's.
+        # Without the zygote the first run starts cold (the warm pool fills on first use), the second is a
+        # warm runner's; with it both are forked (the command line is the zygote's).
         for n in (1, 2):
             deployment = isolated.deploy_module(
                 MODULE["module_source_code"]
@@ -339,9 +364,86 @@ def test_local_runs__without_a_uid_each_their_detached_processes_die_with_their_
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
 
-    assert ["standard", "warm"] == [kind for kind, _, _ in runs]
+    expected = ["zygote", "zygote"] if start == "zygote" else ["standard", "warm"]
+    assert expected == [kind for kind, _, _ in runs]
     assert [] == left, "processes that left their run's session outlived their run"
     # Each run in a cgroup of its own, in the server's parent for its runs.
     cgroups = [cgroup for _, cgroup, _ in runs]
     assert all("/po-runs-" in cgroup for cgroup in cgroups), cgroups
     assert len(set(cgroups)) == 2, cgroups
+
+
+#: The provisioner of the run that waits to be looked at: it writes the pid of the runner above it (the
+#: process running ``orchestrator.cli.runner``) and waits (bounded) for the test to release it.
+WAIT_TO_BE_SCANNED = """
+p=$PPID
+while [ "$p" -gt 1 ] && ! tr '\\0' ' ' < /proc/$p/cmdline | grep -q orchestrator.cli.runner; do
+  p=$(cut -d ' ' -f 4 /proc/$p/stat)
+done
+echo $p > FOUND/runner.pid
+for i in $(seq 600); do [ -e FOUND/release ] && exit 0; sleep 0.2; done
+"""
+
+
+def test_local_runs__a_secret_of_one_forked_run_is_in_no_later_run_nor_in_the_zygote(
+    database_url: str, shared: Path, tmp_path: Path
+) -> None:
+    """Org initech's runner has a secret; org globex's run, forked from the same zygote after initech's
+    run, holds globex's secret in its memory and nothing of initech's; the zygote holds neither (its
+    memory, its environment). Memory read as root through ``/proc/<pid>/mem``."""
+    first_secret, globex_secret = (f"marker-{name}-{secrets.token_hex(12)}" for name in ("first", "globex"))
+    isolated = Isolated(database_url, shared, tmp_path, PO_LOCAL_ZYGOTE="auto")
+    stacks = []
+    for org, secret in (("initech", first_secret), ("globex", globex_secret)):
+        runner = runner_body(isolated.tf_config)
+        runner["runner_configuration"]["job"]["secrets"] = {"MY_RUNNER_SECRET": secret}
+        (tmp_path / org).mkdir()
+        stacks.append(build_stack(isolated.server.url, tmp_path / org, org=org, runner=runner))
+    initech, other = stacks
+    found = isolated.found
+    script = WAIT_TO_BE_SCANNED.replace("FOUND", str(found))
+    try:
+        first = initech.deploy(demo_manifest())
+        patched = other.client.patch(
+            f"/orgs/{other.org}/modules/demo-app",
+            json={
+                "module_source_code": MODULE["module_source_code"]
+                + '\nresource "terraform_data" "probe" {\n  provisioner "local-exec" {\n'
+                + f"    command = <<-EOT\n{script}\n    EOT\n  }}\n}}\n"
+            },
+        )
+        assert 200 == patched.status_code, patched.text
+        waiting = other.client.post(
+            f"/orgs/{other.org}/deployments",
+            json={"project_id": "shop", "env_id": "dev", "mode": "deploy", "manifest": demo_manifest()},
+        )
+        assert 201 == waiting.status_code, waiting.text
+        pid_file = found / "runner.pid"
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 120, "globex's run to start")
+        runner_pid = int(pid_file.read_text())
+        zygote = zygote_of(isolated.server)
+        assert zygote is not None
+        parent = int(Path(f"/proc/{runner_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        in_runner = {
+            name: memory_holds(runner_pid, value.encode())
+            for name, value in (("first", first_secret), ("globex", globex_secret))
+        }
+        in_zygote = {
+            name: memory_holds(zygote, value.encode())
+            for name, value in (("first", first_secret), ("globex", globex_secret))
+        }
+        zygote_environ = Path(f"/proc/{zygote}/environ").read_bytes()
+        (found / "release").touch()
+        second = other.wait(waiting.json()["id"])
+    finally:
+        initech.client.close()
+        other.client.close()
+        isolated.close()
+
+    assert "succeeded" == first["status"], first["status_message"]
+    assert "succeeded" == second["status"], second["status_message"]
+    assert zygote == parent  # globex's runner was forked from the zygote initech's run came from
+    # The scan finds what is there (globex's own secret), and nothing of initech's run.
+    assert {"first": False, "globex": True} == in_runner
+    assert {"first": False, "globex": False} == in_zygote
+    assert first_secret.encode() not in zygote_environ and globex_secret.encode() not in zygote_environ

@@ -93,9 +93,9 @@ def _slow_module(stack: Stack, command: str) -> None:
 
 @pytest.fixture
 def live(database_url: str, tmp_path: Path) -> Iterator[Live]:
-    # No warm runners: a warm runner is started ahead with the server's own environment, so it would run
-    # the installed runner rather than the tree under test's (PYTHONPATH, below).
-    server = ServerProcess(database_url, tmp_path / "data", PO_LOCAL_WARM_RUNNERS="0")
+    # No zygote and no warm runners: each is started ahead with the server's own environment, so it would
+    # run the installed runner rather than the tree under test's (PYTHONPATH, below).
+    server = ServerProcess(database_url, tmp_path / "data", PO_LOCAL_ZYGOTE="off", PO_LOCAL_WARM_RUNNERS="0")
     server.start()
     try:
         # The runner of the tree under test (a local run inherits no PYTHONPATH of the server's).

@@ -1,6 +1,7 @@
-"""Warm runners (``PO_LOCAL_WARM_RUNNERS``, ``launchers.warm``): after the first local run, deployments are
-handed to runner processes started ahead; each serves one deployment only, gets exactly the environment,
-directory and stderr file a cold runner gets, and an idle one exits when its server stops or dies.
+"""Warm runners (``PO_LOCAL_WARM_RUNNERS`` with ``PO_LOCAL_ZYGOTE=off``, ``launchers.warm``): after the
+first local run, deployments are handed to runner processes started ahead; each serves one deployment
+only, gets exactly the environment, directory and stderr file a cold runner gets, and an idle one exits
+when its server stops or dies.
 
 A real ``orchestrator serve``, real runner processes and the embedded engine; what a run sees is read by a
 ``local-exec`` provisioner of the deployed module: the runner process above it (its command line and pid)
@@ -48,7 +49,10 @@ class Warm:
     def __init__(self, database_url: str, tmp_path: Path) -> None:
         self.found = tmp_path / "found"
         self.found.mkdir()
-        self.server = ServerProcess(database_url, tmp_path / "data", PO_LOCAL_WARM_RUNNERS="2")
+        # Warm runners serve when the zygote is off (tests/acceptance/test_zygote_runs.py: when it is on).
+        self.server = ServerProcess(
+            database_url, tmp_path / "data", PO_LOCAL_WARM_RUNNERS="2", PO_LOCAL_ZYGOTE="off"
+        )
         self.server.start()
         self.stack: Stack = build_stack(self.server.url, tmp_path)
         patched = self.stack.client.patch(

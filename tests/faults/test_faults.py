@@ -26,7 +26,7 @@ import pytest
 from orchestrator.protocol import agent_auth
 from tests.support.agent_process import AgentProcess
 from tests.support.fault_workload import BEFORE_APPLY, PHASES, History, Workload, local_runner, outage_seconds
-from tests.support.outages import ServerProcess, run_processes
+from tests.support.outages import ServerProcess, run_processes, zygote_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(1800)]
 
@@ -85,13 +85,19 @@ def _with_faults(
 
     thread = threading.Thread(target=faults, daemon=True)
     thread.start()
+    failure: BaseException | None = None
     try:
         workload.run_envs(deployments, prefix=prefix)
+    except BaseException as exc:
+        failure = exc
     finally:
         stop.set()
         thread.join()
+    # A fault that went wrong (a server that did not start again) explains the deployments' failure.
     if errors:
-        raise errors[0]
+        raise errors[0] from failure
+    if failure is not None:
+        raise failure
 
 
 def test_faults__server_killed_and_stopped(
@@ -163,6 +169,38 @@ def test_faults__runners_killed(
     _say(request, f"  {len(done)} runners killed, deployments {outcomes}")
     for line in done:
         _say(request, f"    {line}")
+
+
+def test_faults__zygote_killed(
+    server: ServerProcess, tmp_path: Path, seed: int, request: pytest.FixtureRequest
+) -> None:
+    """The zygote the local runs are forked from (``PO_LOCAL_ZYGOTE``, on by default) killed at random
+    moments, a fork in flight or not: the runs it forked go on and report, the next runs start (forked from
+    a new zygote, or as a cold runner while none answers), and every deployment succeeds, once."""
+    rng = random.Random(seed)
+    runs = tmp_path / "runs"
+    workload = Workload(server=server, work=tmp_path, envs=ENVS, runner=local_runner(tmp_path, runs))
+    done: list[str] = []
+
+    def inject(stop: threading.Event) -> None:
+        while not stop.wait(rng.uniform(0.3, 3.0)):
+            pid = zygote_of(server)
+            if pid is None:
+                continue
+            phases = workload.phases()
+            os.kill(pid, signal.SIGKILL)
+            done.append(f"zygote {pid} killed; deployments: {workload.summary(phases)}")
+
+    _with_faults(workload, math.ceil(DEPLOYMENTS / 2), "z", inject)
+    outcomes = workload.check(seed, runs_dirs=[runs])
+    workload.stack.client.close()
+
+    _say(request, f"  zygote killed {len(done)} times, deployments {outcomes}")
+    for line in done:
+        _say(request, f"    {line}")
+    assert done, f"the zygote was never killed (PO_FAULT_SEED={seed})"
+    # Its death is none of its runs': nothing failed.
+    assert {"succeeded": math.ceil(DEPLOYMENTS / 2)} == outcomes, f"PO_FAULT_SEED={seed}"
 
 
 def test_faults__agent_killed_while_its_leases_run_out(

@@ -266,6 +266,40 @@ def run_handle(run_dir: Path) -> tuple[int, int]:
     return int(pid), int(started)
 
 
+def zygote_of(server: ServerProcess) -> int | None:
+    """The pid of the server's zygote (its child ``po-runner zygote``, ``PO_LOCAL_ZYGOTE``), if it has one
+    (the runners it forked have its command line too, but not the server as their parent)."""
+    if server.process is None:
+        return None
+    for pid in _children(server.process.pid):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"orchestrator.cli.runner" in command and b"zygote" in command:
+            return pid
+    return None
+
+
+def _children(parent: int) -> list[int]:
+    """The live (not zombie) children of ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        info = processes.read_stat(int(entry.name))
+        if info is not None and info.state != "Z" and _parent_of(info.pid) == parent:
+            found.append(info.pid)
+    return found
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run_processes(run_dir: Path) -> list[int]:
     """The live processes of a local run (its runner, and every process of its session)."""
     pid, started = run_handle(run_dir)

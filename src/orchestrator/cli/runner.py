@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import tempfile
+from functools import partial
 
 import click
 from pydantic import ValidationError
@@ -138,6 +139,38 @@ def warm(ctx: click.Context) -> None:
     os.environ.update(order.environ)
     tempfile.tempdir = None  # TMPDIR is the run's now
     ctx.invoke(standard)
+
+
+@main.command(hidden=True)
+def zygote() -> None:
+    """The local launcher's fork server (``orchestrator.launchers.zygote``): imports the runner once, then
+    forks one runner per order arriving on its stdin (a socket only the launcher holds), each of which
+    runs one deployment as `standard` does; exits when the launcher closes the socket.
+    """
+    import socket
+
+    from orchestrator.launchers import zygote as fork_server
+
+    if not fork_server.supported():
+        raise RunnerConfigurationError("the zygote needs Linux (pidfds, fd passing)")
+    channel = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    _preload()
+    sys.exit(fork_server.serve(channel, partial(main.main, args=["standard"], prog_name="po-runner")))
+
+
+def _preload() -> None:
+    """What a run imports on its way, imported by the zygote once instead of by each child: httpx's
+    transport (httpcore, h11, h2, anyio, certifi: made when the gateway client is), OpenSSL's first
+    context, gzip (the logs), the idna codec (host names)."""
+    import encodings.idna  # noqa: F401
+    import gzip  # noqa: F401
+
+    import httpx
+
+    httpx.Client().close()
 
 
 @main.command()

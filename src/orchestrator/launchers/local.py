@@ -47,7 +47,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator.launchers import engine, processes, run_cgroups, run_uids, run_user, warm
+from orchestrator.launchers import engine, processes, run_cgroups, run_uids, run_user, warm, zygote
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus, UnsavedState
 from orchestrator.launchers.run_cgroups import RunCgroups
 from orchestrator.launchers.run_uids import RunUids
@@ -153,6 +153,7 @@ class LocalLauncher:
         run_uids: RunUids | None = None,
         gateway_ca: Callable[[], str | None] | None = None,
         run_cgroups: RunCgroups | None = None,
+        fork_server: bool = False,
     ) -> None:
         #: A cgroup of its own for each ``process`` run and warm runner (``launchers.run_cgroups``), where
         #: the host lets this process make one; killed whole when the run ends.
@@ -191,9 +192,18 @@ class LocalLauncher:
         self._warm_users: dict[Path, RunUser] = {}
         #: Adopted runs found gone whose uid was released already.
         self._released: set[str] = set()
+        #: The fork server ``process`` runs are forked from (``launchers.zygote``), when ``fork_server``
+        #: and the platform can; runs start warm or cold while it cannot answer.
+        self.zygote = (
+            zygote.Zygote(self._start_zygote, log_file=runs_dir / zygote.LOG_FILE)
+            if fork_server and zygote.supported()
+            else None
+        )
 
     def close(self) -> None:
-        """Stop the idle warm runners (the runs go on) and remove their cgroups."""
+        """Stop the zygote and the idle warm runners (the runs go on) and remove their cgroups."""
+        if self.zygote is not None:
+            self.zygote.close()
         self.warm_pool.close()
         if self.run_cgroups is not None:
             for cgroup in self._warm_cgroups.values():
@@ -288,10 +298,11 @@ class LocalLauncher:
         user = self.run_user if process_runtime else None
         if user is not None:
             await self.check_runnable()
+        forking = process_runtime and self.zygote is not None and await asyncio.to_thread(self.zygote.ready)
         # A warm runner only serves runs on the runs dir's file system (its stderr file is renamed).
         warm_runner = (
             await asyncio.to_thread(self._take_warm)
-            if process_runtime and run_dir.parent == self.runs_dir
+            if process_runtime and not forking and run_dir.parent == self.runs_dir
             else None
         )
         user, work = await self._place(run_dir, user, warm_runner)
@@ -310,6 +321,10 @@ class LocalLauncher:
         if not process_runtime:
             await asyncio.to_thread(_check_engine, str(job.get("runtime")), {**own, **run_env})
         process: subprocess.Popen[bytes] | None = None
+        if forking:
+            forked = await asyncio.to_thread(self._fork, {**own, **run_env}, run_dir, work, user)
+            if forked is not None:
+                return forked
         if warm_runner is not None:
             process = await asyncio.to_thread(
                 self._hand_to_warm, warm_runner, {**own, **run_env}, run_dir, work
@@ -407,6 +422,74 @@ class LocalLauncher:
         """The run user of a uid of the range: its group of the same number, no account."""
         return RunUser(name=f"uid {uid}", uid=uid, gid=uid)
 
+    def _fork(self, env: dict[str, str], run_dir: Path, work: Path, user: RunUser | None) -> str | None:
+        """The run forked from the zygote, in a cgroup of its own (where there are run cgroups), its
+        handle recorded before the child is sent its order (``zygote.ForkedRun.go``): a launcher that dies
+        in between leaves a child that never runs. None when the zygote cannot fork (the run then starts
+        cold, as the same user)."""
+        assert self.zygote is not None
+        cgroup = self._new_cgroup(f"{run_dir.name}.{secrets.token_hex(4)}")
+        fd = os.open(run_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            forked = self.zygote.fork(
+                stderr=fd, user=None if user is None else (user.uid, user.gid), cgroup=cgroup
+            )
+        except zygote.ZygoteUnavailableError as exc:
+            log.info("a local run starts without the zygote", run_dir=str(run_dir), problem=str(exc))
+            if cgroup is not None and self.run_cgroups is not None:
+                self.run_cgroups.kill(cgroup)  # and a child forked into it meanwhile, waiting for nothing
+            return None
+        finally:
+            os.close(fd)
+        if cgroup is not None:
+            if forked.cgroup_problem is None:
+                self._record_cgroup(run_dir, cgroup)
+            else:
+                self._uncontained(forked.pid, forked.cgroup_problem, cgroup)
+        handle = f"local:{self.hostname}:{forked.pid}:{forked.started}:{run_dir}"
+        try:
+            (run_dir / "runner.pid").write_text(handle)
+        except OSError:
+            forked.abandon()
+            raise
+        self._running.add(handle)
+        threading.Thread(target=self._reap_forked, args=(handle, forked, run_dir), daemon=True).start()
+        with contextlib.suppress(BrokenPipeError):
+            # Gone already (killed): its exit is reaped and reported like any runner's.
+            forked.go(WarmOrder(environ=env, cwd=str(work)))
+        return handle
+
+    def _start_zygote(self, channel: socket.socket) -> subprocess.Popen[bytes]:
+        """``po-runner zygote`` as this launcher's user (it becomes each run's user when it forks), with
+        nothing of the launcher's environment beyond ``INHERITED``, ``channel`` as its stdin and its stderr
+        in the runs dir (the launcher's file)."""
+        self.runs_dir.mkdir(mode=run_user.PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        fd = os.open(
+            self.runs_dir / zygote.LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
+        )
+        with open(fd, "wb") as stderr:
+            return subprocess.Popen(
+                [self._python, "-m", "orchestrator.cli.runner", "zygote"],
+                env={**self._inherited, "HOME": "/nonexistent"},
+                stdin=channel.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd="/",
+            )
+
+    def _reap_forked(self, handle: str, forked: zygote.ForkedRun, run_dir: Path) -> None:
+        """As ``_reap`` for a run forked from the zygote; when the zygote died before the run (its exit
+        code is lost), the run is watched through ``/proc`` as an adopted one."""
+        code = forked.wait()
+        if code is None:
+            self._watch_resumed(handle, run_dir)
+            return
+        self._finish(handle, run_dir, whole_run=code == 0)
+        self._exit_codes[handle] = code
+        self._running.discard(handle)
+        if self.on_exit is not None:
+            self.on_exit(code)
+
     def _take_warm(self) -> warm.WarmRunner | None:
         """A live idle warm runner, or None (the pool is topped up either way)."""
         return self.warm_pool.take()
@@ -494,23 +577,36 @@ class LocalLauncher:
         """Move a runner just started into a new cgroup of its own (``launchers.run_cgroups``), before it
         does anything of its run's; None where there are no run cgroups or the move failed (the run's uid
         sweep is left)."""
-        if self.run_cgroups is None:
+        cgroup = self._new_cgroup(name)
+        if cgroup is None or self.run_cgroups is None:
             return None
-        cgroup: Path | None = None
         try:
-            cgroup = self.run_cgroups.create(name)
             self.run_cgroups.enter(cgroup, process.pid)
         except OSError as exc:
-            log.warning(
-                "cannot put a runner into a cgroup of its own; its run is stopped by session and uid only",
-                pid=process.pid,
-                error=exc.strerror or str(exc),
-            )
-            if cgroup is not None:
-                with contextlib.suppress(OSError):
-                    cgroup.rmdir()
+            self._uncontained(process.pid, exc.strerror or str(exc), cgroup)
             return None
         return cgroup
+
+    def _new_cgroup(self, name: str) -> Path | None:
+        """A new cgroup for a runner, or None (no run cgroups here, or it cannot be made: warned)."""
+        if self.run_cgroups is None:
+            return None
+        try:
+            return self.run_cgroups.create(name)
+        except OSError as exc:
+            self._uncontained(None, exc.strerror or str(exc), None)
+            return None
+
+    @staticmethod
+    def _uncontained(pid: int | None, problem: str, cgroup: Path | None) -> None:
+        log.warning(
+            "cannot put a runner into a cgroup of its own; its run is stopped by session and uid only",
+            pid=pid,
+            error=problem,
+        )
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
 
     def _start(
         self,
@@ -624,6 +720,9 @@ class LocalLauncher:
             while run.leader_alive():
                 time.sleep(poll_seconds)
             self._finish(handle, run_dir, whole_run=False)
+            with self._lock:
+                # Finished here: a status check must not release its uid again (another run may hold it).
+                self._released.add(handle)
         finally:
             self._running.discard(handle)
 
