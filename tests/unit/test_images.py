@@ -331,12 +331,11 @@ def test_images__build_context_holds_what_the_dockerfiles_copy() -> None:
                         assert (ROOT / source).exists()
 
 
-def test_readme__images_section_matches_the_dockerfiles() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Images\n") : readme.index("## Reliability\n")]
+def test_docs__images_page_matches_the_dockerfiles() -> None:
+    section = (ROOT / "docs" / "runners" / "images.md").read_text()
     defaults = arg_defaults(RUNNER_DOCKERFILE)
     for name in defaults:
-        assert f"`{name}`" in section, f"README's Images section does not name the build argument {name}"
+        assert f"`{name}`" in section, f"docs/runners/images.md does not name the build argument {name}"
     tofu, terraform = defaults["TOFU_VERSION"], defaults["TERRAFORM_VERSION"]
     table_row = f"| `TOFU_VERSION`, `TERRAFORM_VERSION` | `{tofu}`, `{terraform}` |"
     assert table_row in section
