@@ -1,10 +1,11 @@
 """Every command, YAML, HCL, JSON and Dockerfile example of the docs site is run or applied by a test.
 
-A block fenced with one of those languages carries a marker ``<!-- example: NAME -->`` (tests/support/docs.py;
-docs/contributing/docs.md), and a test asks for it by name with ``docs_example("NAME")``. This module fails when
-a page holds such a block without a marker or with a name no test asks for, and when a test asks for a
-name no page has. Which test runs a block is found by reading the tests' source (their ``docs_example("...")``
-calls), so a block no test reads fails here whether or not the suite runs the test that would read it.
+A block fenced with one of those languages carries a marker ``<!-- example: NAME -->``
+(tests/support/docs.py; docs/contributing/docs.md), and a test asks for it by name with
+``docs_example("NAME")``. This module fails when a page holds such a block without a marker or with a
+name no test asks for, and when a test asks for a name no page has. Which test runs a block is found by
+reading the tests' source (their ``docs_example("...")`` calls), so a block no test reads fails here
+whether or not the suite runs the test that would read it.
 Blocks of other languages (``text``: output as printed, diagrams) are not examples; a block without a
 language is refused, so that each says which it is.
 """
