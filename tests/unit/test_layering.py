@@ -119,7 +119,7 @@ def test_layering__the_table_points_one_way() -> None:
         for lower in lowers
         if allowed[upper] is not None and lower not in (allowed[upper] or ())
     ]
-    assert [] == refused, "the summary line says so, the layering table does not allow it: " + ", ".join(refused)
+    assert [] == refused, "the summary line says so, the layering table does not: " + ", ".join(refused)
 
 
 def test_layering__every_import_is_allowed_by_readme() -> None:
@@ -142,8 +142,8 @@ def test_layering__every_import_is_allowed_by_readme() -> None:
 
 def test_layering__what_ships_apart_reaches_no_server_code() -> None:
     """The runner, the agent, ``octl`` and the launchers ship without the server: nothing they import, at
-    any depth, is server code (the architecture page's second table). Each import that crosses into it is named once,
-    with the chain of imports that leads there."""
+    any depth, is server code (the architecture page's second table). Each import that crosses into it is
+    named once, with the chain of imports that leads there."""
     starts = layers().ships_apart
     roots = [
         module
@@ -196,6 +196,6 @@ def test_layering__each_package_readme_says_what_its_row_says() -> None:
             ok = names == allowed
         if not ok:
             row = "anything" if allowed is None else ", ".join(sorted(allowed)) or "nothing"
-            differing.append(f"{readme.relative_to(ROOT)}: 'May import:{line}', the layering table's row: {row}")
+            differing.append(f"{readme.relative_to(ROOT)}: 'May import:{line}', the table's row: {row}")
 
     assert [] == differing, "\n".join(["package READMEs that disagree with the layering table:", *differing])
