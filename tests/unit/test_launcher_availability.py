@@ -202,7 +202,9 @@ def test_docs__the_status_of_a_kubernetes_runner_without_lightkube(tmp_path: Pat
     from tests.support.docs import docs_example
 
     shown = json.loads(docs_example("runners/status-unlaunchable"))
-    (reason,) = {o.reason for o in outcomes_without(("lightkube",), tmp_path).values() if o.kind == "kubernetes"}
+    (reason,) = {
+        o.reason for o in outcomes_without(("lightkube",), tmp_path).values() if o.kind == "kubernetes"
+    }
 
     assert {"status": {"launchable": False, "message": reason}} == shown
 
