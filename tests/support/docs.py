@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import signal
+import ssl
 import subprocess
 import time
 from collections.abc import Mapping
@@ -227,7 +228,9 @@ class Shell:
                 self.started.remove(running)
 
 
-def wait_for(url: str, *, timeout: float = 60, log: Path | None = None, verify: bool | str = True) -> None:
+def wait_for(
+    url: str, *, timeout: float = 60, log: Path | None = None, verify: bool | ssl.SSLContext = True
+) -> None:
     """Until ``url`` answers 200 (a server the docs started)."""
     import httpx
 
