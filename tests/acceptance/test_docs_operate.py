@@ -1,6 +1,7 @@
-"""The commands of docs/operate/ as an operator types them, on real `orchestrator` processes (SQLite): the
-server's commands (migrate, serve, a backup while it runs, a restore), the backup and restore page, and the
-TLS page's start with a certificate and its reload by SIGHUP.
+"""The commands of docs/operate/ (and of the managed runners page) as an operator types them, on real
+`orchestrator` processes (SQLite): the server's commands (migrate, serve, a backup while it runs, a
+restore), the backup and restore page, the TLS page's start with a certificate and its reload by SIGHUP,
+and a server with a managed runner for local development.
 
 What the test changes in them: the machine's paths (`/backups/`, `/var/lib/`, `/etc/po/tls`) are under a
 temporary directory, the port is a free one, and `<pid>` is the server's process id."""
@@ -189,3 +190,27 @@ def server_pid(shell_pid: int) -> int:
     children = Path(f"/proc/{shell_pid}/task/{shell_pid}/children").read_text().split()
     (child,) = children
     return int(child)
+
+
+def test_managed_runners_page__a_server_and_a_managed_runner_for_local_development(
+    operator: Shell, root: Path
+) -> None:
+    """docs/runners/managed.md's block in one shell (the server in the background, the runner in the
+    foreground), as typed: the runner registers and the pool is online in an organization made after."""
+    port = operator.env["PO_LISTEN"].rsplit(":", 1)[1]
+    block = substitute(docs_example("runners/managed-local"), {"127.0.0.1:8080": f"127.0.0.1:{port}"})
+    log = root / "managed.log"
+    operator.start(block, log=log)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{url}/healthz", log=log)
+    token = make_org(operator, url)
+
+    waited = time.monotonic()
+    while True:
+        pool = httpx.get(f"{url}/orgs/acme/runners/managed", headers={"Authorization": f"Bearer {token}"})
+        assert 200 == pool.status_code, pool.text
+        if pool.json()["status"]["online"]:
+            break
+        assert time.monotonic() - waited < 60, log.read_text()[-3000:]
+        time.sleep(0.5)
+    assert "managed" in pool.json()["status"]["tags"]
