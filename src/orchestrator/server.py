@@ -397,6 +397,7 @@ def _managed_worker(
         on_final=notifier.notify,
         on_requeued=managed.waker.notify,
         online_within=timedelta(seconds=settings.managed_lease_seconds),
+        started_at=datetime.now(UTC),
     )
 
 

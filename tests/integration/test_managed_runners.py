@@ -376,6 +376,49 @@ async def test_lease__runs_out_after_the_bundle_was_fetched_the_deployment_fails
     assert [None] == [r.claim_deployment_id for r in await _records(app)]
 
 
+async def test_lease__that_ran_out_while_the_api_was_down_gets_a_lease_after_the_server_starts(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    """A server that starts after an outage gives runners one lease to renew theirs before ending any: the
+    lease ran out while nobody could take a heartbeat. After that grace the lapsed lease ends as usual."""
+    await managed_env(org, "dev")
+    token = await registered(runner_client, "managed-0")
+    deployment_id = await deploy(org, "dev")
+    environment = (await claim(runner_client, token)).json()["environment"]
+    bundle = await runner_client.get(
+        f"/runner-gateway/v1/orgs/{org.id}/runners/managed/deployments/{deployment_id}/bundle",
+        headers={"X-Deployment-Token": environment["TOKEN"]},
+    )
+    lease_until = (await _records(app))[0].claim_lease_until
+    started = lease_until + timedelta(seconds=30)  # the server came back after the lease ran out
+    now = started + timedelta(seconds=59)
+    worker = policy.ManagedWorker(
+        engine=app.state.services.engine,
+        prune_after=timedelta(seconds=1),
+        interval_seconds=1.0,
+        on_final=app.state.services.notifier.notify,
+        on_requeued=lambda: None,
+        clock=lambda: now,
+        online_within=timedelta(seconds=60),
+        started_at=started,
+    )
+
+    during = await worker.run_once()
+    status_during = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()["status"]
+    records_during = [(r.name, r.claim_deployment_id) for r in await _records(app)]
+    now = started + timedelta(seconds=61)
+    after = await worker.run_once()
+    got = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
+
+    assert 200 == bundle.status_code
+    assert ([], []) == (during.failed, during.requeued)
+    assert "failed" != status_during
+    assert [("managed-0", uuid.UUID(deployment_id))] == records_during  # neither ended nor pruned
+    assert [deployment_id] == after.failed
+    assert "failed" == got["status"]
+    assert "its lease ran out at" in got["status_message"]
+
+
 async def test_lease__a_replaced_record_loses_its_claim_at_once(
     app: FastAPI, org: Org, runner_client: httpx.AsyncClient
 ) -> None:

@@ -368,8 +368,14 @@ class ManagedWorker:
         on_requeued: Callable[[], None],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         online_within: timedelta = timedelta(seconds=60),
+        started_at: datetime | None = None,
     ) -> None:
         self.engine = engine
+        #: Until then (a lease after this server started) no lease is ended and no runner pruned: while no
+        #: server answered, runners could not renew their leases nor be seen, and a lease that ran out
+        #: during an outage of the API says nothing about the runner. Other replicas, up all along, go on
+        #: ending lapsed leases meanwhile. None: no such grace (tests on a controlled clock).
+        self.grace_until = None if started_at is None else started_at + online_within
         #: A runner seen within this long is online (``PO_MANAGED_LEASE_SECONDS``).
         self.online_within = online_within
         self.prune_after = prune_after
@@ -391,10 +397,12 @@ class ManagedWorker:
 
     async def run_once(self) -> LostClaims:
         now = self.clock()
+        just_started = self.grace_until is not None and now < self.grace_until
         async with self.engine.begin() as conn:
-            outcome = await expire_leases(conn, now=now)
+            outcome = LostClaims() if just_started else await expire_leases(conn, now=now)
             outcome.failed += await time_out_queued(conn, now=now)
-            await prune(conn, now=now, after=self.prune_after)
+            if not just_started:
+                await prune(conn, now=now, after=self.prune_after)
             await note_waiting(conn, now=now, online_within=self.online_within)
         for deployment_id in outcome.failed:
             self.on_final(deployment_id)
