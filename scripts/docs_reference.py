@@ -242,6 +242,14 @@ def configuration_page() -> str:
     ]
     for title, intro, settings in sections:
         lines += [f"## {title}", "", intro, "", *settings_table(settings), ""]
+    octl_variables = {variable for variable, _option, _text in _envvar_options(octl, "octl")}
+    listed = {
+        variable
+        for _title, _intro, settings in sections
+        for name, info in settings.model_fields.items()
+        for variable in _variables(settings, name, info)
+    } | octl_variables
+    elsewhere = {name: modules for name, modules in _named_in_source().items() if name not in listed}
     lines += [
         "## `octl`",
         "",
@@ -253,8 +261,31 @@ def configuration_page() -> str:
     ]
     for variable, option, text in sorted(_envvar_options(octl, "octl")):
         lines.append(f"| {code(variable)} | {code(option)} | {cell(text)} |")
+    lines += [
+        "",
+        "## Read elsewhere",
+        "",
+        "Variables of ours (`PO_*`, `OCTL_*`) that the code reads outside the settings classes and the "
+        "options above, with the modules that name them (what each does: the module, and the page of "
+        "its feature).",
+        "",
+        "| variable | read in |",
+        "|---|---|",
+    ]
+    for name, modules in sorted(elsewhere.items()):
+        lines.append(f"| {code(name)} | {', '.join(code(module) for module in modules)} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _named_in_source() -> dict[str, list[str]]:
+    """Every ``"PO_..."`` and ``"OCTL_..."`` string of src/orchestrator, with the files that hold it."""
+    found: dict[str, set[str]] = {}
+    package = ROOT / "src" / "orchestrator"
+    for path in sorted(package.rglob("*.py")):
+        for name in re.findall(r"\"((?:PO|OCTL)_[A-Z0-9_]+)\"", path.read_text(encoding="utf-8")):
+            found.setdefault(name, set()).add(path.relative_to(package.parent).as_posix())
+    return {name: sorted(files) for name, files in found.items()}
 
 
 # --- the Terraform provider ----------------------------------------------------------------------------

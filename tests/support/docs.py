@@ -87,6 +87,21 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+def markers(page: Path) -> list[str]:
+    """The names of the markers of ``page`` outside fenced blocks (one inside a block is text)."""
+    found: list[str] = []
+    fence: str | None = None
+    for line in page.read_text(encoding="utf-8").splitlines():
+        opening = FENCE.match(line)
+        if fence is None and opening:
+            fence = opening.group(2)
+        elif fence is not None and line.strip().startswith(fence) and not line.strip()[len(fence) :].strip():
+            fence = None
+        elif fence is None and (marker := MARKER.match(line)):
+            found.append(marker.group(1))
+    return found
+
+
 def pages() -> list[Path]:
     return sorted(DOCS.rglob("*.md"))
 

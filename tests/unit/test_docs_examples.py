@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from tests.support.docs import CHECKED, DOCS, ROOT, UNCHECKED, blocks, examples, pages
+from tests.support.docs import markers as page_markers
 
 TESTS = ROOT / "tests"
 
@@ -73,7 +74,7 @@ def test_pages__markers_name_example_blocks_only() -> None:
 def test_pages__every_marker_is_before_a_block() -> None:
     """A marker separated from its block by text names nothing (its block would be unmarked)."""
     marked = sum(1 for page in pages() for block in blocks(page) if block.name is not None)
-    markers = sum(page.read_text(encoding="utf-8").count("<!-- example: ") for page in pages())
+    markers = sum(len(page_markers(page)) for page in pages())
     assert markers == marked
 
 

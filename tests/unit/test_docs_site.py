@@ -1,0 +1,99 @@
+"""The docs site builds with `mkdocs build --strict` (no broken link or anchor, no page left out of the
+navigation, no warning) and works offline: no page loads a script, a style sheet or a font from another
+host, search is there and works from the file system, and nothing uses Mermaid (whose script Material
+would fetch from a CDN). The settings table of docs/operate/server.md names only variables the generated
+configuration reference lists (so, that exist)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from functools import cache
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from orchestrator.settings import ServerSettings
+from tests.support.docs import DOCS, ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@cache
+def built(directory: str) -> Path:
+    site = Path(directory) / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert 0 == done.returncode, done.stdout[-3000:] + done.stderr[-5000:]
+    return site
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return built(str(tmp_path_factory.mktemp("docs")))
+
+
+class _Loads(HTMLParser):
+    """What a page makes the browser load: script sources, style sheets and other `<link>`s, images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "script" and values.get("src"):
+            self.urls.append(str(values["src"]))
+        elif tag == "link" and values.get("rel") in ("stylesheet", "preconnect", "preload", "icon"):
+            self.urls.append(str(values.get("href")))
+        elif tag in ("img", "iframe") and values.get("src"):
+            self.urls.append(str(values["src"]))
+
+
+def test_site__builds_strictly_with_every_page(site: Path) -> None:
+    pages = sorted(p.relative_to(DOCS).with_suffix(".html").as_posix() for p in DOCS.rglob("*.md"))
+    assert [] == [page for page in pages if not (site / page).is_file()]
+    assert (site / "search" / "search_index.js").is_file(), "the offline plugin's search index"
+
+
+def test_site__loads_nothing_from_another_host(site: Path) -> None:
+    remote = []
+    for page in sorted(site.rglob("*.html")):
+        parser = _Loads()
+        text = page.read_text(encoding="utf-8")
+        parser.feed(text)
+        remote += [
+            f"{page.relative_to(site)}: {url}" for url in parser.urls if re.match(r"(https?:)?//", url)
+        ]
+        assert "fonts.googleapis" not in text and "fonts.gstatic" not in text, page
+        assert 'class="mermaid"' not in text, page
+    assert [] == remote
+    stylesheets = [p for p in site.rglob("*.css") if "@import url(http" in p.read_text(encoding="utf-8")]
+    assert [] == stylesheets
+
+
+def test_server_page__its_settings_table_names_settings_that_exist() -> None:
+    text = (DOCS / "operate" / "server.md").read_text(encoding="utf-8")
+    table = text[text.index("## Settings") :]
+    named = {
+        name
+        for line in table.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])
+    }
+    reference = (DOCS / "reference" / "configuration.md").read_text(encoding="utf-8")
+    known = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", reference, re.M))
+    assert {
+        f"PO_{name.upper()}" for name in ServerSettings.model_fields if name != "managed_runner_secret"
+    } <= known
+    assert named, "no settings table found"
+    assert [] == sorted(named - known)
