@@ -24,6 +24,7 @@ from cryptography import x509
 
 from tests.support.docs import Shell, commands, docs_example, substitute, wait_for
 from tests.support.kube_api import CertificateAuthority, KeyPair
+from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -214,3 +215,31 @@ def test_managed_runners_page__a_server_and_a_managed_runner_for_local_developme
         assert time.monotonic() - waited < 60, log.read_text()[-3000:]
         time.sleep(0.5)
     assert "managed" in pool.json()["status"]["tags"]
+
+
+def test_database_page__a_server_on_postgresql(
+    operator: Shell, root: Path, postgres_server: PostgresServer
+) -> None:
+    """docs/operate/database.md's commands on the test's PostgreSQL cluster: its user, host and port, and a
+    database name of the test's own, in place of the page's."""
+    name = f"docs_{os.getpid()}"
+    operator.env.update(PGHOST="127.0.0.1", PGPORT=str(postgres_server.port), PGUSER="postgres")
+    operator.env["PATH"] = f"{postgres_server.bin_dir}:{operator.env['PATH']}"
+    create, export, migrate, serve_line = commands(
+        substitute(
+            docs_example("operate/postgresql"),
+            {
+                "createdb po": f"createdb {name}",
+                "po@localhost/po": f"postgres@127.0.0.1:{postgres_server.port}/{name}",
+            },
+        )
+    )
+    try:
+        operator.run("\n".join((create, export, migrate)))
+        url = serve(operator, serve_line, root / "server.log")
+        ready = httpx.get(f"{url}/readyz").json()
+        assert "ok" == ready["checks"]["database"]
+        assert not list((Path(operator.env["HOME"]) / ".local/share/platform-orchestrator").glob("*.db*"))
+    finally:
+        operator.stop()
+        postgres_server.drop_database(name)
