@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.settings import ServerSettings
-from tests.support.docs import DOCS, ROOT
+from tests.support.docs import DOCS, ROOT, docs_example
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -97,3 +97,19 @@ def test_server_page__its_settings_table_names_settings_that_exist() -> None:
     } <= known
     assert named, "no settings table found"
     assert [] == sorted(named - known)
+
+
+def test_concepts__the_manifest_is_part_of_the_one_get_started_deploys() -> None:
+    """docs/concepts/modules.md's manifest holds only what examples/demo/manifest.yaml holds (which the Get
+    started test deploys): the same workload, resource and outputs, fewer of them."""
+    import yaml
+
+    def within(part: object, whole: object) -> bool:
+        if isinstance(part, dict):
+            return isinstance(whole, dict) and all(
+                k in whole and within(v, whole[k]) for k, v in part.items()
+            )
+        return part == whole
+
+    shown = yaml.safe_load(docs_example("concepts/manifest"))
+    assert within(shown, yaml.safe_load((ROOT / "examples" / "demo" / "manifest.yaml").read_text()))
