@@ -113,3 +113,35 @@ def test_concepts__the_manifest_is_part_of_the_one_get_started_deploys() -> None
 
     shown = yaml.safe_load(docs_example("concepts/manifest"))
     assert within(shown, yaml.safe_load((ROOT / "examples" / "demo" / "manifest.yaml").read_text()))
+
+
+def test_site__search_works_from_the_file_system_and_nothing_is_fetched(site: Path) -> None:
+    """Opened as files (file://, no server), in headless Chromium: the search finds a page, and the page
+    requested nothing but files."""
+    from tests.support import browser
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        browser.missing(browser.NO_PLAYWRIGHT)
+        raise
+    requested: list[str] = []
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=browser.chromium_path(), args=list(browser.CHROMIUM_ARGS)
+        )
+        try:
+            page = chromium.new_page()
+            page.on("request", lambda request: requested.append(request.url))
+            page.goto((site / "get-started" / "octl.html").as_uri())
+            page.click(".md-search__input")
+            page.type(".md-search__input", "rollback", delay=50)
+            page.wait_for_selector(".md-search-result__item", timeout=20_000)
+            found = page.inner_text(".md-search-result__meta")
+            titles = page.locator(".md-search-result__item h1").all_inner_texts()
+        finally:
+            chromium.close()
+
+    assert "matching document" in found
+    assert "State versions" in titles
+    assert [] == [url for url in requested if not url.startswith("file://")]
