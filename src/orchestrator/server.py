@@ -115,7 +115,7 @@ API_DESCRIPTION = (
 
 METRICS_DESCRIPTION = (
     "The server's metrics in Prometheus' text format (requests, deployments, dispatch, agent commands, "
-    "database pools, retention; README's Metrics). Needs no credentials and shows no ids, names or "
+    "database pools, retention; docs/operate/metrics.md). Needs no credentials and shows no ids, names or "
     "secrets: route templates, runner types, statuses and counts only."
 )
 

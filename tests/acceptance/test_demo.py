@@ -1,5 +1,7 @@
 """`scripts/demo` runs the main job end to end and leaves nothing behind: no process it started (the
-server, its runs) outlives it, and its temporary directories are gone."""
+server, its runs) outlives it, and its temporary directories are gone. It is the first of the two commands
+of docs/get-started/index.md (and README.md), run as printed there; the second, `scripts/test`, is what
+CI runs (.ci/run → scripts/check → scripts/test)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.docs import commands, docs_example
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +57,17 @@ def test_demo__runs_end_to_end_and_leaves_no_process_behind(temp_dir: Path) -> N
     for name in ("PYTHONPATH", "VIRTUAL_ENV"):
         environment.pop(name, None)
 
+    demo_line, test_line = commands(docs_example("get-started/two-commands"))
+    assert (
+        test_line.split()[0] == "scripts/test" and "bash scripts/test" in (ROOT / "scripts/check").read_text()
+    )
+    assert "bash scripts/check" in (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert docs_example("get-started/two-commands") in readme, "README's two commands are the docs' ones"
+
     demo = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "demo")],
+        ["bash", "-c", demo_line],
+        cwd=ROOT,
         env=environment,
         stdin=subprocess.DEVNULL,
         capture_output=True,

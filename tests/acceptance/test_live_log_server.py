@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from orchestrator.protocol.log_stream import Phase
 from orchestrator.secretbox import KEY_FILE_NAME, decode_key
 from orchestrator.store import db
 from tests.support.demo_modules import SLOW_MODULE
+from tests.support.docs import docs_example
 from tests.support.outages import ServerProcess
 from tests.support.stack import build_stack, demo_manifest, runner_body
 
@@ -126,9 +129,25 @@ def test_real_run__followed_from_plan_to_end_every_chunk_once_only_ciphertext_st
         assert follower.done.wait(WAIT_SECONDS * 4)
         final = stack.wait(deployment_id)
         whole = stack.client.get(f"/orgs/{stack.org}/deployments/{deployment_id}/actions/get-logs").text
+        token = stack.client.headers["Authorization"].removeprefix("Bearer ")
+        assert "acme" == stack.org
+        curl = (
+            subprocess.run(  # docs/guides/live-logs.md's curl, on the ended deployment: all of it, then end
+                ["bash", "-c", docs_example("guides/live-logs-curl")],
+                env={**os.environ, "TOKEN": token, "SERVER": server.url, "ID": deployment_id},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        )
     finally:
         stack.client.close()
         server.stop()
+
+    assert 0 == curl.returncode, curl.stderr
+    shown = [line.removeprefix("# ") for line in docs_example("guides/live-logs-curl").splitlines()[1:]]
+    for line in shown:
+        assert any(out.startswith(line.split("...")[0]) for out in curl.stdout.splitlines()), line
 
     assert follower.error is None, repr(follower.error)
     assert "executing" == while_planning["status"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 import yaml
 
 from orchestrator.settings import ServerSettings
-from tests.support.octl import OctlProcess, Ran, org_admin_token, serve
+from tests.support.docs import Shell, commands, docs_example
+from tests.support.octl import ORG, OctlProcess, Ran, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
 pytestmark = pytest.mark.slow
@@ -169,3 +171,36 @@ def test_state_rollback__a_redeploy_plans_against_the_older_state(platform: Plat
     assert {"app": {"items": "item-0,item-1"}} == yaml.safe_load(redeploy.stdout)
     assert (again, 2, "terraform") == (final[0]["deployment_id"], final[0]["resources"], final[0]["kind"])
     assert final[0]["serial"] > rollback["serial"]
+
+
+def test_docs__the_state_versions_page_commands_run_as_printed(platform: Platform, tmp_path: Path) -> None:
+    """docs/guides/state-versions.md's block in a shell, as the organization's admin, on shop/dev after
+    two deployments: the listings, both pulls (the second to a file of mode 0600), the rollback to 1."""
+    platform.deploy(1)
+    platform.deploy(2)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PO_API_URL": platform.octl.base_url,
+        "PO_AUTH_TOKEN": platform.octl.token,
+        "PO_ORG_ID": ORG,
+        "OCTL_CONFIG": str(tmp_path / "octl.yaml"),
+    }
+    shell = Shell(cwd=work, env=env, state=tmp_path)
+    listing, wide, pull, pull_one, rollback = commands(docs_example("guides/state-versions"))
+
+    assert "Version" in shell.run(listing).stdout.splitlines()[0]
+    assert "RolledBackFrom" in shell.run(wide).stdout.splitlines()[0]
+    shell.run(pull)
+    assert json.loads((work / "dev.tfstate").read_text())["serial"] == platform.versions()[0]["serial"]
+    shell.run(pull_one)
+    assert 0o600 == (work / "dev.tfstate").stat().st_mode & 0o777
+    rolled = shell.run(rollback)
+    assert "rolled back to version 1" in rolled.stderr
+    assert (True, "rollback", 1) == (
+        platform.versions()[0]["current"],
+        platform.versions()[0]["kind"],
+        platform.versions()[0]["rolled_back_from"],
+    )

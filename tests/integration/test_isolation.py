@@ -235,3 +235,53 @@ def _normalize(path: str) -> str:
         "state-versions",
     }
     return "/".join("*" if i > 0 and parts[i - 1] in collections else part for i, part in enumerate(parts))
+
+
+#: The test's ids of real objects, as the security page's route templates name them.
+_TEMPLATES = {
+    "shop": "{project}",
+    "empty": "{project}",
+    "dev": "{env}",
+    "spare": "{env}",
+    "development": "{env_type}",
+    "unused": "{env_type}",
+    "vm1": "{runner}",
+    "spare-runner": "{runner}",
+    "1": "{version}",
+}
+
+
+def _template(path: str) -> str:
+    """``/orgs/{org}/projects/shop/envs/dev`` as the security page writes it: ``.../{project}/envs/{env}``."""
+    segments = path.split("?")[0].split("/")
+    # "dev" after "env-types" is an environment type, not an environment.
+    named = []
+    for index, segment in enumerate(segments):
+        if segment == "development" or (segment == "dev" and segments[index - 1] == "env-types"):
+            named.append("{env_type}")
+        else:
+            named.append(_TEMPLATES.get(segment, segment))
+    return "/".join(named)
+
+
+def test_docs__the_security_pages_table_is_this_tests_routes_and_roles() -> None:
+    """docs/security.md's table of permissions: each route of ROUTES in the row of its permission, the
+    roles that have each permission as ALLOWED says (and the platform admin all), and no route more."""
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0] in ("read", "deploy", "manage"):
+            routes = set(re.findall(r"`((?:GET|POST|PATCH|DELETE) /orgs/[^`]*)`", cells[1]))
+            columns = ("viewer", "deployer", "admin", "platform-admin")
+            roles = {role for role, mark in zip(columns, cells[2:], strict=True) if mark}
+            rows[cells[0]] = (routes, roles)
+
+    for permission, (_routes, roles) in rows.items():
+        assert {role for role, allowed in ALLOWED.items() if permission in allowed} | {
+            "platform-admin"
+        } == roles
+    expected: dict[str, set[str]] = {"read": set(), "deploy": set(), "manage": set()}
+    for method, path, _body, permission in ROUTES:
+        expected[permission].add(f"{method} {_template(path)}")
+    assert expected == {permission: routes for permission, (routes, _roles) in rows.items()}

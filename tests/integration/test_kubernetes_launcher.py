@@ -22,11 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from orchestrator.launchers.base import LaunchError, RunState, RunStatus
 from orchestrator.launchers.egress import EgressPolicy
 from orchestrator.launchers.kubernetes import ClusterAccess, KubernetesLauncher
 from tests.support import kube_protobuf
+from tests.support.docs import docs_example
 from tests.support.kube_api import CertificateAuthority, KubeApiServer, denied_except
 from tests.support.kube_launcher import IMAGE, NAMESPACE, TOKEN, kube_api, make_spec, release
 
@@ -485,6 +487,31 @@ async def test_launch__secret_that_cannot_be_replaced_removes_the_job(tmp_path: 
     assert "403 Forbidden" in caught.value.message
     assert "needs create, get and update on secrets" in caught.value.message
     assert jobs == []
+
+
+def docs_role() -> set[tuple[str, str]]:
+    """Every rule of docs/runners/kubernetes.md's Role, as (verb, resource) pairs."""
+    rules = yaml.safe_load(docs_example("runners/kubernetes-role-rules"))["rules"]
+    return {(verb, res) for rule in rules for res in rule["resources"] for verb in rule["verbs"]}
+
+
+async def test_launch__the_docs_role_puts_the_token_in_a_secret_and_sees_the_exit_code(
+    tmp_path: Path, out_dir: Path
+) -> None:
+    """The Role docs/runners/kubernetes.md prints (seed 001's with the Secret rules and the stuck
+    diagnosis), applied as the stand-in's RBAC: the TOKEN travels in a Secret, no note says otherwise, and a
+    failed run's exit code is read from its pod."""
+    with kube_api(tmp_path, forbidden=denied_except(*docs_role())) as api:
+        k8s = launcher(api)
+        started = await k8s.launch(make_spec(out_dir))
+        await wait_until(lambda: (out_dir / "token").exists())
+        (job,) = api.objects("jobs", NAMESPACE)
+        release(out_dir, 3)
+        failed = await eventually(lambda: k8s.status(started.handle), lambda s: s.state is RunState.EXITED)
+
+    assert started.note is None
+    assert "secretKeyRef" in job_env(job)["TOKEN"]["valueFrom"]
+    assert 3 == failed.exit_code
 
 
 async def test_status__without_pods_and_events_list_still_ends_the_run(tmp_path: Path, out_dir: Path) -> None:

@@ -19,6 +19,7 @@ import yaml
 from orchestrator.client.api import ApiClient, ApiError
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
+from tests.support.docs import commands, docs_example
 from tests.support.live_server import serve_in_thread
 from tests.support.octl import OCTL_EXECUTABLE, ORG, Octl
 from tests.support.orgs import BOOTSTRAP_TOKEN
@@ -587,8 +588,27 @@ def test_config__profiles_use_and_profile_flag(octl: Octl) -> None:
     assert "current_profile" not in document
 
 
+def test_docs__the_completion_lines_install_octls_completion(tmp_path: Path) -> None:
+    """docs/guides/cli.md's three lines: bash's runs in bash and registers the completion function; zsh
+    and fish are not on this machine's PATH (not installable here), so their lines' command, which makes
+    the script the line loads, runs in bash and must make that shell's script."""
+    bash_line, zsh_line, fish_line = commands(docs_example("guides/cli-completion"))
+    env = {**os.environ, "PATH": f"{OCTL_EXECUTABLE.parent}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+
+    def bash(script: str) -> str:
+        done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        assert 0 == done.returncode, done.stderr
+        return done.stdout
+
+    assert "octl" in bash(f"{bash_line}\ncomplete -p octl")
+    zsh_script = bash(zsh_line.removeprefix('eval "$(').split(')"')[0])
+    assert "compdef" in zsh_script
+    fish_script = bash(fish_line.split(" | source")[0])
+    assert "complete --no-files --command octl" in fish_script
+
+
 def test_version_and_completion_scripts(octl: Octl) -> None:
-    """`octl --version`; the shell completion scripts click makes (README: Shell completion)."""
+    """`octl --version`; the shell completion scripts click makes (docs/guides/cli.md)."""
     version = octl("--version")
     scripts = {
         shell: subprocess.run(

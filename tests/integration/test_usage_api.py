@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 from fastapi import FastAPI
 
 from tests.support.deployments import insert_run
+from tests.support.docs import docs_example
 from tests.support.orgs import Org
 from tests.support.usage import figures as _figures
 from tests.support.usage import make_env as _env
@@ -88,6 +90,17 @@ async def test_usage__figures_per_environment_clipped_to_the_period_managed_apar
     assert [("shop", "dev"), ("shop", "prod")] == [(row["projectId"], row["envId"]) for row in body["rows"]]
     assert [(17.25, 2.25, 15.0, 2), (21.0, 20.0, 1.0, 3)] == [_figures(row) for row in body["rows"]]
     assert (38.25, 22.25, 16.0, 5) == _figures(body)
+
+
+async def test_usage__the_docs_answer_is_this_seeds(app: FastAPI, org: Org) -> None:
+    """docs/guides/usage.md prints the answer for this seed: the same, but for the organization's id and
+    the time of the answer."""
+    await _seed_march(app, org)
+
+    answer = (await org.clients["viewer"].get(f"/orgs/{org.id}/usage", params=MARCH)).json()
+
+    shown = json.loads(docs_example("guides/usage-answer"))
+    assert {**shown, "orgId": org.id, "asOf": answer["asOf"]} == answer
 
 
 async def test_usage__a_period_within_runs_clips_both_ends(app: FastAPI, org: Org) -> None:

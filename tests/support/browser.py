@@ -125,7 +125,7 @@ def check_accessible(page: Page, source: str) -> list[str]:
 
 
 def screenshot(page: Page, name: str, *, full_page: bool = True) -> None:
-    """docs/screenshots/<name>.png, shown in README."""
+    """docs/screenshots/<name>.png, shown in docs/guides/console.md."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page, animations="disabled")
 

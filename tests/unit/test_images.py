@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from orchestrator.launchers import ecs, images, kubernetes, kubernetes_job, ssh
 from orchestrator.runner import standard
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
+from tests.support.docs import commands, docs_example
 from tests.support.live_server import serve_in_thread
 from tests.support.tools import image_builder_missing, tools_required
 
@@ -331,12 +333,11 @@ def test_images__build_context_holds_what_the_dockerfiles_copy() -> None:
                         assert (ROOT / source).exists()
 
 
-def test_readme__images_section_matches_the_dockerfiles() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Images\n") : readme.index("## Reliability\n")]
+def test_docs__images_page_matches_the_dockerfiles() -> None:
+    section = (ROOT / "docs" / "runners" / "images.md").read_text()
     defaults = arg_defaults(RUNNER_DOCKERFILE)
     for name in defaults:
-        assert f"`{name}`" in section, f"README's Images section does not name the build argument {name}"
+        assert f"`{name}`" in section, f"docs/runners/images.md does not name the build argument {name}"
     tofu, terraform = defaults["TOFU_VERSION"], defaults["TERRAFORM_VERSION"]
     table_row = f"| `TOFU_VERSION`, `TERRAFORM_VERSION` | `{tofu}`, `{terraform}` |"
     assert table_row in section
@@ -350,6 +351,10 @@ def test_readme__images_section_matches_the_dockerfiles() -> None:
             in section
         )
     assert "python:3.11.14-slim-bookworm" in section
+    assert commands(docs_example("runners/images-build")) == [
+        f"docker build -f images/runner/Dockerfile -t {images.DEFAULT_RUNNER_IMAGE} .",
+        f"docker build -f images/server/Dockerfile -t {images.DEFAULT_SERVER_IMAGE} .",
+    ]
     assert all(
         "python:3.11.14-slim-bookworm" in stage[0].arguments for stage in instructions(RUNNER_DOCKERFILE)[1:]
     )
@@ -444,6 +449,37 @@ def test_build_stage__server_environment_holds_the_server_and_every_launcher(tmp
 
 
 # --- the server image -------------------------------------------------------------------------------------
+
+
+def test_docs__the_custom_image_passes_hadolint_and_keeps_the_contract(hadolint: str, tmp_path: Path) -> None:
+    """docs/runners/images.md's custom image (seed 000's): from our runner image, back to its user at the
+    end, linted as strictly as ours."""
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(docs_example("runners/images-custom"))
+
+    result = lint(hadolint, dockerfile)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    (stage,) = instructions(dockerfile)
+    assert stage[0].arguments == images.DEFAULT_RUNNER_IMAGE
+    assert (
+        only(final_stage(RUNNER_DOCKERFILE), "USER")
+        == [i for i in stage if i.keyword == "USER"][-1].arguments
+    )
+
+
+def test_docs__the_server_image_run_matches_the_dockerfile() -> None:
+    """docs/runners/images.md's `docker run` of the server image: the image's name, its exposed port, its
+    data volume; run for real by test_build__server_image where a Docker engine answers."""
+    words = shlex.split(" ".join(commands(docs_example("runners/images-server-run"))))
+    stage = final_stage(SERVER_DOCKERFILE)
+    env = env_of(stage)
+    port = only(stage, "EXPOSE")
+    assert words[:3] == ["docker", "run", "-d"] and words[-1] == images.DEFAULT_SERVER_IMAGE
+    assert words[words.index("-p") + 1] == f"{port}:{port}"
+    assert words[words.index("-v") + 1].split(":", 1)[1] == env["PO_DATA_DIR"]
+    variables = [words[i + 1].split("=", 1)[0] for i, word in enumerate(words) if word == "-e"]
+    assert variables == ["PO_PUBLIC_URL", "PO_DATABASE_URL"]
 
 
 def test_server__runs_orchestrator_serve_as_a_user_with_its_data_volume() -> None:
@@ -812,8 +848,10 @@ def docker_run(docker: str, *args: str, timeout: float = 600) -> subprocess.Comp
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_build__runner_image(docker: str) -> None:
+    """As docs/runners/images.md builds it (another tag: the test removes it after)."""
     tag = f"po-runner-test:{PACKAGE_VERSION}"
-    built = docker_run(docker, "build", "-f", str(RUNNER_DOCKERFILE), "-t", tag, str(ROOT), timeout=3000)
+    line = commands(docs_example("runners/images-build"))[0].replace(images.DEFAULT_RUNNER_IMAGE, tag)
+    built = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
     try:
         user = docker_run(docker, "run", "--rm", "--entrypoint", "id", tag, "-u")
@@ -834,8 +872,10 @@ def test_build__runner_image(docker: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_build__server_image(docker: str) -> None:
+    """As docs/runners/images.md builds it (another tag: the test removes it after)."""
     tag = f"po-server-test:{PACKAGE_VERSION}"
-    built = docker_run(docker, "build", "-f", str(SERVER_DOCKERFILE), "-t", tag, str(ROOT), timeout=3000)
+    line = commands(docs_example("runners/images-build"))[1].replace(images.DEFAULT_SERVER_IMAGE, tag)
+    built = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
     try:
         usage = docker_run(docker, "run", "--rm", tag, "--help")

@@ -193,6 +193,22 @@ def test_launcher_for__without_an_extra__agrees_with_the_table(
     } == reasons
 
 
+@pytest.mark.slow
+def test_docs__the_status_of_a_kubernetes_runner_without_lightkube(tmp_path: Path) -> None:
+    """docs/runners/index.md shows what GET runner answers for a kubernetes runner on a server without the
+    `kubernetes` extra: the answer of a process that cannot import lightkube."""
+    import json
+
+    from tests.support.docs import docs_example
+
+    shown = json.loads(docs_example("runners/status-unlaunchable"))
+    (reason,) = {
+        o.reason for o in outcomes_without(("lightkube",), tmp_path).values() if o.kind == "kubernetes"
+    }
+
+    assert {"status": {"launchable": False, "message": reason}} == shown
+
+
 def test_import__loads_no_launcher_and_no_library() -> None:
     """Importing the table imports none of what it names: a server or runner image without an extra
     imports it all the same, and nothing is loaded before a kind is asked about."""

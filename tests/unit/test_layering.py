@@ -1,4 +1,5 @@
-"""Imports point one way, as README's "Source layout" says: its two tables are this test's data.
+"""Imports point one way, as the architecture page's "Source layout" says (docs/contributing/architecture.md):
+its two tables are this test's data.
 
 Every import of ``src/orchestrator`` (module level and inside functions, relative ones resolved; those
 under ``if TYPE_CHECKING:`` never run and are free) is read from the source, and each one that the tables
@@ -18,14 +19,14 @@ from typing import Final
 from tests.support.imports import Import, imports, modules, reached
 
 ROOT: Final = Path(__file__).resolve().parents[2]
-README: Final = ROOT / "README.md"
+ARCHITECTURE: Final = ROOT / "docs" / "contributing" / "architecture.md"
 PACKAGE: Final = ROOT / "src" / "orchestrator"
 TOP: Final = PACKAGE.name
 
 
 @dataclass(frozen=True)
 class Layers:
-    """README's tables: what each package may import, and what ships without server code."""
+    """The architecture page's tables: what each package may import, and what ships without server code."""
 
     #: package (``api``, ``errors``) -> the packages it may import; None for "anything".
     may_import: dict[str, frozenset[str] | None]
@@ -57,9 +58,10 @@ def _tables(text: str) -> Iterator[list[list[str]]]:
 
 @cache
 def layers() -> Layers:
-    text = README.read_text()
+    text = ARCHITECTURE.read_text()
     start = text.index("Source layout (`src/orchestrator/`)")
-    section = text[start : text.index("\n## ", start)]
+    end = text.find("\n## ", start)
+    section = text[start : end if end != -1 else len(text)]
     tables = {rows[0][0]: rows for rows in _tables(section)}
     may_import: dict[str, frozenset[str] | None] = {}
     for package, _holds, allowed in tables["package"][1:]:
@@ -90,8 +92,8 @@ def where(edge: Import) -> str:
 def test_layering__every_package_has_a_row_and_every_row_a_package() -> None:
     packages = {package_of(module) for module in modules(PACKAGE)} - {TOP}
 
-    assert [] == sorted(packages - set(layers().may_import)), "packages without a row in README's table"
-    assert [] == sorted(set(layers().may_import) - packages), "rows of README's table without a package"
+    assert [] == sorted(packages - set(layers().may_import)), "packages without a row in the layering table"
+    assert [] == sorted(set(layers().may_import) - packages), "rows of the layering table without a package"
 
 
 def test_layering__the_table_points_one_way() -> None:
@@ -100,7 +102,7 @@ def test_layering__the_table_points_one_way() -> None:
     done: set[str] = set()
 
     def visit(package: str, path: tuple[str, ...]) -> None:
-        assert package not in path, f"README's table allows a cycle: {' → '.join((*path, package))}"
+        assert package not in path, f"the layering table allows a cycle: {' → '.join((*path, package))}"
         if package in done:
             return
         for below in sorted(allowed.get(package) or ()):
@@ -117,7 +119,7 @@ def test_layering__the_table_points_one_way() -> None:
         for lower in lowers
         if allowed[upper] is not None and lower not in (allowed[upper] or ())
     ]
-    assert [] == refused, "the summary line says so, README's table does not allow it: " + ", ".join(refused)
+    assert [] == refused, "the summary line says so, the layering table does not: " + ", ".join(refused)
 
 
 def test_layering__every_import_is_allowed_by_readme() -> None:
@@ -135,13 +137,13 @@ def test_layering__every_import_is_allowed_by_readme() -> None:
         may = ", ".join(sorted(rule)) or "nothing of ours"
         offending.append(f"{where(edge)}: {importer} imports {edge.target}; {importer} may import: {may}")
 
-    assert [] == offending, "\n".join(["imports README's 'Source layout' table does not allow:", *offending])
+    assert [] == offending, "\n".join(["imports the 'Source layout' table does not allow:", *offending])
 
 
 def test_layering__what_ships_apart_reaches_no_server_code() -> None:
     """The runner, the agent, ``octl`` and the launchers ship without the server: nothing they import, at
-    any depth, is server code (README's second table). Each import that crosses into it is named once,
-    with the chain of imports that leads there."""
+    any depth, is server code (the architecture page's second table). Each import that crosses into it is
+    named once, with the chain of imports that leads there."""
     starts = layers().ships_apart
     roots = [
         module
@@ -166,7 +168,7 @@ def test_layering__what_ships_apart_reaches_no_server_code() -> None:
 
 
 def may_import_line(readme: Path) -> str:
-    """The first sentence of the README's paragraph that starts with ``May import:``."""
+    """The first sentence of a package README's paragraph that starts with ``May import:``."""
     paragraphs = [" ".join(p.split()) for p in readme.read_text().split("\n\n")]
     (paragraph,) = [p for p in paragraphs if p.startswith("May import:")]
     return re.split(r"\.(?:\s|$)", paragraph.removeprefix("May import:"), maxsplit=1)[0]
@@ -174,7 +176,7 @@ def may_import_line(readme: Path) -> str:
 
 def test_layering__each_package_readme_says_what_its_row_says() -> None:
     """Every package folder has a README.md whose ``May import:`` sentence names exactly the packages of its
-    row in README's table (a library it names unquoted is not one of ours), or says "nothing"/"anything"
+    row in the layering table (a library it names unquoted is not one of ours), or says "nothing"/"anything"
     as the row does."""
     differing = []
     for package, allowed in sorted(layers().may_import.items()):
@@ -194,6 +196,6 @@ def test_layering__each_package_readme_says_what_its_row_says() -> None:
             ok = names == allowed
         if not ok:
             row = "anything" if allowed is None else ", ".join(sorted(allowed)) or "nothing"
-            differing.append(f"{readme.relative_to(ROOT)}: 'May import:{line}', README's row: {row}")
+            differing.append(f"{readme.relative_to(ROOT)}: 'May import:{line}', the table's row: {row}")
 
-    assert [] == differing, "\n".join(["package READMEs that disagree with README's table:", *differing])
+    assert [] == differing, "\n".join(["package READMEs that disagree with the layering table:", *differing])

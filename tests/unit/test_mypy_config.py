@@ -1,5 +1,6 @@
-"""``mypy`` with no arguments (as scripts/check runs it) checks the tests and the benchmarks too, as
-README's Development section says: pyproject's ``[tool.mypy] files`` names every folder of Python code."""
+"""``mypy`` with no arguments (as scripts/check runs it) checks the tests, the benchmarks and the scripts
+too, as the development page says (docs/contributing/development.md): pyproject's ``[tool.mypy] files``
+names every folder of Python code."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_mypy__checks_every_folder_of_python_code() -> None:
     ]
 
     assert config["strict"] is True
-    assert folders == ["bench", "src", "tests"]
+    assert folders == ["bench", "scripts", "src", "tests"]
     assert sorted(config["files"]) == folders
     # No arguments: the configuration decides what is checked.
     assert re.search(r" mypy$", (ROOT / "scripts" / "check").read_text(), re.M)

@@ -16,6 +16,7 @@ helm-python-sdk missing: the tests skip, or fail when ``CI`` or ``PO_TEST_REQUIR
 from __future__ import annotations
 
 import base64
+import shlex
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from orchestrator.api import health
 from orchestrator.launchers.images import DEFAULT_RUNNER_IMAGE, DEFAULT_SERVER_IMAGE, IMAGE_TAG
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
+from tests.support.docs import commands, docs_example
 from tests.support.helm_charts import (
     by_kind,
     env_of,
@@ -965,3 +967,38 @@ def test_chart__values_documented_in_readme() -> None:
     """Every leaf of values.yaml is named in the README's table (Kubernetes objects as a whole)."""
     objects = {"resources", "podSecurityContext", "securityContext", "managedRunners.resources"}
     assert undocumented_values(CHART, objects) == []
+
+
+def test_docs__the_install_commands_give_a_server_on_that_database_and_its_admin_token(chart: Any) -> None:
+    """docs/operate/install.md's three commands, read as kubectl and Helm read them: the Secret the first
+    makes is the one the installed server takes PO_DATABASE_URL from (name and key), the install's values
+    render (valid manifests) into that namespace, and the Secret the last reads holds the token."""
+    create_secret, install, read_token = commands(docs_example("operate/platform-chart"))
+    kubectl = shlex.split(create_secret)
+    assert kubectl[:6] == ["kubectl", "-n", "po", "create", "secret", "generic"]
+    secret_name, literal = kubectl[6], kubectl[7].removeprefix("--from-literal=")
+    secret_key = literal.partition("=")[0]
+    helm_words = shlex.split(install)
+    assert helm_words[:4] == ["helm", "install", "po", "charts/platform-orchestrator"]
+    namespace = helm_words[helm_words.index("-n") + 1]
+    values: dict[str, Any] = {}
+    for flag, assignment in zip(helm_words[4::2], helm_words[5::2], strict=True):
+        if flag == "--set":
+            path, _, value = assignment.partition("=")
+            *parents, leaf = path.split(".")
+            place = values
+            for name in parents:
+                place = place.setdefault(name, {})
+            place[leaf] = value
+    reading = shlex.split(read_token.split("|")[0])
+
+    rendered = manifests(chart.render(values, name=helm_words[2], namespace=namespace))
+
+    assert [] == [problem for m in rendered for problem in manifest_problems(m)]
+    env = env_of(container(rendered, "Deployment"))
+    assert {"name": secret_name, "key": secret_key} == secret_ref(env, "PO_DATABASE_URL")
+    assert "https://po.example.com" == env["PO_PUBLIC_URL"]["value"]
+    assert reading[:5] == ["kubectl", "-n", namespace, "get", "secret"]
+    token = one(rendered, "Secret", reading[5])
+    assert namespace == token["metadata"]["namespace"]
+    assert reading[-1] == "jsonpath={.data.token}" and token["data"]["token"]

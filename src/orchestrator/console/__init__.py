@@ -1,6 +1,6 @@
 """The web console: static ES modules, one CSS file and one HTML page, served from the package at
 ``/console/`` (``/`` and ``/console`` redirect there). The page calls the same JSON API as ``octl`` with the
-user's bearer token; the server only serves the files. See README.md."""
+user's bearer token; the server only serves the files. See docs/guides/console.md."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Where they are remembered: first in this replica's memory, checked with no datab
 the ``agent_token_uses`` table in one batch per second and read back by the other replicas (and by this
 one after a restart) in the same step (``sync``, from ``AgentGateway.run``). A replay to another replica
 is therefore refused from about a second after the first use; within that second it is not. A database
-insert per request was measured first and rejected (README, Benchmarks): with 10,000 agents holding long
+insert per request was measured first and rejected (docs/benchmarks.md): with 10,000 agents holding long
 polls SQLite's single writer took 67 % of a core while idle, and PostgreSQL's connection pool ran out
 (polls failed). Polls that have nothing to deliver touch no database, and stay so.
 """
