@@ -292,20 +292,17 @@ def _named_in_source() -> dict[str, list[str]]:
 
 
 def _type_name(cty: Any) -> str:
-    name = type(cty).__name__
-    if name == "CtyString":
-        return "string"
-    if name == "CtyNumber":
-        return "number"
-    if name == "CtyBool":
-        return "bool"
-    if name == "CtyDynamic":
+    """A cty type (``orchestrator.tfprovider.cty``) as Terraform writes it: ``string``, ``list(string)``."""
+    kind = type(cty).__name__
+    if kind == "Primitive":
+        return str(cty.name)
+    if kind == "Dynamic":
         return "dynamic"
-    if name == "CtyObject":
+    if kind == "Object":
         return "object"
-    if name in ("CtyMap", "CtyList", "CtySet"):
-        return f"{name[3:].lower()}({_type_name(cty.element_type)})"
-    return name
+    if kind == "Collection":
+        return f"{cty.kind}({_type_name(cty.element)})"
+    return kind.lower()
 
 
 def _flags(attribute: Any) -> str:
@@ -341,9 +338,8 @@ def _schema_table(attributes: Mapping[str, Any]) -> list[str]:
 
 
 def terraform_page() -> str:
-    from orchestrator.tfprovider.provider import NAME, provider_schema
-    from orchestrator.tfprovider.registry import DATA_SOURCE_SPECS, PREFIX, RESOURCE_SPECS
-    from orchestrator.tfprovider.resource import data_source_class, resource_class
+    from orchestrator.tfprovider.provider import ATTRIBUTES, NAME
+    from orchestrator.tfprovider.registry import DATA_SOURCES, RESOURCES
 
     lines = [
         GENERATED,
@@ -357,20 +353,18 @@ def terraform_page() -> str:
         "",
         "## Provider",
         "",
-        *_schema_table(provider_schema().block.attributes),
+        *_schema_table(ATTRIBUTES),
         "",
         "## Resources",
         "",
     ]
-    for spec in RESOURCE_SPECS:
-        schema = resource_class(PREFIX, spec).get_schema()
-        lines += [f"### `{PREFIX}_{spec.name}`", "", spec.description or "", ""]
-        lines += [*_schema_table(schema.block.attributes), ""]
+    for name, spec in RESOURCES.items():
+        lines += [f"### `{name}`", "", spec.description or "", ""]
+        lines += [*_schema_table(spec.attributes), ""]
     lines += ["## Data sources", ""]
-    for source in DATA_SOURCE_SPECS:
-        schema = data_source_class(PREFIX, source).get_schema()
-        lines += [f"### `{PREFIX}_{source.name}` (data source)", "", source.description or "", ""]
-        lines += [*_schema_table(schema.block.attributes), ""]
+    for name, source in DATA_SOURCES.items():
+        lines += [f"### `{name}` (data source)", "", source.description or "", ""]
+        lines += [*_schema_table(source.attributes), ""]
     return "\n".join(lines)
 
 
