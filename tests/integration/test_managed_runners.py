@@ -33,7 +33,7 @@ from tests.support.managed import (
     register,
     registered,
 )
-from tests.support.octl import Octl, org_admin_token, serve
+from tests.support.octl import OctlProcess, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 
 _KEY = agent_auth.generate_key_pair()[1]
@@ -541,7 +541,9 @@ async def test_refresh_runner__links_to_the_pool_with_the_rules_tags(app: FastAP
 
 def test_octl__lists_the_pool_and_cannot_delete_it(settings: ServerSettings, tmp_path: Path) -> None:
     with serve(settings) as base_url:
-        octl = Octl(base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "octl.yaml")
+        octl = OctlProcess(
+            base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "octl.yaml"
+        )
         listed = octl("get", "runners")
         deleted = octl("delete", "runner", "managed")
 
@@ -663,7 +665,7 @@ def test_octl__platform_admin_creates_lists_and_deletes_registration_credentials
     settings: ServerSettings, tmp_path: Path
 ) -> None:
     with serve(settings) as base_url:
-        octl = Octl(base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl.yaml")
+        octl = OctlProcess(base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl.yaml")
         created = octl(
             "create", "managed-runner-registration", "--tag", "gpu", "--description", "gpus", "-o", "json"
         )
