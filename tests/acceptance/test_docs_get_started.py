@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -22,17 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs import DOCS, ROOT, Shell, blocks, commands, docs_example, substitute, wait_for
+from tests.support.postgres import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 DOCS_URL = "http://127.0.0.1:8080"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -24,16 +24,9 @@ from cryptography import x509
 
 from tests.support.docs import Shell, commands, docs_example, substitute, wait_for
 from tests.support.kube_api import CertificateAuthority, KeyPair
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture

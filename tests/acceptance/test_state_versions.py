@@ -173,6 +173,7 @@ def test_state_rollback__a_redeploy_plans_against_the_older_state(platform: Plat
     assert final[0]["serial"] > rollback["serial"]
 
 
+@pytest.mark.timeout(600)
 def test_docs__the_state_versions_page_commands_run_as_printed(platform: Platform, tmp_path: Path) -> None:
     """docs/guides/state-versions.md's block in a shell, as the organization's admin, on shop/dev after
     two deployments: the listings, both pulls (the second to a file of mode 0600), the rollback to 1."""

@@ -30,6 +30,8 @@ from tests.support.kube_schema import assert_valid
 from tests.support.octl import ORG, Octl, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture
 def platform_octl(settings: ServerSettings, tmp_path: Path) -> Iterator[Octl]:

@@ -33,7 +33,7 @@ from tests.support.managed import (
     register,
     registered,
 )
-from tests.support.octl import Octl, org_admin_token, serve
+from tests.support.octl import OctlProcess, org_admin_token, serve
 from tests.support.orgs import BOOTSTRAP_TOKEN, Org, api_client
 
 _KEY = agent_auth.generate_key_pair()[1]
@@ -351,9 +351,11 @@ async def test_lease__runs_out_before_the_bundle_was_fetched_the_deployment_is_q
     )
 
 
-async def test_lease__runs_out_after_the_bundle_was_fetched_the_deployment_fails(
+async def _claimed_and_fetched(
     app: FastAPI, org: Org, runner_client: httpx.AsyncClient
-) -> None:
+) -> tuple[str, httpx.Response, datetime]:
+    """A deployment claimed by runner ``managed-0`` whose bundle it fetched (so its token was used): its
+    id, the bundle's answer and the claim's lease end."""
     await managed_env(org, "dev")
     token = await registered(runner_client, "managed-0")
     deployment_id = await deploy(org, "dev")
@@ -363,6 +365,14 @@ async def test_lease__runs_out_after_the_bundle_was_fetched_the_deployment_fails
         headers={"X-Deployment-Token": environment["TOKEN"]},
     )
     lease_until = (await _records(app))[0].claim_lease_until
+    assert lease_until is not None
+    return deployment_id, bundle, lease_until
+
+
+async def test_lease__runs_out_after_the_bundle_was_fetched_the_deployment_fails(
+    app: FastAPI, org: Org, runner_client: httpx.AsyncClient
+) -> None:
+    deployment_id, bundle, lease_until = await _claimed_and_fetched(app, org, runner_client)
 
     await _worker(app, lease_until + timedelta(seconds=1)).run_once()
     got = (await org.admin.get(f"/orgs/{org.id}/deployments/{deployment_id}")).json()
@@ -381,15 +391,7 @@ async def test_lease__that_ran_out_while_the_api_was_down_gets_a_lease_after_the
 ) -> None:
     """A server that starts after an outage gives runners one lease to renew theirs before ending any: the
     lease ran out while nobody could take a heartbeat. After that grace the lapsed lease ends as usual."""
-    await managed_env(org, "dev")
-    token = await registered(runner_client, "managed-0")
-    deployment_id = await deploy(org, "dev")
-    environment = (await claim(runner_client, token)).json()["environment"]
-    bundle = await runner_client.get(
-        f"/runner-gateway/v1/orgs/{org.id}/runners/managed/deployments/{deployment_id}/bundle",
-        headers={"X-Deployment-Token": environment["TOKEN"]},
-    )
-    lease_until = (await _records(app))[0].claim_lease_until
+    deployment_id, bundle, lease_until = await _claimed_and_fetched(app, org, runner_client)
     started = lease_until + timedelta(seconds=30)  # the server came back after the lease ran out
     now = started + timedelta(seconds=59)
     worker = policy.ManagedWorker(
@@ -541,7 +543,9 @@ async def test_refresh_runner__links_to_the_pool_with_the_rules_tags(app: FastAP
 
 def test_octl__lists_the_pool_and_cannot_delete_it(settings: ServerSettings, tmp_path: Path) -> None:
     with serve(settings) as base_url:
-        octl = Octl(base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "octl.yaml")
+        octl = OctlProcess(
+            base_url=base_url, token=org_admin_token(base_url), config_path=tmp_path / "octl.yaml"
+        )
         listed = octl("get", "runners")
         deleted = octl("delete", "runner", "managed")
 
@@ -663,7 +667,7 @@ def test_octl__platform_admin_creates_lists_and_deletes_registration_credentials
     settings: ServerSettings, tmp_path: Path
 ) -> None:
     with serve(settings) as base_url:
-        octl = Octl(base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl.yaml")
+        octl = OctlProcess(base_url=base_url, token=BOOTSTRAP_TOKEN, config_path=tmp_path / "octl.yaml")
         created = octl(
             "create", "managed-runner-registration", "--tag", "gpu", "--description", "gpus", "-o", "json"
         )

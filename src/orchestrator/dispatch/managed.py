@@ -371,10 +371,11 @@ class ManagedWorker:
         started_at: datetime | None = None,
     ) -> None:
         self.engine = engine
-        #: Until then (a lease after this server started) no lease is ended and no runner pruned: while no
-        #: server answered, runners could not renew their leases nor be seen, and a lease that ran out
-        #: during an outage of the API says nothing about the runner. Other replicas, up all along, go on
-        #: ending lapsed leases meanwhile. None: no such grace (tests on a controlled clock).
+        #: Until then (a lease after this server started) no lease is ended: while no server answered,
+        #: runners could not renew their leases, and a lease that ran out during an outage of the API says
+        #: nothing about the runner. Other replicas, up all along, go on ending lapsed leases meanwhile.
+        #: Pruning goes on: a runner unseen for ``prune_after`` (a day) registers again when it comes back.
+        #: None: no such grace (tests on a controlled clock).
         self.grace_until = None if started_at is None else started_at + online_within
         #: A runner seen within this long is online (``PO_MANAGED_LEASE_SECONDS``).
         self.online_within = online_within
@@ -401,8 +402,7 @@ class ManagedWorker:
         async with self.engine.begin() as conn:
             outcome = LostClaims() if just_started else await expire_leases(conn, now=now)
             outcome.failed += await time_out_queued(conn, now=now)
-            if not just_started:
-                await prune(conn, now=now, after=self.prune_after)
+            await prune(conn, now=now, after=self.prune_after)
             await note_waiting(conn, now=now, online_within=self.online_within)
         for deployment_id in outcome.failed:
             self.on_final(deployment_id)
