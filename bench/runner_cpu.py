@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print("imports, cumulative (profiled, so slowed; read the shares):")
         for module, seconds in result["import_profile_cum_s"]:
             print(f"  {seconds:6.3f}  {module}")
-    before, after = result["load_average_before_after"]
+    before, after = ("/".join(f"{v:.2f}" for v in load) for load in result["load_average_before_after"])
     print(f"load average (1/5/15 min) before {before}, after {after}")
     return 0 if result["succeeded"] == args.deployments else 1
 
