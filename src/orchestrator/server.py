@@ -655,7 +655,9 @@ def create_app(
             )
             reader = db.readonly(engine)
             followers = log_followers.FollowHub(reader, notifier)
-            chunk_writer = log_writer.ChunkWriter(engine, on_stored=followers.stored)
+            chunk_writer = log_writer.ChunkWriter(
+                engine, on_stored=followers.stored, concurrency=log_writer.concurrency_for(engine)
+            )
             app.state.services = Services(
                 settings=settings,
                 engine=engine,

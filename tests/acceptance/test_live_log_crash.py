@@ -1,6 +1,6 @@
 """A server killed while log chunks wait to be stored (issue 22), on both databases: no chunk it acknowledged
-(202) is lost, none it did not commit is in the database, and the runner's stream sends the others again
-to the restarted server: in the end every chunk is stored once, in order.
+(202) is lost, and the runner's stream sends the others again to the restarted server: in the end every
+chunk is stored once, in order.
 
 A real ``orchestrator serve`` (``kill -9``, then started again on its port) and the runner's own
 ``LogStream`` and ``GatewayClient``. The deployment runs on an agent runner whose agent never comes, so it
@@ -169,9 +169,13 @@ def test_sigkill_with_chunks_waiting__acknowledged_ones_are_stored_the_runner_se
         stack.client.close()
         server.stop()
 
-    # Nothing was acknowledged while the writer was held, and what was acknowledged before is stored.
+    # Nothing was acknowledged while the writer was held, and what was acknowledged before is stored. (A
+    # chunk can be stored and not acknowledged: on PostgreSQL the killed server's insert, waiting for the
+    # lock, may still commit once it is released; sent again, it is a repeat.)
     assert acknowledged == acknowledged_at_kill
-    assert list(range(1, acknowledged + 1)) == [seq for seq, _ in after_kill]
+    after_kill_seqs = [seq for seq, _ in after_kill]
+    assert list(range(1, acknowledged + 1)) == after_kill_seqs[:acknowledged]
+    assert list(range(1, len(after_kill_seqs) + 1)) == after_kill_seqs
     # The chunks waiting in the killed server were sent again; every chunk is stored once, in order.
     assert last_stored > acknowledged
     assert list(range(1, last_stored + 1)) == [seq for seq, _ in stored]

@@ -124,9 +124,9 @@ async def test_writer__chunks_that_wait_together_are_stored_in_one_transaction_a
     assert set() == stored_while_blocked
     assert [202] * STREAMS == [answer.status_code for answer in answers]
     assert {(live.deployment_id, 1) for live in streams} == await _stored(app)
-    # The first uploads' transaction waited; the others, which came while it waited, went together.
-    assert writer.batches - before <= 2
-    assert writer.largest_batch >= STREAMS // 2
+    # The first uploads' transactions waited (one on SQLite, a few at once on PostgreSQL); the others,
+    # which came while they waited, went together.
+    assert writer.batches - before <= writer.concurrency + 1 < STREAMS
     pages = [(await live.page()).json() for live in streams]
     assert [[f"line of {n}\n"] for n in range(STREAMS)] == [
         [live.decrypt(item).text for item in page["items"]] for live, page in zip(streams, pages, strict=True)

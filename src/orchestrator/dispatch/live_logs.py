@@ -96,6 +96,16 @@ class Received:
     latest_phases: dict[uuid.UUID, str]
 
 
+def needs_transaction(uploads: Sequence[ChunkUpload], known_phases: Mapping[uuid.UUID, str]) -> bool:
+    """Whether ``receive_chunks`` may run more than its insert for ``uploads``: a chunk of an ended
+    deployment (its logs may be gone), or of another phase than ``known_phases`` says (a phase may be
+    recorded with it, atomically). Otherwise it writes with one statement."""
+    return any(
+        is_final(upload.deployment.status) or known_phases.get(upload.deployment.id) != upload.phase.value
+        for upload in uploads
+    )
+
+
 async def receive_chunks(
     conn: AsyncConnection,
     uploads: Sequence[ChunkUpload],

@@ -1,8 +1,9 @@
 """The live log's chunk writer (issue 22): one per server process, it stores the chunks that runners
 upload to this process, those that arrive together in one transaction.
 
-An upload hands its chunk to :meth:`ChunkWriter.store` and waits: the writer takes every chunk waiting when
-it is free (at most ``max_chunks`` and ``max_bytes`` of ciphertext at a time) and stores them with one
+An upload hands its chunk to :meth:`ChunkWriter.store` and waits: a writer takes every chunk waiting when
+it is free (at most ``max_chunks`` and ``max_bytes`` of ciphertext at a time; ``concurrency`` writers at
+once) and stores them with one
 transaction (``live_logs.receive_chunks``: one insert; a read of the latest phases and an insert of the
 phases they change only for chunks of another phase than the writer last committed for their deployment),
 instead of a transaction of four round trips per chunk. A chunk alone is written at
@@ -23,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from orchestrator import metrics
 from orchestrator.dispatch import live_logs
@@ -41,6 +43,13 @@ MAX_BATCH_CHUNKS = 256
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 #: Deployments whose latest phase the writer remembers (the oldest are forgotten first).
 KNOWN_PHASES = 10_000
+#: Chunk transactions at once on PostgreSQL (SQLite: one, its one writer connection).
+POSTGRESQL_WRITERS = 4
+
+
+def concurrency_for(engine: AsyncEngine) -> int:
+    """How many chunk transactions the writer runs at once on ``engine``'s database."""
+    return 1 if engine.dialect.name == "sqlite" else POSTGRESQL_WRITERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +59,9 @@ class _Waiting:
 
 
 class ChunkWriter:
-    """See the module docstring. :meth:`close` stores what waits and ends the writer's task."""
+    """See the module docstring. ``concurrency``: transactions at once (1 on SQLite, whose writer is one
+    connection; more on PostgreSQL, where a transaction's round trips would otherwise set the pace).
+    :meth:`close` stores what waits and ends the writer's transactions."""
 
     def __init__(
         self,
@@ -59,14 +70,17 @@ class ChunkWriter:
         on_stored: Callable[[Sequence[live_logs.StoredChunk]], None] | None = None,
         max_chunks: int = MAX_BATCH_CHUNKS,
         max_bytes: int = MAX_BATCH_BYTES,
+        concurrency: int = 1,
     ) -> None:
         self._engine = engine
         self._on_stored = on_stored
         self._max_chunks = max_chunks
         self._max_bytes = max_bytes
         self._waiting: deque[_Waiting] = deque()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._concurrency = concurrency
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: The deployments of the chunks being stored now (by how many of them).
+        self._writing: Counter[uuid.UUID] = Counter()
         self._closed = False
         #: The latest phase of the deployments whose chunks were stored here, as committed: a chunk of that
         #: phase reads no phase (``live_logs.receive_chunks``).
@@ -74,6 +88,11 @@ class ChunkWriter:
         #: Transactions committed and chunks they stored (for tests and the benchmark's notes).
         self.batches = 0
         self.largest_batch = 0
+
+    @property
+    def concurrency(self) -> int:
+        """Transactions at once."""
+        return self._concurrency
 
     async def store(self, upload: live_logs.ChunkUpload) -> bool:
         """Store ``upload`` (with the chunks waiting beside it); True if stored now, False for a repeat of
@@ -84,63 +103,78 @@ class ChunkWriter:
             raise ServiceUnavailableError("the server is stopping: send the chunk again")
         answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Waiting(upload, answer))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="log-chunk-writer")
-        self._wake.set()
+        if len(self._tasks) < self._concurrency:
+            task = asyncio.create_task(self._run(), name="log-chunk-writer")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         # A cancelled upload (its runner hung up) cancels its answer; the chunk may be stored all the same,
         # which its retry finds (a repeat).
         return await answer
 
     async def close(self) -> None:
-        """Store what waits, then end the writer's task; later uploads are refused (503)."""
+        """Store what waits, then end the writer's transactions; later uploads are refused (503)."""
         self._closed = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _run(self) -> None:
+        """Write batches while chunks wait; then end (``store`` starts a writer again)."""
         try:
-            while True:
-                batch = self._take()
-                if batch:
+            while batch := self._take():
+                try:
                     await self._write(batch)
-                    continue
-                if self._closed:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
+                finally:
+                    self._done(batch)
         finally:
-            # Cancelled (the loop ends) or a bug: no upload waits for an answer that will never come.
-            for waiting in self._waiting:
-                if not waiting.answer.done():
-                    waiting.answer.set_exception(
-                        ServiceUnavailableError("the chunk was not stored: send it again")
-                    )
-            self._waiting.clear()
+            # At once, not in a done callback: an upload that comes next must start a writer.
+            self._tasks.discard(asyncio.current_task())
+            if self._waiting and not self._tasks:
+                # Cancelled (the loop ends) or a bug, and no other writer: no upload waits for an answer
+                # that will never come.
+                for waiting in self._waiting:
+                    if not waiting.answer.done():
+                        waiting.answer.set_exception(
+                            ServiceUnavailableError("the chunk was not stored: send it again")
+                        )
+                self._waiting.clear()
 
     def _take(self) -> list[_Waiting]:
         """The chunks waiting, first come first, up to the bounds (always one); those whose upload gave
-        up are left out."""
+        up are left out, and those of a deployment another writer is storing wait for it (one runner's
+        chunks are stored in order, and its phases too)."""
         batch: list[_Waiting] = []
+        held: list[_Waiting] = []
         size = 0
         while self._waiting and len(batch) < self._max_chunks:
-            waiting = self._waiting[0]
+            waiting = self._waiting.popleft()
             if waiting.answer.done():
-                self._waiting.popleft()
                 continue
-            size += len(waiting.upload.ciphertext)
-            if batch and size > self._max_bytes:
+            if waiting.upload.deployment.id in self._writing:
+                held.append(waiting)
+                continue
+            if batch and size + len(waiting.upload.ciphertext) > self._max_bytes:
+                self._waiting.appendleft(waiting)
                 break
-            batch.append(self._waiting.popleft())
+            size += len(waiting.upload.ciphertext)
+            batch.append(waiting)
+        self._waiting.extendleft(reversed(held))
+        for waiting in batch:
+            self._writing[waiting.upload.deployment.id] += 1
         return batch
+
+    def _done(self, batch: list[_Waiting]) -> None:
+        for waiting in batch:
+            deployment_id = waiting.upload.deployment.id
+            self._writing[deployment_id] -= 1
+            if self._writing[deployment_id] <= 0:
+                del self._writing[deployment_id]
 
     async def _write(self, batch: list[_Waiting]) -> None:
         started = time.monotonic()
+        uploads = [w.upload for w in batch]
         try:
-            async with self._engine.begin() as conn:
-                received = await live_logs.receive_chunks(
-                    conn, [w.upload for w in batch], known_phases=self._phases
-                )
+            async with self._transaction(uploads) as conn:
+                received = await live_logs.receive_chunks(conn, uploads, known_phases=self._phases)
         except DatabaseUnavailableError as exc:
             self._answer_all(batch, exc)
             return
@@ -169,6 +203,18 @@ class ChunkWriter:
                 waiting.answer.set_result(outcome)
             else:
                 waiting.answer.set_exception(outcome)
+
+    @asynccontextmanager
+    async def _transaction(self, uploads: list[live_logs.ChunkUpload]) -> AsyncIterator[AsyncConnection]:
+        """A transaction for ``uploads``; on PostgreSQL none when they need one statement only (an insert,
+        committed on its own: no ``BEGIN`` and ``COMMIT`` round trips), which is the case of every batch of
+        chunks of a running deployment whose phase is the one last committed here."""
+        if self._engine.dialect.name == "sqlite" or live_logs.needs_transaction(uploads, self._phases):
+            async with self._engine.begin() as conn:
+                yield conn
+            return
+        async with self._engine.connect() as conn:
+            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def _remember(self, phases: dict[uuid.UUID, str]) -> None:
         for deployment_id, phase in phases.items():
