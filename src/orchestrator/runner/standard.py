@@ -239,9 +239,12 @@ def _execute(
                 body = deployment.run(code_dir)
             finally:
                 # Whatever ended the run (a failed apply, SIGTERM): state Terraform could not save is
-                # saved now, before the results; no signal cuts that short.
+                # saved now, before the results; no signal cuts that short. Then the engine session ends.
                 with stop.disarmed():
-                    rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
+                    try:
+                        rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
+                    finally:
+                        deployment.close()
     except StepFailedError as exc:
         error = exc.error
     except TerminatedError as exc:
@@ -295,6 +298,11 @@ class _Deployment:
                 "TF_HTTP_PASSWORD": self.settings.token.get_secret_value(),
             }
         return self.environ
+
+    def close(self) -> None:
+        """End the engine session, if one runs."""
+        if self.cli is not None:
+            self.cli.close()
 
     def rescue_state(self, code_dir: Path) -> str | None:
         """Save the ``errored.tfstate`` a failed engine command left; the words for the message."""
