@@ -194,12 +194,12 @@ def test_session__a_dead_session_fails_its_command_and_the_next_one_starts_a_new
         assert cli.run("init", "-no-color", "-input=false", "-json").ok
         session = cli._session
         assert session is not None
-        killer = threading.Thread(
-            target=lambda: (
-                wait_for(lambda: (tmp_path / "code" / "started").exists(), 60, "the provisioner"),
-                session.process.send_signal(signal.SIGKILL),
-            )
-        )
+
+        def kill_session() -> None:
+            wait_for(lambda: (tmp_path / "code" / "started").exists(), 60, "the provisioner")
+            session.process.send_signal(signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_session)
         killer.start()
         killed = cli.run("apply", "-auto-approve", "-no-color", "-input=false", "-json")
         killer.join(60)
