@@ -212,6 +212,64 @@ def state_outputs(state: Mapping[str, Any]) -> dict[str, Any]:
     return output_values((state.get("values") or {}).get("outputs") or {})
 
 
+@dataclass(frozen=True, kw_only=True)
+class AppliedState:
+    """What the results take from a state: the output values (sensitive ones too) and the number of
+    managed resource instances (all modules, deposed objects included), as ``show -json`` reports them."""
+
+    outputs: dict[str, Any]
+    num_resources: int
+
+
+def applied_state(shown: Mapping[str, Any]) -> AppliedState:
+    """From ``show -json`` of a state (no plan file)."""
+    return AppliedState(outputs=state_outputs(shown), num_resources=state_resource_count(shown))
+
+
+#: The state format this reads (Terraform 0.12 and later, OpenTofu).
+RAW_STATE_VERSION = 4
+
+
+def raw_applied_state(document: bytes | None) -> AppliedState | None:
+    """From the state file itself, as the backend stores it (``None``: no state yet, an empty one).
+
+    The same as :func:`applied_state` of ``show -json``, which renders this file: each output's
+    ``value``; each managed resource's instance objects (``show -json`` lists one entry per current
+    object and per deposed one, as the file does). None when the document is not a plain version 4
+    state (an encrypted OpenTofu state, another format): the caller asks the engine instead.
+    """
+    if document is None or not document.strip():
+        return AppliedState(outputs={}, num_resources=0)
+    try:
+        state = json.loads(document)
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or state.get("version") != RAW_STATE_VERSION or "encrypted_data" in state:
+        return None
+    outputs, resources = state.get("outputs", {}), state.get("resources", [])
+    if not isinstance(outputs, dict) or not isinstance(resources, list):
+        return None
+    if not all(isinstance(entry, dict) for entry in [*outputs.values(), *resources]):
+        return None
+    count = 0
+    for resource in resources:
+        instances = resource.get("instances", [])
+        if not isinstance(instances, list):
+            return None
+        if resource.get("mode") == "managed":
+            count += len(instances)
+    return AppliedState(outputs=output_values(outputs), num_resources=count)
+
+
+def engine_version(lines: Iterable[str]) -> str | None:
+    """The version message a ``-json`` command prints first (``Terraform 1.15.5``, ``OpenTofu 1.10.0``)."""
+    for message in json_lines(lines):
+        if message.get("type") == "version":
+            text = message.get("@message")
+            return str(text) if text else None
+    return None
+
+
 def _count_managed(module: Mapping[str, Any]) -> int:
     own = sum(1 for resource in module.get("resources") or [] if resource.get("mode") == "managed")
     return own + sum(_count_managed(child) for child in module.get("child_modules") or [])
