@@ -19,6 +19,7 @@ steps, ``TF_DIAGNOSTIC_ERROR`` when the engine left an error diagnostic, ``IAC_C
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -612,6 +613,7 @@ def _runner_error(what: str, exc: BaseException) -> results.ResultError:
     return results.ResultError(error=results.RUNNER_ERROR_CODE, message=f"{what}: {reason}")
 
 
+@functools.cache  # once per process: it scans the installed distributions (a zygote's children share it)
 def _version() -> str:
     try:
         return importlib_metadata.version("platform-orchestrator")

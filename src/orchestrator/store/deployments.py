@@ -44,13 +44,19 @@ async def insert(conn: AsyncConnection, values: dict[str, Any]) -> Deployment:
     return _deployment(row)
 
 
+#: Built once: every runner gateway request reads its deployment (building the statement and its cache key
+#: cost as much as running it on SQLite).
+_GET = deployments.select().where(
+    deployments.c.org_id == sa.bindparam("org_id"), deployments.c.id == sa.bindparam("deployment_id")
+)
+_GET_FOR_UPDATE = _GET.with_for_update()
+
+
 async def get(
     conn: AsyncConnection, org_id: str, deployment_id: uuid.UUID, *, for_update: bool = False
 ) -> Deployment | None:
-    stmt = deployments.select().where(deployments.c.org_id == org_id, deployments.c.id == deployment_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = (await conn.execute(stmt)).first()
+    stmt = _GET_FOR_UPDATE if for_update else _GET
+    row = (await conn.execute(stmt, {"org_id": org_id, "deployment_id": deployment_id})).first()
     return _deployment(row) if row else None
 
 
