@@ -13,7 +13,7 @@ state, a module of one `terraform_data` resource, and one environment per deploy
    latency p50/p99, errors (a create not answered 201, a deployment not succeeded), and the CPU seconds
    per deployment (from /proc) of the server, of the runners (`po-runner standard`) and of the engine
    processes they start, next to the floor: the engine's own CPU for the same compiled module applied
-   directly (`init` + `apply`, local backend), and for the six engine commands the runner runs, measured
+   directly (`init` + `apply`, local backend), and for the engine steps the runner runs, measured
    in the same run with the server idle;
 2. creates: `--creates` deployments created by `--concurrency` concurrent POSTs into a project whose
    runner is the Managed pool with no runner polling, so nothing runs: creates per second, latency
@@ -619,7 +619,8 @@ def floor(
     data_dir: Path, deployment_id: str, work: Path, engine_env: Mapping[str, str], runs: int
 ) -> dict[str, Any]:
     """The engine alone on the compiled code of ``deployment_id`` (its bundle, a local backend): CPU and
-    wall time of `init` + `apply`, and of the runner's six engine commands, each in a fresh directory."""
+    wall time of `init` + `apply`, and of the runner's engine steps (`deploy.runner_steps`), each in a fresh
+    directory."""
     sealed = data_dir / "objects" / "bundles" / ORG / f"{deployment_id}.tar.gz.sealed"
     if not sealed.is_file():
         raise api.BenchError(f"no bundle at {sealed} (is the object store the default file store?)")
@@ -742,7 +743,7 @@ def report(database: str, result: dict[str, Any]) -> str:
             ("CPU s per deployment: runners (po-runner)", _s(cpu["runners"], 3)),
             ("CPU s per deployment: engine (sampled)", _s(cpu["engine"], 3)),
             ("floor: engine CPU s, init + apply direct", _s(fl["init_apply"]["cpu_s"]["p50"], 3)),
-            ("floor: engine CPU s, runner's 6 commands direct", _s(fl["runner_steps"]["cpu_s"]["p50"], 3)),
+            ("floor: engine CPU s, the runner's engine steps", _s(fl["runner_steps"]["cpu_s"]["p50"], 3)),
         ]
         total = sum(v for k, v in cpu.items() if k in ("server", "postgres", "runners_and_engine") and v)
         floor_cpu = fl["init_apply"]["cpu_s"]["p50"]

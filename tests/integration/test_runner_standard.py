@@ -476,6 +476,117 @@ async def test_standard__destroy_removes_everything(gateway: Gateway, keys: Keys
     assert [] == state_resources(state)
 
 
+def http_main_tf(gateway: Gateway, *, outputs: bool = True) -> str:
+    """The module of :func:`main_tf` on the orchestrator's own state (the gateway's ``http`` backend for
+    this environment, as ``compiler.backend`` renders it); without its outputs when ``outputs`` is False."""
+    url = f"{gateway.url}/runner-gateway/v1/orgs/{gateway.org.id}/environments/{gateway.env_uuid}/state"
+    backend = (
+        f'terraform {{\n  backend "http" {{\n    address = "{url}"\n    lock_address = "{url}/lock"\n'
+        f'    unlock_address = "{url}/lock"\n    lock_method = "LOCK"\n    unlock_method = "UNLOCK"\n'
+        "  }\n}\n"
+    )
+    module = main_tf(Path("unused")).split("}\n}\n", 1)[1]
+    if not outputs:
+        module = module.split('output "greeting"', 1)[0]
+    return backend + module
+
+
+def counting_terraform(tmp_path: Path) -> tuple[dict[str, str | None], Path]:
+    """A `terraform` on PATH that notes each command and runs the embedded engine (one process each)."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "engine-calls"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "terraform"
+    embedded = Path(sys.executable).parent / "po-terraform"
+    wrapper.write_text(f'#!/bin/sh\necho "$2" >> {calls}\nexec {embedded} "$@"\n')
+    wrapper.chmod(0o755)
+    return {"IAC_BACKEND": "terraform", "PATH": f"{bin_dir}:/usr/bin:/bin", "LOG_LEVEL": "info"}, calls
+
+
+async def test_standard__orchestrator_state_gives_outputs_and_counts_without_show(
+    gateway: Gateway, keys: Keys, tmp_path: Path
+) -> None:
+    """On the orchestrator's own state the runner reads the state apply wrote, as Terraform reads it (one
+    GET), instead of starting the engine for `show`: the same counts, outputs (the sensitive one too)
+    and metadata; and the engine's version comes from init's output, not from a `version` command."""
+    engine_env, calls = counting_terraform(tmp_path)
+    deployment_id = await gateway.deployment(make_bundle({"main.tf": http_main_tf(gateway)}))
+
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=deployment_id, extra_env=engine_env)
+
+    assert 0 == run.exit_code, run.stderr + run.stdout
+    assert ["init", "apply"] == calls.read_text().split()
+    body = await gateway.results(deployment_id)
+    assert {
+        "num_resources": 2,
+        "num_resources_added": 2,
+        "num_resources_removed": 0,
+        "num_resources_changed": 0,
+    } == body["tf_resource_counts"]
+    stored = await gateway.stored(deployment_id)
+    assert {"greeting": "hello-world", "static": "fixed", "secret": "s3cr3t-value"} == decrypted_outputs(
+        stored.outputs, keys
+    )
+    assert [{"node_id": "node-hash-1", "metadata": {"k8s_namespace": "team-a"}}] == body["metadata"]
+    state_requests = [(e.method, e.status) for e in gateway.exchanges if "/state" in e.path]
+    # The last state written is what the runner read: its GET comes after Terraform's POST and UNLOCK.
+    assert [("POST", 200), ("UNLOCK", 200), ("GET", 200)] == state_requests[-3:]
+    logs = await decrypted_logs(gateway, keys, deployment_id)
+    versions = [json.loads(line) for line in logs.splitlines() if '"IaC engine is available"' in line]
+    assert [("terraform", "Terraform 1.15.5")] == [(v["engine"], v["version"]) for v in versions]
+    assert "s3cr3t-value" not in logs
+
+
+async def test_standard__orchestrator_state_without_outputs_and_unchanged(
+    gateway: Gateway, keys: Keys, tmp_path: Path
+) -> None:
+    """No outputs: an empty object (encrypted) and no metadata; deployed again, nothing changes and the
+    state still holds both resources."""
+    bundle = make_bundle({"main.tf": http_main_tf(gateway, outputs=False)})
+    first = await gateway.deployment(bundle)
+    assert 0 == (await run_runner(gateway, keys, tmp_path, deployment_id=first)).exit_code
+    second = await gateway.deployment(bundle)
+
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=second)
+
+    assert 0 == run.exit_code, run.stderr
+    for deployment_id, added in ((first, 2), (second, 0)):
+        body = await gateway.results(deployment_id)
+        assert {
+            "num_resources": 2,
+            "num_resources_added": added,
+            "num_resources_removed": 0,
+            "num_resources_changed": 0,
+        } == body["tf_resource_counts"]
+        assert {} == decrypted_outputs(body["outputs"], keys)
+        assert "metadata" not in body or body["metadata"] == []
+
+
+async def test_standard__orchestrator_state_destroyed(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
+    """destroy on the orchestrator's state: counts from its summary, no outputs, no state read; a deploy
+    after it sees an empty state again."""
+    bundle = make_bundle({"main.tf": http_main_tf(gateway)})
+    first = await gateway.deployment(bundle)
+    assert 0 == (await run_runner(gateway, keys, tmp_path, deployment_id=first)).exit_code
+    destroy = await gateway.deployment(bundle)
+
+    run = await run_runner(gateway, keys, tmp_path, deployment_id=destroy, mode="destroy")
+
+    assert 0 == run.exit_code, run.stderr
+    body = await gateway.results(destroy)
+    assert "success" == body["status"]
+    assert (2, 0) == (
+        body["tf_resource_counts"]["num_resources_removed"],
+        body["tf_resource_counts"]["num_resources_added"],
+    )
+    assert "outputs" not in body
+    # The destroy's state written last, and not read after: the runner needs nothing of it.
+    state_requests = [(e.method, e.status) for e in gateway.exchanges if "/state" in e.path]
+    assert [("POST", 200), ("UNLOCK", 200)] == state_requests[-2:]
+    again = await gateway.deployment(bundle)
+    assert 0 == (await run_runner(gateway, keys, tmp_path, deployment_id=again)).exit_code
+    assert 2 == (await gateway.results(again))["tf_resource_counts"]["num_resources_added"]
+
+
 FAILING_POSTCONDITION = """
 resource "terraform_data" "checked" {
   input = "actual"

@@ -24,6 +24,7 @@ from typing import Annotated
 import structlog
 from fastapi import APIRouter, Depends, Path, Request, Response, Security
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator import deployment_tokens, metrics
 from orchestrator.dispatch import bundles, errored_states, live_logs
@@ -83,16 +84,23 @@ async def authorized_deployment(
     *,
     now: datetime | None = None,
     grace_seconds: float | None = None,
+    conn: AsyncConnection | None = None,
+    verified: bool = False,
 ) -> Deployment:
     """The deployment whose token ``presented`` is, if the token still works: while the deployment
     executes, and ``PO_DEPLOYMENT_TOKEN_GRACE_SECONDS`` after it finished. UnauthenticatedError otherwise.
 
     Every gateway route a deployment token opens calls this first; it checks nothing else (the route's
-    runner or environment, what the deployment's status allows).
+    runner or environment, what the deployment's status allows). ``conn``: read on the route's own
+    connection or transaction (one checkout and one ``BEGIN`` per request instead of two); ``verified``:
+    the caller checked the token already (before any database access, as here).
     """
-    if not deployment_tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
+    if not verified and not deployment_tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
         raise UnauthenticatedError("invalid deployment token")
-    async with svc.reader.connect() as conn:
+    if conn is None:
+        async with svc.reader.connect() as own:
+            deployment = await store.get(own, org_id, deployment_id)
+    else:
         deployment = await store.get(conn, org_id, deployment_id)
     if deployment is None:
         raise UnauthenticatedError(
@@ -121,7 +129,29 @@ async def _authorize(
     deployment_id: uuid.UUID,
     *,
     grace_seconds: float | None = None,
+    conn: AsyncConnection | None = None,
 ) -> Deployment:
+    _check_token(svc, request, org_id, deployment_id)
+    presented = request.headers[protocol.DEPLOYMENT_TOKEN_HEADER]
+    deployment = await authorized_deployment(
+        svc, org_id, deployment_id, presented, grace_seconds=grace_seconds, conn=conn, verified=True
+    )
+    if deployment.runner_id != runner_id:
+        raise NotFoundError(f"deployment '{deployment_id}' not found")
+    if deployment.runner_id == MANAGED_RUNNER_ID and deployment.status == Status.EXECUTING:
+        # The managed runner's po-runner has begun: a lease running out now fails the deployment instead
+        # of queueing it again (dispatch.managed).
+        if conn is not None:
+            await managed_store.mark_used(conn, deployment_id, now=datetime.now(UTC))
+        else:
+            async with transaction(svc) as own:
+                await managed_store.mark_used(own, deployment_id, now=datetime.now(UTC))
+    return deployment
+
+
+def _check_token(svc: Services, request: Request, org_id: str, deployment_id: uuid.UUID) -> None:
+    """The token header's checks of :func:`_authorize`, no database access: for a route that reads its
+    body before it authorizes in its transaction."""
     presented = request.headers.get(protocol.DEPLOYMENT_TOKEN_HEADER)
     if presented is None or not presented.strip():
         raise InvalidInputError(
@@ -130,17 +160,6 @@ async def _authorize(
         )
     if not deployment_tokens.verify(svc.token_key, org_id, str(deployment_id), presented):
         raise InvalidInputError(protocol.RUNNER_TOKEN_INVALID)
-    deployment = await authorized_deployment(
-        svc, org_id, deployment_id, presented, grace_seconds=grace_seconds
-    )
-    if deployment.runner_id != runner_id:
-        raise NotFoundError(f"deployment '{deployment_id}' not found")
-    if deployment.runner_id == MANAGED_RUNNER_ID and deployment.status == Status.EXECUTING:
-        # The managed runner's po-runner has begun: a lease running out now fails the deployment instead
-        # of queueing it again (dispatch.managed).
-        async with transaction(svc) as conn:
-            await managed_store.mark_used(conn, deployment_id, now=datetime.now(UTC))
-    return deployment
 
 
 @router.get(
@@ -176,10 +195,12 @@ async def get_bundle(
 async def post_results(
     org_id: str, runner_id: str, deployment_id: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    await _authorize(svc, request, org_id, runner_id, deployment_id)
+    _check_token(svc, request, org_id, deployment_id)  # before the body is read, as ever
     body = await read_limited(request, protocol.MAX_RESULTS_BYTES, "the results body")
-    results = protocol.parse_results(body)
     async with transaction(svc) as conn:
+        # Authorized in the transaction that records the results: one connection for the request.
+        await _authorize(svc, request, org_id, runner_id, deployment_id, conn=conn)
+        results = protocol.parse_results(body)
         applied = await results_policy.record_results(
             conn, org_id, runner_id, deployment_id, results, now=datetime.now(UTC)
         )

@@ -17,7 +17,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response, Security
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from orchestrator import deployment_tokens
 from orchestrator.dispatch import state_versions
 from orchestrator.domain.deployments import Deployment, Status
 from orchestrator.errors import ConflictError, InvalidInputError, UnauthenticatedError
@@ -41,8 +43,8 @@ def _context(env_uuid: uuid.UUID) -> str:
     return state_versions.state_context(env_uuid)
 
 
-async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uuid.UUID) -> Deployment:
-    """The deployment the caller acts for."""
+def _credentials(svc: Services, request: Request, org_id: str) -> tuple[uuid.UUID, str]:
+    """The deployment id and token of the basic auth, the token checked (no database access)."""
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     try:
         user, _, password = base64.b64decode(credentials, validate=True).decode().partition(":")
@@ -51,7 +53,18 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
         raise UnauthenticatedError("state backend requires basic auth: deployment id and token") from exc
     if scheme.lower() != "basic":
         raise UnauthenticatedError("state backend requires basic auth: deployment id and token")
-    deployment = await authorized_deployment(svc, org_id, deployment_id, password)
+    if not deployment_tokens.verify(svc.token_key, org_id, str(deployment_id), password):
+        raise UnauthenticatedError("invalid deployment token")
+    return deployment_id, password
+
+
+async def _authorize(
+    svc: Services, request: Request, org_id: str, env_uuid: uuid.UUID, conn: AsyncConnection
+) -> Deployment:
+    """The deployment the caller acts for, read on the route's own connection or transaction (Terraform
+    sends several requests a deployment: one connection each, not two)."""
+    deployment_id, password = _credentials(svc, request, org_id)
+    deployment = await authorized_deployment(svc, org_id, deployment_id, password, conn=conn, verified=True)
     # Stricter than the token: only an executing deployment reads or writes the state.
     if deployment.env_uuid != env_uuid or deployment.status != Status.EXECUTING:
         raise UnauthenticatedError("the deployment may not use this environment's state")
@@ -71,8 +84,8 @@ async def _authorize(svc: Services, request: Request, org_id: str, env_uuid: uui
 async def get_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    await _authorize(svc, request, org_id, env_uuid)
     async with svc.reader.connect() as conn:
+        await _authorize(svc, request, org_id, env_uuid, conn)
         found = await store.latest(conn, env_uuid)
     if found is None:
         return Response(status_code=204)
@@ -89,7 +102,7 @@ async def get_state(
 async def put_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    deployment = await _authorize(svc, request, org_id, env_uuid)
+    _credentials(svc, request, org_id)  # before the body is read
     body = await read_limited(request, MAX_STATE_BYTES, "the state")
     try:
         json.loads(body)
@@ -97,6 +110,7 @@ async def put_state(
         raise InvalidInputError("the state is not JSON") from exc
     lock_id = request.query_params.get("ID")
     async with transaction(svc) as conn:
+        deployment = await _authorize(svc, request, org_id, env_uuid, conn)
         held = await store.get_lock(conn, env_uuid)
         if held is not None and held["lock_id"] != lock_id:
             raise ConflictError(f"the state is locked by lock '{held['lock_id']}'")
@@ -130,12 +144,13 @@ async def _lock_body(request: Request) -> dict[str, Any]:
 async def lock_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    deployment_id = (await _authorize(svc, request, org_id, env_uuid)).id
+    _credentials(svc, request, org_id)  # before the body is read
     info = await _lock_body(request)
     lock_id = str(info.get("ID") or "")
     if not lock_id:
         raise InvalidInputError("ID: the lock info names no lock id")
     async with transaction(svc) as conn:
+        deployment_id = (await _authorize(svc, request, org_id, env_uuid, conn)).id
         holder = await store.try_lock(
             conn,
             org_id=org_id,
@@ -161,9 +176,10 @@ def _same_lock(holder: dict[str, Any], lock_id: str, deployment_id: uuid.UUID) -
 async def unlock_state(
     org_id: str, env_uuid: uuid.UUID, request: Request, svc: Services = Depends(services)
 ) -> Response:
-    await _authorize(svc, request, org_id, env_uuid)
+    _credentials(svc, request, org_id)  # before the body is read
     info = await _lock_body(request)
     async with transaction(svc) as conn:
+        await _authorize(svc, request, org_id, env_uuid, conn)
         held = await store.get_lock(conn, env_uuid)
         if held is not None:
             if info.get("ID") and info["ID"] != held["lock_id"]:

@@ -49,7 +49,8 @@ def _json_object(line: str) -> dict[str, Any] | None:
 
 class OutputScan:
     """What the runner needs of an engine command's output, read one line at a time as it comes: the last
-    change summary, whether a plan's change summary was printed, the last error diagnostic. It keeps no
+    change summary, whether a plan's change summary was printed, the last error diagnostic, the engine's
+    version message (the first line of a ``-json`` command). It keeps no
     line, so that a command's memory does not grow with its log; only lines that name a change summary or
     a diagnostic are parsed."""
 
@@ -58,9 +59,13 @@ class OutputScan:
         self.planned = False
         #: The last error diagnostic (Terraform's ``diagnostic`` object).
         self.error: dict[str, Any] | None = None
+        #: The version message (``Terraform 1.15.5``, ``OpenTofu 1.10.0``), the first one seen.
+        self.version: str | None = None
 
     def feed(self, line: str) -> None:
         if '"change_summary"' not in line and '"diagnostic"' not in line:
+            if self.version is None and '"version"' in line:
+                self.version = engine_version((line,))
             return
         message = _json_object(line)
         if message is None:
@@ -242,6 +247,64 @@ def state_resource_count(state: Mapping[str, Any]) -> int:
 def state_outputs(state: Mapping[str, Any]) -> dict[str, Any]:
     """The output values of a state (``show -json`` without a plan file) as ``{name: value}``."""
     return output_values((state.get("values") or {}).get("outputs") or {})
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedState:
+    """What the results take from a state: the output values (sensitive ones too) and the number of
+    managed resource instances (all modules, deposed objects included), as ``show -json`` reports them."""
+
+    outputs: dict[str, Any]
+    num_resources: int
+
+
+def applied_state(shown: Mapping[str, Any]) -> AppliedState:
+    """From ``show -json`` of a state (no plan file)."""
+    return AppliedState(outputs=state_outputs(shown), num_resources=state_resource_count(shown))
+
+
+#: The state format this reads (Terraform 0.12 and later, OpenTofu).
+RAW_STATE_VERSION = 4
+
+
+def raw_applied_state(document: bytes | None) -> AppliedState | None:
+    """From the state file itself, as the backend stores it (``None``: no state yet, an empty one).
+
+    The same as :func:`applied_state` of ``show -json``, which renders this file: each output's
+    ``value``; each managed resource's instance objects (``show -json`` lists one entry per current
+    object and per deposed one, as the file does). None when the document is not a plain version 4
+    state (an encrypted OpenTofu state, another format): the caller asks the engine instead.
+    """
+    if document is None or not document.strip():
+        return AppliedState(outputs={}, num_resources=0)
+    try:
+        state = json.loads(document)
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or state.get("version") != RAW_STATE_VERSION or "encrypted_data" in state:
+        return None
+    outputs, resources = state.get("outputs", {}), state.get("resources", [])
+    if not isinstance(outputs, dict) or not isinstance(resources, list):
+        return None
+    if not all(isinstance(entry, dict) for entry in [*outputs.values(), *resources]):
+        return None
+    count = 0
+    for resource in resources:
+        instances = resource.get("instances", [])
+        if not isinstance(instances, list):
+            return None
+        if resource.get("mode") == "managed":
+            count += len(instances)
+    return AppliedState(outputs=output_values(outputs), num_resources=count)
+
+
+def engine_version(lines: Iterable[str]) -> str | None:
+    """The version message a ``-json`` command prints first (``Terraform 1.15.5``, ``OpenTofu 1.10.0``)."""
+    for message in json_lines(lines):
+        if message.get("type") == "version":
+            text = message.get("@message")
+            return str(text) if text else None
+    return None
 
 
 def _count_managed(module: Mapping[str, Any]) -> int:

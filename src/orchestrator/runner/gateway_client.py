@@ -21,6 +21,7 @@ Failures raise ``client.errors.ClientError``: ``AuthError`` when the deployment 
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from enum import StrEnum
 from types import TracebackType
@@ -185,6 +186,30 @@ class GatewayClient:
             raise gateway_failure("PUT", path, response, auth_hint=TOKEN_HINT)
 
         return self._call(put, retry=Retry(attempts=1, backoff=self._retry.backoff, clock=self._retry.clock))
+
+    def get_state(self, address: str, deployment_id: str) -> bytes | None:
+        """The environment's state from the orchestrator's state backend at ``address`` (the ``http``
+        backend's, as Terraform reads it: basic auth with the deployment id and token); None when there is
+        none yet (204)."""
+        token = self._token.get_secret_value()
+        auth = base64.b64encode(f"{deployment_id}:{token}".encode()).decode("ascii")
+        headers = {"Authorization": f"Basic {auth}"}
+
+        def get() -> bytes | None:
+            try:
+                response = self._http.get(address, headers=headers, timeout=self._attempt_timeout())
+            except httpx.TransportError as exc:
+                raise gateway_transport_error("GET", address, exc) from exc
+            self._reached = True
+            if response.status_code == 204:
+                return None
+            if response.status_code == 200:
+                if len(response.content) > results.MAX_STATE_BYTES:
+                    raise ClientError("the state is over the gateway's limit", retryable=False)
+                return response.content
+            raise gateway_failure("GET", address, response, auth_hint=TOKEN_HINT)
+
+        return self._call(get)
 
     @property
     def unreachable(self) -> bool:

@@ -20,12 +20,22 @@ launcher's cancel) reaches the engine once, through the runner, and not twice (T
 a second interrupt, without saving its state or releasing its lock). When the engine has exited, whatever
 is left of its group (a provisioner's background children) is killed: nothing a command started outlives
 it.
+
+The embedded engine runs a deployment's commands in one process, an :class:`EngineSession`
+(``po-terraform --po-session``, see ``runner.embedded_terraform``): each ``po-terraform`` start costs
+about 0.1 CPU-s (Python, the library's load, the Go runtime's first command), more than ``init`` and
+``apply`` of a small module together. Its commands write into the same files, are followed the same way
+and are interrupted the same way (one SIGINT to the session, which the library hands to the command that
+runs, the grace, SIGKILL); what a command left running is killed when the session ends
+(:meth:`IacCli.close`, at the end of the deployment) or dies. A ``po-terraform`` that cannot be a session
+(an older one on PATH) answers nothing: the commands then run one process each, as for tofu and terraform.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -37,10 +47,12 @@ from collections import deque
 from collections.abc import Mapping, MutableSequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 from orchestrator.runner.diagnostics import OutputScan
-from orchestrator.runner.engine import Engine
+from orchestrator.runner.embedded_terraform import SESSION_FLAG
+from orchestrator.runner.engine import Engine, IacBackend
 from orchestrator.runner.logs import LogBuffer
 
 #: Variables never passed to the IaC engine: the deployment token and the age recipients.
@@ -88,8 +100,112 @@ def engine_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+class EngineSession:
+    """One ``po-terraform --po-session`` process, running commands one at a time (module docstring)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], commands: IO[bytes], results: IO[bytes]) -> None:
+        self.process = process
+        self._commands: IO[bytes] | None = commands
+        self._results = results
+
+    @classmethod
+    def start(
+        cls, command: tuple[str, ...], *, env: Mapping[str, str], log_path: Path
+    ) -> EngineSession | None:
+        """The session, once it answered that it is ready; None when it cannot be one (it exited)."""
+        command_read, command_write = os.pipe()
+        result_read, result_write = os.pipe()
+        try:
+            with open(log_path, "wb") as log_file:
+                process = subprocess.Popen(
+                    [*command, SESSION_FLAG, str(command_read), str(result_write)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    env=dict(env),
+                    process_group=0,
+                    pass_fds=(command_read, result_write),
+                )
+        except BaseException:
+            for fd in (command_write, result_read):
+                os.close(fd)
+            raise
+        finally:
+            os.close(command_read)
+            os.close(result_write)
+        session = cls(process, os.fdopen(command_write, "wb", buffering=0), os.fdopen(result_read, "rb"))
+        try:
+            ready = session._answer()
+        except BaseException:
+            session.stop(grace_seconds=0.0)
+            raise
+        if ready is None or not ready.get("ready"):
+            session.stop(grace_seconds=0.0)
+            return None
+        return session
+
+    def send(self, argv: tuple[str, ...], stdout_path: Path, stderr_path: Path) -> None:
+        """Start one command (OSError: the session is gone)."""
+        if self._commands is None:
+            raise BrokenPipeError("the engine session was closed")
+        order = {
+            "argv": list(argv),
+            "stdout": os.path.abspath(stdout_path),
+            "stderr": os.path.abspath(stderr_path),
+        }
+        self._commands.write(json.dumps(order).encode() + b"\n")
+
+    def wait(self) -> int:
+        """The command's exit code; that of the session when it died meanwhile (it is then cleared)."""
+        answer = self._answer()
+        if answer is not None and isinstance(answer.get("exit_code"), int):
+            return int(answer["exit_code"])
+        self._close_commands()
+        return _wait_and_clear(self.process)
+
+    def alive(self) -> bool:
+        return self._commands is not None and self.process.returncode is None and not _exited(self.process)
+
+    def stop(self, *, grace_seconds: float) -> None:
+        """Interrupt the command that runs (one SIGINT), end the session, SIGKILL after ``grace_seconds``."""
+        if self.process.returncode is None and not _exited(self.process):
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGINT)
+        self.close(grace_seconds=grace_seconds)
+
+    def close(self, *, grace_seconds: float) -> None:
+        """End the session (the end of its commands), SIGKILL after ``grace_seconds``; then what its
+        commands left running."""
+        self._close_commands()
+        try:
+            _wait_and_clear(self.process, timeout_seconds=grace_seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _wait_and_clear(self.process)
+        finally:
+            self._results.close()
+
+    def _close_commands(self) -> None:
+        if self._commands is not None:
+            with contextlib.suppress(OSError):
+                self._commands.close()
+            self._commands = None
+
+    def _answer(self) -> dict[str, Any] | None:
+        line = self._results.readline()
+        try:
+            answer = json.loads(line) if line else None
+        except ValueError:
+            return None
+        return answer if isinstance(answer, dict) else None
+
+
 class IacCli:
-    """Runs engine commands in ``workdir`` (``-chdir``), teeing their output into ``sink``."""
+    """Runs engine commands in ``workdir`` (``-chdir``), teeing their output into ``sink``.
+
+    ``session`` (default: for the embedded engine): the commands run in one :class:`EngineSession`,
+    started at the first and ended by :meth:`close`.
+    """
 
     def __init__(
         self,
@@ -99,12 +215,30 @@ class IacCli:
         environ: Mapping[str, str],
         sink: LogBuffer,
         terminate_grace_seconds: float = 10.0,
+        session: bool | None = None,
     ) -> None:
         self.engine = engine
         self._workdir = workdir
         self._env = engine_environment(environ)
         self._sink = sink
         self._grace_seconds = terminate_grace_seconds
+        self._session_wanted = engine.backend is IacBackend.EMBEDDED if session is None else session
+        self._session: EngineSession | None = None
+        #: The session's own output (outside its commands), read into the log when it ends.
+        self._session_dir: Path | None = None
+
+    def __enter__(self) -> IacCli:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def in_session(self) -> bool:
+        """Whether commands run in an engine session (one is running, or the next will start one)."""
+        return self._session_wanted
 
     def run(self, *args: str, log_stdout: bool = True) -> CommandResult:
         """Run ``<engine> -chdir=<workdir> *args``.
@@ -115,23 +249,74 @@ class IacCli:
         argv = (*self.engine.command, f"-chdir={self._workdir}", *args)
         output_dir = Path(tempfile.mkdtemp(prefix=".po-engine-output-", dir=self._workdir))
         try:
-            return self._run(argv, output_dir, log_stdout=log_stdout)
+            session = self._started_session() if self._session_wanted else None
+            return self._run(argv, output_dir, log_stdout=log_stdout, session=session)
         finally:
             # `show`/`output` print output values: never leave them behind.
             shutil.rmtree(output_dir, ignore_errors=True)
 
-    def _run(self, argv: tuple[str, ...], output_dir: Path, *, log_stdout: bool) -> CommandResult:
-        stdout_path, stderr_path = output_dir / "stdout", output_dir / "stderr"
-        with open(stdout_path, "wb") as stdout_file, open(stderr_path, "wb") as stderr_file:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout_file,
-                stderr=stderr_file,
-                env=self._env,
-                # Its own process group (see the module docstring); the runner's session all the same.
-                process_group=0,
+    def close(self) -> None:
+        """End the engine session, if one runs (what its commands left running is killed)."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close(grace_seconds=self._grace_seconds)
+        self._end_session_log()
+
+    def _started_session(self) -> EngineSession | None:
+        if self._session is not None and self._session.alive():
+            return self._session
+        if self._session is not None:  # it died: what it left is killed, a new one takes over
+            self._session.close(grace_seconds=0.0)
+            self._session = None
+        self._end_session_log()
+        self._session_dir = Path(tempfile.mkdtemp(prefix=".po-engine-session-", dir=self._workdir))
+        try:
+            self._session = EngineSession.start(
+                self.engine.command, env=self._env, log_path=self._session_dir / "log"
             )
+        except OSError:
+            self._session = None
+        if self._session is None:
+            # Not a session (an older po-terraform, no engine): one process per command, as before.
+            self._session_wanted = False
+            self._end_session_log()
+        return self._session
+
+    def _end_session_log(self) -> None:
+        """The session's own output into the log (a Go runtime message outside any command)."""
+        directory, self._session_dir = self._session_dir, None
+        if directory is None:
+            return
+        with contextlib.suppress(OSError):
+            text = (directory / "log").read_bytes().decode(errors="replace")
+            for line in text.splitlines():
+                if line.strip():
+                    self._sink.write_line(line)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def _run(
+        self, argv: tuple[str, ...], output_dir: Path, *, log_stdout: bool, session: EngineSession | None
+    ) -> CommandResult:
+        stdout_path, stderr_path = output_dir / "stdout", output_dir / "stderr"
+        process: subprocess.Popen[bytes] | None = None
+        with open(stdout_path, "wb") as stdout_file, open(stderr_path, "wb") as stderr_file:
+            if session is not None:
+                try:
+                    session.send(argv[len(self.engine.command) :], stdout_path, stderr_path)
+                except OSError:  # it died since it was seen alive: this command runs on its own
+                    self._session = None
+                    session.close(grace_seconds=0.0)
+                    session = None
+            if session is None:
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout_file,
+                    stderr=stderr_file,
+                    env=self._env,
+                    # Its own process group (see the module docstring); the runner's session all the same.
+                    process_group=0,
+                )
         stdout: MutableSequence[str] = deque(maxlen=TAIL_LINES) if log_stdout else []
         stderr: MutableSequence[str] = deque(maxlen=TAIL_LINES)
         stdout_scan, stderr_scan = OutputScan(), OutputScan()
@@ -149,9 +334,18 @@ class IacCli:
         for reader in readers:
             reader.start()
         try:
-            exit_code = _wait_and_clear(process)
+            if session is not None:
+                exit_code = session.wait()
+            else:
+                assert process is not None
+                exit_code = _wait_and_clear(process)
         except BaseException:
-            self._stop(process)
+            if session is not None:
+                self._session = None
+                session.stop(grace_seconds=self._grace_seconds)
+            else:
+                assert process is not None
+                self._stop(process)
             raise
         finally:
             exited.set()

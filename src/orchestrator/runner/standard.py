@@ -3,7 +3,8 @@
     download bundle → unpack → require main.tf → version → init
       destroy:   destroy                                          → counts
       plan_only: plan -out plan.tfplan, show -json plan.tfplan    → planned outputs, counts
-      deploy:    apply (which plans first), show -json            → outputs, metadata, counts
+      deploy:    apply (which plans first), the new state         → outputs, metadata, counts
+                 (the orchestrator's state read as Terraform reads it; another backend's with show -json)
     → save an errored.tfstate Terraform left (``runner.state``) → upload the encrypted logs
     → POST the results (always, failures included)
 
@@ -18,8 +19,10 @@ steps, ``TF_DIAGNOSTIC_ERROR`` when the engine left an error diagnostic, ``IAC_C
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -43,6 +46,8 @@ DEFAULT_CODE_DIR = Path("/opt/runner/tofu")
 PLAN_FILE = "plan.tfplan"
 #: Lines of stderr quoted in an ``IAC_COMMAND_ERROR`` message.
 _STDERR_TAIL_LINES = 20
+#: The address of the ``http`` backend block the orchestrator compiles (``compiler.backend``).
+_HTTP_ADDRESS = re.compile(r'backend\s+"http"\s*\{[^{}]*?\baddress\s*=\s*"([^"\\]+)"', re.S)
 
 
 class TerminatedError(errors.OrchestratorError):
@@ -239,9 +244,12 @@ def _execute(
                 body = deployment.run(code_dir)
             finally:
                 # Whatever ended the run (a failed apply, SIGTERM): state Terraform could not save is
-                # saved now, before the results; no signal cuts that short.
+                # saved now, before the results; no signal cuts that short. Then the engine session ends.
                 with stop.disarmed():
-                    rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
+                    try:
+                        rescued.extend(filter(None, [deployment.rescue_state(code_dir)]))
+                    finally:
+                        deployment.close()
     except StepFailedError as exc:
         error = exc.error
     except TerminatedError as exc:
@@ -296,6 +304,11 @@ class _Deployment:
             }
         return self.environ
 
+    def close(self) -> None:
+        """End the engine session, if one runs."""
+        if self.cli is not None:
+            self.cli.close()
+
     def rescue_state(self, code_dir: Path) -> str | None:
         """Save the ``errored.tfstate`` a failed engine command left; the words for the message."""
         if self.cli is None:
@@ -326,12 +339,12 @@ class _Deployment:
             terminate_grace_seconds=self.settings.runner_stop_grace_seconds,
         )
         self.cli = cli
-        if self.settings.log_level == "debug":
-            # One engine start less on every run: the version is only worth it when debugging.
-            self._version(cli)
-        else:
-            self.log.info("IaC engine", engine=cli.engine.display_name)
-        self._checked(cli, "init", "-no-color", "-input=false", "-json")
+        self.log.info("IaC engine", engine=cli.engine.display_name)
+        initialized = self._checked(cli, "init", "-no-color", "-input=false", "-json")
+        # The version from init's first line: no `version` command (an engine start) for it.
+        version = initialized.stdout_scan.version
+        if version is not None:
+            self.log.info("IaC engine is available", engine=cli.engine.display_name, version=version)
         mode = self.settings.mode
         # `plan` until the plan's change summary; `apply` and `destroy` plan first.
         self.stream.set_phase(Phase.PLAN)
@@ -370,10 +383,9 @@ class _Deployment:
             "-json",
             action_of=lambda result: "apply" if result.stdout_scan.planned else "plan",
         )
-        # One `show -json` of the new state yields the outputs, the metadata output and the resources.
-        state = self._json(self._checked(cli, "show", "-no-color", "-json", log_stdout=False), "show")
-        num_resources = diagnostics.state_resource_count(state)
-        outputs = diagnostics.state_outputs(state)
+        # The new state yields the outputs, the metadata output and the resources.
+        state = self._applied_state(cli, code_dir)
+        num_resources, outputs = state.num_resources, state.outputs
         metadata: list[results.ResourceMetadata] = []
         if self.settings.metadata_key in outputs:
             try:
@@ -418,10 +430,39 @@ class _Deployment:
             )
             raise StepFailedError(results.ResultError(error=results.RUNNER_ERROR_CODE, message=message))
 
-    def _version(self, cli: iac.IacCli) -> None:
-        result = self._checked(cli, "version", log_stdout=False)
-        first = next((line for line in result.stdout if line.strip()), "")
-        self.log.info("IaC engine is available", engine=cli.engine.display_name, version=first.strip())
+    def _applied_state(self, cli: iac.IacCli, code_dir: Path) -> diagnostics.AppliedState:
+        """Outputs and resources of the state ``apply`` left. The orchestrator's own state (this
+        environment's ``http`` backend) is read from it as Terraform reads it, one request and no engine
+        start; any other backend, or a state that is not plain Terraform state (OpenTofu's encrypted
+        state), with ``show -json``."""
+        address = self._own_state_address(code_dir)
+        if address is not None:
+            try:
+                document = self.gateway.get_state(address, self.settings.deployment_id)
+            except ClientError as exc:
+                self.log.warning(
+                    "could not read the state from the orchestrator; asking the engine", reason=exc.message
+                )
+            else:
+                read = diagnostics.raw_applied_state(document)
+                if read is not None:
+                    return read
+                self.log.info("the state is not plain Terraform state (encrypted?); asking the engine")
+        shown = self._json(self._checked(cli, "show", "-no-color", "-json", log_stdout=False), "show")
+        return diagnostics.applied_state(shown)
+
+    def _own_state_address(self, code_dir: Path) -> str | None:
+        """The ``http`` backend's address when it is this environment's state in the orchestrator, and
+        nothing in the engine's environment points Terraform elsewhere."""
+        env_uuid = self.settings.deployment_env_uuid
+        if env_uuid is None or not self._http_backend(code_dir) or "TF_HTTP_ADDRESS" in self.environ:
+            return None
+        match = _HTTP_ADDRESS.search((code_dir / bundle.MAIN_FILE).read_text(errors="replace"))
+        if match is None:
+            return None
+        address = match.group(1)
+        own = f"/orgs/{self.settings.org_id}/environments/{env_uuid}/state"
+        return address if address.startswith(("https://", "http://")) and address.endswith(own) else None
 
     def _checked(
         self,
@@ -573,6 +614,7 @@ def _runner_error(what: str, exc: BaseException) -> results.ResultError:
     return results.ResultError(error=results.RUNNER_ERROR_CODE, message=f"{what}: {reason}")
 
 
+@functools.cache  # once per process: it scans the installed distributions (a zygote's children share it)
 def _version() -> str:
     try:
         return importlib_metadata.version("platform-orchestrator")

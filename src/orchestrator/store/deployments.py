@@ -44,7 +44,8 @@ async def insert(conn: AsyncConnection, values: dict[str, Any]) -> Deployment:
     return _deployment(row)
 
 
-# Built once (every gateway request reads its deployment): bound parameters, no statement built per call.
+#: Built once: every runner gateway request reads its deployment (building the statement and its cache key
+#: cost as much as running it on SQLite).
 _GET = deployments.select().where(
     deployments.c.org_id == sa.bindparam("org_id"), deployments.c.id == sa.bindparam("deployment_id")
 )

@@ -16,17 +16,19 @@ from orchestrator.store.pages import Page, to_page
 from orchestrator.store.rows import entity, inserted
 from orchestrator.store.schema import tf_state_locks, tf_states
 
+#: Built once: Terraform reads the state several times a deployment (init, apply).
+_LATEST = (
+    sa.select(tf_states.c.version, tf_states.c.data)
+    .where(tf_states.c.env_uuid == sa.bindparam("env_uuid"))
+    .order_by(tf_states.c.version.desc())
+    .limit(1)
+)
+_LOCK = sa.select(tf_state_locks).where(tf_state_locks.c.env_uuid == sa.bindparam("env_uuid"))
+
 
 async def latest(conn: AsyncConnection, env_uuid: uuid.UUID) -> tuple[int, str] | None:
     """(version, sealed data) of the newest state, or None."""
-    row = (
-        await conn.execute(
-            sa.select(tf_states.c.version, tf_states.c.data)
-            .where(tf_states.c.env_uuid == env_uuid)
-            .order_by(tf_states.c.version.desc())
-            .limit(1)
-        )
-    ).first()
+    row = (await conn.execute(_LATEST, {"env_uuid": env_uuid})).first()
     return (row.version, row.data) if row else None
 
 
@@ -157,7 +159,7 @@ async def prune(conn: AsyncConnection, env_uuid: uuid.UUID, *, keep: int, newest
 
 
 async def get_lock(conn: AsyncConnection, env_uuid: uuid.UUID) -> dict[str, Any] | None:
-    row = (await conn.execute(sa.select(tf_state_locks).where(tf_state_locks.c.env_uuid == env_uuid))).first()
+    row = (await conn.execute(_LOCK, {"env_uuid": env_uuid})).first()
     return dict(row._mapping) if row else None
 
 
