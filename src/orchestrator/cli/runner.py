@@ -146,6 +146,10 @@ def zygote() -> None:
     """The local launcher's fork server (``orchestrator.launchers.zygote``): imports the runner once, then
     forks one runner per order arriving on its stdin (a socket only the launcher holds), each of which
     runs one deployment as `standard` does; exits when the launcher closes the socket.
+
+    \b
+    Example:
+      po-runner zygote <&3      # fd 3: one end of a Unix socket pair, the launcher holds the other
     """
     import socket
 
