@@ -28,8 +28,8 @@ from orchestrator.protocol.log_stream import Phase
 from orchestrator.server import create_app
 from orchestrator.settings import ServerSettings
 from orchestrator.store.schema import deployment_log_chunks, deployments
-from tests.integration.test_live_logs import EVENT_WAIT_SECONDS, Follower, Live
 from tests.support.deployments import insert_deployment
+from tests.support.live_chunks import EVENT_WAIT_SECONDS, Follower, Live
 from tests.support.live_server import serve_in_loop
 from tests.support.orgs import Org
 from tests.support.runners import RUNNER
