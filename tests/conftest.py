@@ -140,7 +140,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         asyncio.run(_migrate())
         yield server
     finally:
-        server.stop()
+        server.stop(remove_in_background=True)
 
 
 @pytest.fixture(params=DATABASES)

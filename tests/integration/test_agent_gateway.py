@@ -656,11 +656,14 @@ async def test_auth__upstream_token_without_jti_reused_only_within_seconds(
     headers = {"Authorization": f"Bearer {token}"}
     path = protocol.next_command_path("acme", "agent1")
     uses = app.state.agent_gateway.token_uses
-    real = uses.clock
+    # The uses' clock stands still between the first two requests (each a poll that may wait: on a loaded
+    # machine they could be further apart than the window), then moves past the window.
+    start = uses.clock()
+    uses.clock = lambda: start
 
     first = await agent.client.post(path, headers=headers)
     again = await agent.client.post(path, headers=headers)
-    uses.clock = lambda: real() + timedelta(seconds=agent_auth.REUSE_WITHOUT_JTI_SECONDS + 1)
+    uses.clock = lambda: start + timedelta(seconds=agent_auth.REUSE_WITHOUT_JTI_SECONDS + 1)
     later = await agent.client.post(path, headers=headers)
 
     assert (204, 204, 401) == (first.status_code, again.status_code, later.status_code)

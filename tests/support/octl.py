@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+import structlog
 from click.testing import CliRunner, Result
 
 from orchestrator.cli.octl import main
@@ -162,6 +163,10 @@ def serve(settings: ServerSettings, **overrides: object) -> Iterator[str]:
     def build(base_url: str) -> object:
         return create_app(settings.model_copy(update={"public_url": base_url, **overrides}))
 
+    # The server's log lines go to stderr: on stdout, which CliRunner swaps while octl runs, a line the
+    # server logs meanwhile (a dispatcher's, in its thread) would land in octl's captured output. (The
+    # tests' autouse fixture puts structlog back as it was after each test.)
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.__stderr__))
     with serve_in_thread(factory=build) as base_url:
         yield base_url
 

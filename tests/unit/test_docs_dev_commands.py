@@ -18,6 +18,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def run(line: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "PO_TEST_"))}
+    # Collected in one process: xdist's workers would each import and collect the whole suite again (a
+    # line that sets PO_TEST_WORKERS itself still does).
+    env["PO_TEST_WORKERS"] = "0"
     return subprocess.run(
         ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=800
     )
