@@ -143,6 +143,11 @@ async def test_writer__in_one_batch_repeats_conflicts_and_phases_are_each_upload
             asyncio.create_task(first.put(1, body=body, phase=Phase.INIT)),
             asyncio.create_task(first.put(1, body=body, phase=Phase.INIT)),  # a retry beside it
             asyncio.create_task(first.put(1, "other bytes\n", Phase.INIT)),
+        ]
+        # Chunk 2 queued after chunk 1, as a runner sends them (a request's way through the middleware
+        # to the writer's queue may overtake another's on a loaded machine).
+        await asyncio.sleep(0.5)
+        uploads += [
             asyncio.create_task(first.put(2, "planning\n", Phase.PLAN)),
             asyncio.create_task(first.put(3, "still planning\n", Phase.PLAN)),
             asyncio.create_task(second.put(1, "the second\n", Phase.APPLY)),
