@@ -24,18 +24,16 @@ import pytest
 import sqlalchemy as sa
 from pydantic import SecretStr
 
-from orchestrator import deployment_tokens
 from orchestrator.client.gateway import RunnerGateway
 from orchestrator.client.http import Backoff
-from orchestrator.protocol import age, agent_auth, log_stream
+from orchestrator.protocol import age, log_stream
 from orchestrator.runner import logs
 from orchestrator.runner.gateway_client import GatewayClient
 from orchestrator.runner.log_stream import LogStream
-from orchestrator.secretbox import KEY_FILE_NAME, decode_key
 from orchestrator.store import db
 from orchestrator.store.schema import deployment_log_chunks
+from tests.support.held_deployment import agent_stack, create_held_deployment
 from tests.support.outages import ServerProcess, wait_for
-from tests.support.stack import build_stack, demo_manifest, runner_body
 
 pytestmark = pytest.mark.slow
 
@@ -100,29 +98,12 @@ def test_sigkill_with_chunks_waiting__acknowledged_ones_are_stored_the_runner_se
     server = ServerProcess(database_url, tmp_path / "data")
     server.start()
     identity, recipient = age.generate_identity()
-    agent_runner = runner_body(tmp_path / "terraformrc")
-    agent_runner["runner_configuration"]["connection"] = {
-        "type": "agent",
-        "key": agent_auth.generate_key_pair()[1],
-    }
-    stack = build_stack(server.url, tmp_path, runner=agent_runner)
+    stack = agent_stack(server.url, tmp_path)
     stream: LogStream | None = None
     gateway: GatewayClient | None = None
     try:
-        created = stack.client.post(
-            f"/orgs/{stack.org}/deployments",
-            json={
-                "project_id": "shop",
-                "env_id": "dev",
-                "manifest": demo_manifest(),
-                "encrypted_logs_recipient": recipient,
-            },
-        )
-        assert 201 == created.status_code, created.text
-        deployment_id = created.json()["id"]
-        env_uuid = stack.client.get(f"/orgs/{stack.org}/projects/shop/envs/dev").json()["uuid"]
-        key = decode_key((server.data_dir / KEY_FILE_NAME).read_text())
-        token = deployment_tokens.deployment_token(deployment_tokens.token_key(key), stack.org, deployment_id)
+        held = create_held_deployment(stack, server.data_dir, recipient)
+        deployment_id, env_uuid, token = held.deployment_id, held.env_uuid, held.token
         sink = logs.LogBuffer(max_bytes=1 << 20)
         gateway = GatewayClient(
             gateway=RunnerGateway(url=server.url, org_id=stack.org, runner_id="local", timeout_seconds=5),

@@ -27,16 +27,15 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import deployment_tokens
-from orchestrator.protocol import age, agent_auth, log_stream
+from orchestrator.protocol import age, log_stream
 from orchestrator.protocol import results as protocol
 from orchestrator.protocol.log_stream import Phase
-from orchestrator.secretbox import KEY_FILE_NAME, decode_key
 from orchestrator.store import db
 from tests.support.demo_modules import SLOW_MODULE
 from tests.support.docs import docs_example
+from tests.support.held_deployment import agent_stack, create_held_deployment
 from tests.support.outages import ServerProcess
-from tests.support.stack import build_stack, demo_manifest, runner_body
+from tests.support.stack import build_stack, demo_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -208,27 +207,10 @@ def test_sigterm__ends_followers_cleanly_and_they_resume_after_the_restart(
     server = ServerProcess(database_url, tmp_path / "data", PO_SHUTDOWN_GRACE_SECONDS=str(GRACE_SECONDS))
     server.start()
     identity, recipient = age.generate_identity()
-    agent_runner = runner_body(tmp_path / "terraformrc")
-    agent_runner["runner_configuration"]["connection"] = {
-        "type": "agent",
-        "key": agent_auth.generate_key_pair()[1],
-    }
-    stack = build_stack(server.url, tmp_path, runner=agent_runner)
+    stack = agent_stack(server.url, tmp_path)
     try:
-        created = stack.client.post(
-            f"/orgs/{stack.org}/deployments",
-            json={
-                "project_id": "shop",
-                "env_id": "dev",
-                "manifest": demo_manifest(),
-                "encrypted_logs_recipient": recipient,
-            },
-        )
-        assert 201 == created.status_code, created.text
-        deployment_id = created.json()["id"]
-        env_uuid = stack.client.get(f"/orgs/{stack.org}/projects/shop/envs/dev").json()["uuid"]
-        key = decode_key((server.data_dir / KEY_FILE_NAME).read_text())
-        token = deployment_tokens.deployment_token(deployment_tokens.token_key(key), stack.org, deployment_id)
+        held = create_held_deployment(stack, server.data_dir, recipient)
+        deployment_id, env_uuid, token = held.deployment_id, held.env_uuid, held.token
 
         def put(seq: int, text: str) -> None:
             answer = httpx.put(
