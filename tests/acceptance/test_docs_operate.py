@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import ssl
 import sys
 import tempfile
@@ -20,11 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography import x509
 
 from tests.support.docs import Shell, commands, docs_example, substitute, wait_for
-from tests.support.kube_api import CertificateAuthority, KeyPair
+from tests.support.kube_api import CertificateAuthority
 from tests.support.postgres import PostgresServer, free_port
+from tests.support.served_tls import install, served_serial
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -128,26 +127,6 @@ def test_backup_page__backup_with_and_without_the_key_then_restore_with_the_key_
     restored = serve(operator, serve_line, root / "restored.log")
     assert has_org(restored, token)
     assert 0o700 == (root / "var" / "lib" / "po-restored").stat().st_mode & 0o777
-
-
-def served_serial(port: int, ca: CertificateAuthority) -> int:
-    context = ssl.create_default_context(cadata=ca.pem.decode())
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as sock,
-        context.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
-
-
-def install(pair: KeyPair, tls_dir: Path) -> int:
-    tls_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in (("tls.crt", pair.cert_pem), ("tls.key", pair.key_pem)):
-        aside = tls_dir / f".{name}.new"
-        aside.write_bytes(data)
-        os.replace(aside, tls_dir / name)
-    return x509.load_pem_x509_certificate(pair.cert_pem).serial_number
 
 
 def test_tls_page__serves_https_and_reloads_on_sighup(operator: Shell, root: Path) -> None:

@@ -7,9 +7,7 @@ nothing; and the runner gateway's client certificate requirement (PO_TLS_CLIENT_
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -17,40 +15,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography import x509
 
 from orchestrator.launchers.kubernetes_job import DEFAULT_RUNNER_IMAGE
 from orchestrator.protocol import agent_auth
 from orchestrator.protocol import commands as protocol
 from tests.support.kube_agent import NAMESPACE, agent_runner, start_agent
-from tests.support.kube_api import CertificateAuthority, KeyPair, KubeApiServer, runner_image
+from tests.support.kube_api import CertificateAuthority, KubeApiServer, runner_image
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import ServerProcess
+from tests.support.served_tls import install, served_serial
 from tests.support.stack import build_stack, runner_body
 
 pytestmark = pytest.mark.slow
-
-
-def install(pair: KeyPair, tls_dir: Path) -> int:
-    """Replace the served pair (each file written aside, then renamed over the old one); its serial."""
-    tls_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in (("tls.crt", pair.cert_pem), ("tls.key", pair.key_pem)):
-        aside = tls_dir / f".{name}.new"
-        aside.write_bytes(data)
-        os.replace(aside, tls_dir / name)
-    return x509.load_pem_x509_certificate(pair.cert_pem).serial_number
-
-
-def served_serial(port: int, ca: CertificateAuthority) -> int:
-    """The serial of the certificate a new connection is shown (verified against ``ca``)."""
-    context = ssl.create_default_context(cadata=ca.pem.decode())
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as sock,
-        context.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 def eventually(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
