@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'request':28s} {'server CPU ms':>13s} {'x baseline':>10s} {'wall ms':>8s}")
     baseline = rows[0][1]
     for name, cpu_ms, wall_ms in rows:
-        print(f"{name:28s} {cpu_ms:13.2f} {cpu_ms / baseline:10.1f} {wall_ms:8.2f}")
+        # /proc counts CPU in clock ticks (10 ms): with few requests the baseline can read zero, and a
+        # ratio to zero means nothing, so it is shown as n/a (more requests give a reading).
+        ratio = f"{cpu_ms / baseline:10.1f}" if baseline > 0 else f"{'n/a':>10s}"
+        print(f"{name:28s} {cpu_ms:13.2f} {ratio} {wall_ms:8.2f}")
     print(
         f"load average (1/5/15 min) before {api._load(load_before)}, after {api._load(os.getloadavg())}; "
         f"{options.requests} requests of each kind, one at a time"

@@ -41,15 +41,22 @@ def _orchestrator(*args: str, data_dir: Path, database_url: str) -> subprocess.C
     )
 
 
-def _burst(stack: Stack, stop: threading.Event, started: list[str]) -> None:
-    """Deploy every environment at once, wait for them, again, until ``stop``; every one succeeds."""
+def _burst(stack: Stack, env_id: str, stop: threading.Event, started: list[str], errors: list[str]) -> None:
+    """Deploy ``env_id`` again and again, each as soon as the one before ended, until ``stop``; every
+    one succeeds (else its status lands in ``errors``). One such loop per environment: the moments when
+    neither environment has a deployment in flight are rare, so a backup catches one."""
     with httpx.Client(base_url=stack.client.base_url, headers=stack.client.headers, timeout=60) as client:
         burst_stack = Stack(client=client, org=stack.org, tf_config=stack.tf_config)
         while not stop.is_set():
-            round_ids = [_start_deploy(burst_stack, env_id) for env_id in ENVS]
-            started.extend(round_ids)
-            for deployment_id in round_ids:
-                assert "succeeded" == burst_stack.wait(deployment_id)["status"]
+            try:
+                deployment_id = _start_deploy(burst_stack, env_id)
+                started.append(deployment_id)
+                ended = burst_stack.wait(deployment_id)
+            except (AssertionError, httpx.HTTPError) as exc:  # the test's thread reports it
+                errors.append(f"{env_id}: {exc!r}")
+                return
+            if "succeeded" != ended["status"]:
+                errors.append(f"{deployment_id}: {ended['status']} {ended['status_message']}")
 
 
 def _statuses(database_url: str, deployment_ids: list[str]) -> list[str | None]:
@@ -112,19 +119,24 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
             assert "succeeded" == first["status"], first["status_message"]
             assert first["metrics"]["num_tf_resources_added"] > 0
         # A burst: both environments deploy again and again while the backup is made.
-        stop, started = threading.Event(), list[str]()
-        burst = threading.Thread(target=_burst, args=(stack, stop, started))
-        burst.start()
+        stop, started, errors = threading.Event(), list[str](), list[str]()
+        bursts = [
+            threading.Thread(target=_burst, args=(stack, env_id, stop, started, errors)) for env_id in ENVS
+        ]
+        for burst in bursts:
+            burst.start()
         try:
             # The backup starts once the burst's second round is under way (created, not yet finished).
-            while len(started) < 2 * len(ENVS) and burst.is_alive():
+            while len(started) < 2 * len(ENVS) and all(burst.is_alive() for burst in bursts):
                 time.sleep(0.05)
             backup = _orchestrator(
                 "backup", str(tmp_path / "backup"), data_dir=data_dir, database_url=database_url
             )
         finally:
             stop.set()
-            burst.join()
+            for burst in bursts:
+                burst.join()
+        assert [] == errors
         assert 0 == backup.returncode, backup.stderr
         assert "server key not included" in backup.stderr
         stack.client.close()
@@ -142,7 +154,9 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
     # The snapshot caught the burst mid-way: a deployment of it had not finished.
     in_backup = _statuses(restored_url, started)
     assert set(in_backup) - {"succeeded", None}, in_backup
-    again = ServerProcess(restored_url, restored_dir)
+    # At the backed-up server's address (PO_PUBLIC_URL), as the docs say: a deployment created before the
+    # backup reaches its state through the URL compiled into its bundle.
+    again = ServerProcess(restored_url, restored_dir, port=server.port)
     again.start()
     try:
         client = httpx.Client(base_url=again.url, headers=stack.client.headers, timeout=60)

@@ -84,7 +84,7 @@ async def replica(settings: ServerSettings) -> AsyncIterator[WorkloadIssuer]:
 
 def fetch(url: str) -> httpx.Response:
     """GET, blocking: the server runs in a thread of its own, a blocked test loop does not stop it."""
-    return httpx.get(url)
+    return httpx.get(url, timeout=60)  # /openapi.json is built on first use: seconds on a loaded machine
 
 
 def discovery(issuer: str) -> dict[str, Any]:

@@ -51,7 +51,8 @@ class ServerProcess:
     """``orchestrator serve`` as a real process on a fixed port, started again after each outage.
 
     Local runs execute as the test's user in ``<data dir>/../runs``, unless ``environment`` says
-    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``). ``unimportable``: modules the server
+    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``). ``port``: a free one unless given (a server
+    that takes over another's address). ``unimportable``: modules the server
     process cannot import, as if they were not installed (:data:`UNIMPORTABLE_PRELUDE`)."""
 
     def __init__(
@@ -61,10 +62,11 @@ class ServerProcess:
         *,
         unimportable: Sequence[str] = (),
         https_ca: str | None = None,
+        port: int | None = None,
         **environment: str,
     ) -> None:
         self.unimportable = tuple(unimportable)
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         # ``https_ca`` (PEM): the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of it.
         self.verify: ssl.SSLContext | bool = True
         if https_ca is not None:
