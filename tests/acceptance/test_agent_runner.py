@@ -36,7 +36,7 @@ from tests.support.outages import ServerProcess
 from tests.support.run_user import nobody
 from tests.support.stack import Stack, build_stack, demo_manifest, runner_body
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 LEASE_SECONDS = 3
 

@@ -37,7 +37,7 @@ from tests.support.aws_standin import AwsStandIn, OidcProvider
 from tests.support.kube_api import KubeApiServer, runner_image
 from tests.support.stack import Stack, build_stack
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 NAMESPACE = "platform-orchestrator-runner"
 #: build_stack's runner is ``local`` of org ``acme``.

@@ -7,7 +7,7 @@ import pytest
 from orchestrator.protocol import age
 from tests.support.stack import Stack, demo_manifest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 
 def test_deploy__outputs_decrypt_only_with_the_right_key(stack: Stack) -> None:

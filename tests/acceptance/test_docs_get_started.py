@@ -23,7 +23,7 @@ import pytest
 from tests.support.docs import DOCS, ROOT, Shell, blocks, commands, docs_example, substitute, wait_for
 from tests.support.postgres import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.spread]
 
 DOCS_URL = "http://127.0.0.1:8080"
 

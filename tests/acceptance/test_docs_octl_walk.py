@@ -18,7 +18,7 @@ from tests.support.docs import ROOT, Shell, commands, docs_example, substitute
 from tests.support.octl import serve
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.spread]
 
 
 def test_walk__every_line_runs_in_order(settings: ServerSettings, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.outages import ServerProcess, wait_for
 from tests.support.stack import build_stack, runner_body
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 
 def self_signed(tls_dir: Path) -> bytes:

@@ -26,7 +26,7 @@ from tests.support.outages import ServerProcess
 from tests.support.served_tls import install, served_serial
 from tests.support.stack import build_stack, runner_body
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 
 def eventually(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:

@@ -22,6 +22,9 @@ from tests.support.outages import ServerProcess
 from tests.support.sshd import SshServer, new_key_pair, running_sshd, vm_runner_body
 from tests.support.stack import build_stack, demo_manifest
 
+#: The database plays no part here: each test runs on one of them (tests/conftest.py).
+pytestmark = pytest.mark.spread
+
 SECRET = "vm-ssh-job-secret-2718281828"
 
 

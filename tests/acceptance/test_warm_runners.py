@@ -20,7 +20,7 @@ import yaml
 from tests.support.outages import ServerProcess, wait_for
 from tests.support.stack import EXAMPLES, Stack, build_stack, demo_manifest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 MODULE = yaml.safe_load((EXAMPLES / "module.yaml").read_text())
 

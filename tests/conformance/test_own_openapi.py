@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from schemathesis.specs.openapi.schemas import OpenApiCase, OpenApiOperation
 
 #: Examples per operation and generation mode (positive, negative).
-MAX_EXAMPLES = 15
+MAX_EXAMPLES = 10
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance]
 SERVER_KEY = secrets.token_bytes(32)
 AGENT_RUNNER = "agent1"

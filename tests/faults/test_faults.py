@@ -31,7 +31,7 @@ from tests.support.outages import ServerProcess, run_processes, zygote_of
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(1800)]
 
 #: Deployments of the server round; the runner and agent rounds take half as many each.
-DEPLOYMENTS = int(os.environ.get("PO_FAULT_DEPLOYMENTS") or 12)
+DEPLOYMENTS = int(os.environ.get("PO_FAULT_DEPLOYMENTS") or 8)
 ENVS = ["dev", "stage", "prod"]
 #: Command leases of the agent round: short, so that they run out while the agent is down.
 AGENT_LEASE_SECONDS = 3

@@ -24,6 +24,9 @@ from tests.support.live_server import serve_in_thread
 from tests.support.octl import OCTL_EXECUTABLE, ORG, Octl
 from tests.support.orgs import BOOTSTRAP_TOKEN
 
+#: The database plays no part here: each test runs on one of them (tests/conftest.py).
+pytestmark = pytest.mark.spread
+
 RUNNER_DATA = Path(__file__).parents[1] / "data" / "runners"
 
 

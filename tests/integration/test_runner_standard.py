@@ -43,6 +43,9 @@ from tests.support.fault_injection import Exchange, FaultInjector
 from tests.support.live_server import serve_in_thread
 from tests.support.orgs import Org
 
+#: The database plays no part here: each test runs on one of them (tests/conftest.py).
+pytestmark = pytest.mark.spread
+
 RUNNER = "vm1"
 #: A token the runners started without their configuration are given (they must never print it).
 TOKEN = "dep-token-Zx81qPLm0rT"

@@ -29,6 +29,9 @@ from tests.support.live_server import serve_in_thread
 from tests.support.orgs import BOOTSTRAP_TOKEN
 from tests.support.tools import tools_required
 
+#: The database plays no part here: each test runs on one of them (tests/conftest.py).
+pytestmark = pytest.mark.spread
+
 SEEDS = Path(__file__).parents[1] / "data" / "seeds"
 RUNNERS = Path(__file__).parents[1] / "data" / "runners"
 KUBECTL_STANDIN = Path(__file__).parents[1] / "support" / "kubectl_standin.py"
