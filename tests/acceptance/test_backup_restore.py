@@ -156,7 +156,7 @@ def test_backup_during_deploys__restored_server_deploys_every_env_with_nothing_t
     assert set(in_backup) - {"succeeded", None}, in_backup
     # At the backed-up server's address (PO_PUBLIC_URL), as the docs say: a deployment created before the
     # backup reaches its state through the URL compiled into its bundle.
-    again = ServerProcess(restored_url, restored_dir, port=server.port)
+    again = ServerProcess(restored_url, restored_dir).at_port(server.port)
     again.start()
     try:
         client = httpx.Client(base_url=again.url, headers=stack.client.headers, timeout=60)

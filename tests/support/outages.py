@@ -51,8 +51,8 @@ class ServerProcess:
     """``orchestrator serve`` as a real process on a fixed port, started again after each outage.
 
     Local runs execute as the test's user in ``<data dir>/../runs``, unless ``environment`` says
-    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``). ``port``: a free one unless given (a server
-    that takes over another's address). ``unimportable``: modules the server
+    otherwise (``PO_LOCAL_RUN_USER``, ``PO_LOCAL_RUNS_DIR``). A free port unless :meth:`at_port` says
+    which (a server that takes over another's address). ``unimportable``: modules the server
     process cannot import, as if they were not installed (:data:`UNIMPORTABLE_PRELUDE`)."""
 
     def __init__(
@@ -62,11 +62,10 @@ class ServerProcess:
         *,
         unimportable: Sequence[str] = (),
         https_ca: str | None = None,
-        port: int | None = None,
         **environment: str,
     ) -> None:
         self.unimportable = tuple(unimportable)
-        self.port = free_port() if port is None else port
+        self.port = free_port()
         # ``https_ca`` (PEM): the server serves HTTPS (PO_TLS_* in ``environment``) with a certificate of it.
         self.verify: ssl.SSLContext | bool = True
         if https_ca is not None:
@@ -91,6 +90,14 @@ class ServerProcess:
         }
         self.log = data_dir.parent / f"server-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
+
+    def at_port(self, port: int) -> ServerProcess:
+        """Serve (and name itself, ``PO_PUBLIC_URL``) at ``port`` instead; before :meth:`start`."""
+        self.port = port
+        self.url = f"{self.url.split('://')[0]}://127.0.0.1:{port}"
+        self.env.update(PO_LISTEN=f"127.0.0.1:{port}", PO_PUBLIC_URL=self.url)
+        self.log = self.data_dir.parent / f"server-{port}.log"
+        return self
 
     def start(self, timeout_seconds: float = 60) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
