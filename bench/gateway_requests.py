@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -38,6 +40,14 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _kill_runs(runs: Path) -> None:
+    """End the measured deployment's run (its fake engine sleeps): a local run outlives its server by
+    design, and each run leads a process group of its own (``runner.pid``: ``local:vm:<pid>:...``)."""
+    for pid_file in runs.glob("*/runner.pid"):
+        with contextlib.suppress(ValueError, IndexError, ProcessLookupError, PermissionError):
+            os.killpg(int(pid_file.read_text().split(":")[2]), signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -50,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(directory)
         fake = tmp / "bin"
         fake.mkdir()
-        (fake / "terraform").write_text("#!/bin/sh\nsleep 600\n")
+        (fake / "terraform").write_text(  # sleeps while its runner lives (_kill_runs ends that)
+            "#!/bin/sh\nwhile kill -0 $PPID 2>/dev/null; do sleep 1; done\n"
+        )
         (fake / "terraform").chmod(0o755)
         bootstrap = "po_bench_" + os.urandom(16).hex()
         server = launch.LaunchServer(
@@ -71,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = _measure(server, bootstrap, fake, options.requests, options.warmup)
         finally:
             server.stop()
+            _kill_runs(tmp / "runs")
     print(f"{'request':28s} {'server CPU ms':>13s} {'x baseline':>10s} {'wall ms':>8s}")
     baseline = rows[0][1]
     for name, cpu_ms, wall_ms in rows:
