@@ -2,10 +2,12 @@
 
     uv run python bench/burst.py [--deployments 100] [--concurrency 16] [--database sqlite|postgresql|both]
                                  [--floor-runs 3] [--only burst|creates] [--creates 1000] [--json]
+                                 [--local-runs cold,warm,zygote] [--engine embedded|terraform|opentofu]
 
 One `orchestrator serve` (a child process, fresh data dir; SQLite or a throwaway PostgreSQL), an org set up
-through the API: a `vm` runner with a local connection (the embedded engine, `po-terraform`), orchestrator
-state, a module of one `terraform_data` resource, and one environment per deployment. Then:
+through the API: a `vm` runner with a local connection (the embedded engine, `po-terraform`, or the
+`--engine` binary on PATH), orchestrator state, a module of one `terraform_data` resource, and one
+environment per deployment. Then:
 
 1. burst: N deployments (one per environment) created by `--concurrency` concurrent `POST /deployments`,
    all at once, then waited for (one list request a second). Measured: deployments per minute (N over
@@ -97,6 +99,8 @@ class Options:
     json: bool
     #: How local runs start, one burst each (``LOCAL_RUNS``); empty: the server's default.
     local_runs: tuple[str, ...] = ()
+    #: The runner's engine (``IAC_BACKEND``): embedded, terraform or opentofu (the binary on PATH).
+    engine: str = "embedded"
     results_dir: Path = RESULTS_DIR
 
 
@@ -628,7 +632,7 @@ def floor(
     bundle.write_bytes(
         bundles.opened(SecretBox(load_or_create_key(data_dir)), ORG, deployment_id, sealed.read_bytes())
     )
-    command = deploy.engine_command("embedded")
+    command = deploy.engine_command(engine_env["IAC_BACKEND"])
     env = {k: os.environ[k] for k in deploy.INHERITED if k in os.environ} | dict(engine_env)
     measured: dict[str, list[tuple[float, float]]] = {"init_apply": [], "runner_steps": []}
     for n in range(runs):
@@ -706,7 +710,8 @@ def report(database: str, result: dict[str, Any]) -> str:
         fl = result["floor"]
         out.append(
             f"burst ({database}): {b['created']} deployments created at once, one per environment, "
-            f"{result['options']['concurrency']} concurrent creates"
+            f"{result['options']['concurrency']} concurrent creates, engine "
+            f"{result['options'].get('engine', 'embedded')}"
         )
         rows: list[tuple[str, ...]] = [("measure", "value")]
         rows += [
@@ -829,6 +834,7 @@ def run_one(database: str, options: Options, local_runs: str | None = None) -> d
             "concurrency": options.concurrency,
             "local_run_limit": options.local_run_limit,
             "local_runs": local_runs or "the server's default",
+            "engine": options.engine,
         }
     }
     with contextlib.ExitStack() as stack:
@@ -836,7 +842,7 @@ def run_one(database: str, options: Options, local_runs: str | None = None) -> d
         tf_config = tmp / "terraformrc"
         tf_config.touch()
         engine_env = {
-            "IAC_BACKEND": "embedded",
+            "IAC_BACKEND": options.engine,
             "TF_CLI_CONFIG_FILE": str(tf_config),
             "CHECKPOINT_DISABLE": "1",
         }
@@ -918,6 +924,12 @@ def parse_options(argv: list[str] | None) -> Options:
         help="how local runs start, comma-separated, one burst each in this order: "
         f"{', '.join(LOCAL_RUNS)} (default: the server's default, one burst)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=["embedded", "terraform", "opentofu"],
+        default="embedded",
+        help="the runners' engine (IAC_BACKEND; terraform, opentofu: the binary on PATH; default embedded)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -925,6 +937,9 @@ def parse_options(argv: list[str] | None) -> Options:
     unknown = [name for name in local_runs if name not in LOCAL_RUNS]
     if unknown:
         parser.error(f"--local-runs: {', '.join(unknown)} is none of {', '.join(LOCAL_RUNS)}")
+    binary = {"terraform": "terraform", "opentofu": "tofu"}.get(args.engine)
+    if binary is not None and shutil.which(binary) is None:
+        parser.error(f"--engine {args.engine}: no `{binary}` executable on PATH")
     if args.replicas > 1 and args.database != "postgresql":
         parser.error("--replicas above 1 needs --database postgresql (SQLite is one server's)")
     if min(args.deployments, args.concurrency, args.creates, args.floor_runs, args.replicas) < 1:
@@ -939,6 +954,7 @@ def parse_options(argv: list[str] | None) -> Options:
         replicas=args.replicas,
         local_run_limit=args.local_run_limit,
         local_runs=local_runs,
+        engine=args.engine,
         json=args.json,
         results_dir=args.results_dir,
     )

@@ -236,7 +236,9 @@ def dispatch_env_ids(environments: int) -> list[str]:
 
 def engine_command(engine: str) -> tuple[str, ...]:
     """The argv prefix of the engine, resolved as the runner resolves it."""
-    backend = engines.IacBackend.EMBEDDED if engine == "embedded" else engines.IacBackend.TERRAFORM
+    backend = (
+        engines.IacBackend(engine) if engine in ("embedded", "opentofu") else engines.IacBackend.TERRAFORM
+    )
     return engines.select_engine(backend, search_path=os.environ.get("PATH")).command
 
 

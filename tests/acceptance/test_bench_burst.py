@@ -36,6 +36,7 @@ def test_burst_bench__measures_a_burst_its_cpu_and_the_creates_alone(tmp_path: P
     result = json.loads(done.stdout)
     run = result["databases"]["sqlite"]
     assert json.loads((tmp_path / "burst-sqlite.json").read_text())["databases"]["sqlite"] == run
+    assert "embedded" == run["options"]["engine"]
     assert (tmp_path / "burst-sqlite-server.log").is_file()
     burst = run["burst"]
     assert (burst["created"], burst["succeeded"], burst["not_completed"]) == (3, 3, 0), burst
@@ -110,3 +111,20 @@ def test_burst_bench__the_ways_a_local_run_starts_one_burst_each(tmp_path: Path)
         cpu = burst["cpu_s_per_deployment"]
         assert cpu["runners"] > 0 and cpu["engine"] > 0, (name, cpu)
         assert (tmp_path / f"burst-{name}.json").is_file()
+
+
+def test_burst_bench__an_engine_not_on_path_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "burst.py"), "--engine", "opentofu", "--only", "burst"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(empty)},
+    )
+
+    assert 2 == done.returncode, (done.stdout, done.stderr)
+    assert "--engine opentofu: no `tofu` executable on PATH" in done.stderr
+    assert not list(tmp_path.glob("*.json"))
