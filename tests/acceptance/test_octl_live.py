@@ -284,8 +284,9 @@ def test_deploy__phases_and_progress_live_on_a_terminal_plain_lines_piped(live: 
     piped = live.octl("deploy", "shop", "dev", str(live.manifest("piped")), "--yes")
 
     assert 0 == on_tty.exit_code, on_tty.output
-    # The live line, redrawn: its phase and counts as they changed (the provisioner holds the apply).
-    assert "Phase plan (" in on_tty.output
+    # The live line, redrawn about ten times a second: its phase and counts as they changed (the provisioner
+    # holds the apply). A phase shorter than a redraw (plan, with the engine session) may not be drawn.
+    assert "Phase init (" in on_tty.output or "Phase plan (" in on_tty.output
     assert "Phase apply, 2 planned, 0 applied (" in on_tty.output
     assert "to complete:" not in on_tty.output  # the long piped form would wrap at 80 columns
     assert "succeeded after" in on_tty.output
